@@ -1,0 +1,21 @@
+// The whole ConnectX programming interface: include this to get every structure and value set.
+#pragma once
+
+#include "mlx5/prm/access_reg.h"
+#include "mlx5/prm/cmd_if.h"
+#include "mlx5/prm/cq.h"
+#include "mlx5/prm/cqe.h"
+#include "mlx5/prm/doorbell.h"
+#include "mlx5/prm/eq.h"
+#include "mlx5/prm/eqe.h"
+#include "mlx5/prm/field.h"
+#include "mlx5/prm/hca.h"
+#include "mlx5/prm/init_seg.h"
+#include "mlx5/prm/mkey.h"
+#include "mlx5/prm/opcodes.h"
+#include "mlx5/prm/qp.h"
+#include "mlx5/prm/registry.h"
+#include "mlx5/prm/resources.h"
+#include "mlx5/prm/srq.h"
+#include "mlx5/prm/vport.h"
+#include "mlx5/prm/wqe.h"
