@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
     std::vector<Enumerator> items = scan_enums(text);
     for (const Enumerator& d : scan_defines(text)) items.push_back(d);
     for (const Enumerator& e : items) {
-      if (e.name.rfind("MLX5_", 0) != 0 || !plain_value(e.value) || !seen.insert(e.name).second) continue;
+      if ((e.name.rfind("MLX5_", 0) != 0 && e.name.rfind("HCA_CAP_OPMOD_", 0) != 0) || !plain_value(e.value) || !seen.insert(e.name).second) continue;
       out << "  printf(\"enum\\t" << e.name << "\\t%lld\\n\", (long long)(" << e.value << "));\n";
       ++enums;
     }
