@@ -1,0 +1,282 @@
+// Completer (IBA 9.7.5.2 requester side): matches ACKs, NAKs, READ responses and atomic ACKs to
+// send WQEs, completes them in order, and drives retransmission (go-back-N), the local ACK timer,
+// retry_cnt and the RNR back-off.
+#include <string.h>
+
+#include "rc/engine_impl.h"
+#include "roce/aeth.h"
+#include "roce/psn.h"
+
+namespace melon::rc {
+
+using namespace roce;
+
+namespace {
+
+WcOpcode wc_opcode_for(WrOpcode op) {
+  switch (op) {
+    case WrOpcode::rdma_write:
+    case WrOpcode::rdma_write_with_imm: return WcOpcode::rdma_write;
+    case WrOpcode::rdma_read: return WcOpcode::rdma_read;
+    case WrOpcode::atomic_cmp_and_swp: return WcOpcode::comp_swap;
+    case WrOpcode::atomic_fetch_and_add: return WcOpcode::fetch_add;
+    case WrOpcode::local_inv: return WcOpcode::local_inv;
+    case WrOpcode::bind_mw: return WcOpcode::bind_mw;
+    default: return WcOpcode::send;
+  }
+}
+
+// Copies READ response payload to byte offset `off` of the WQE's local segments.
+void scatter_local(SendWqe& w, uint32_t off, const uint8_t* src, uint32_t len) {
+  for (int i = 0; i < w.nseg && len; ++i) {
+    auto& s = w.seg[i];
+    if (off >= s.len) {
+      off -= s.len;
+      continue;
+    }
+    uint32_t n = s.len - off < len ? s.len - off : len;
+    memcpy(s.ptr + off, src, n);
+    src += n;
+    len -= n;
+    off = 0;
+  }
+}
+
+WcStatus status_for_nak(uint8_t code) {
+  switch (NakCode(code)) {
+    case NakCode::invalid_request: return WcStatus::rem_inv_req_err;
+    case NakCode::remote_access_error: return WcStatus::rem_access_err;
+    case NakCode::remote_operational_error: return WcStatus::rem_op_err;
+    default: return WcStatus::bad_resp_err;
+  }
+}
+
+}  // namespace
+
+bool EngineImpl::complete_send(Qp& qp, SendWqe& w, WcStatus st) {
+  // Always the head: completions are in order.
+  bool signaled = qp.init.sq_sig_all || (w.wr.send_flags & kSignaled) || st != WcStatus::success;
+  if (w.started && w.is_read_or_atomic() && qp.rd_atomic_outstanding) --qp.rd_atomic_outstanding;
+  Wc wc;
+  wc.wr_id = w.wr.wr_id;
+  wc.status = st;
+  wc.opcode = wc_opcode_for(w.wr.opcode);
+  wc.byte_len = w.length;
+  wc.qp_num = qp.qpn;
+  bool is_cur = qp.sq_cur == qp.sq_head;
+  ++qp.sq_head;
+  --qp.sq_count;
+  if (is_cur) {
+    ++qp.sq_cur;
+    qp.cur_offset = 0;
+  }
+  if (!signaled) return true;
+  if (!qp.init.send_cq || !qp.init.send_cq->push(wc)) {
+    raise(qp, AsyncEvent::cq_err);
+    if (qp.state != QpState::err) to_error(qp);
+    return false;
+  }
+  return true;
+}
+
+void EngineImpl::arm_retrans(Qp& qp, uint64_t now) {
+  uint64_t t = ack_timeout_ns(qp.attr.timeout);
+  qp.retrans_deadline = (t && qp.sq_count) ? now + t : 0;
+}
+
+void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
+  if (qp.state != QpState::rts && qp.state != QpState::sqd && qp.state != QpState::sqe) {
+    ++qp.counters.dropped;
+    return;
+  }
+  const OpInfo& op = p.info();
+  const uint32_t psn = p.bth.psn;
+  AckType type = op.has(kAeth) ? syndrome_type(p.aeth.syndrome) : AckType::ack;
+
+  bool progressed = false;
+
+  // Walk the send queue from the oldest WQE.
+  while (qp.sq_count) {
+    SendWqe& w = qp.sq[qp.sq_index(qp.sq_head)];
+    if (!w.started) break;
+    bool rd = w.wr.opcode == WrOpcode::rdma_read;
+    bool at = w.is_read_or_atomic() && !rd;
+
+    if (type != AckType::ack) {
+      // NAKs carry the PSN they refer to; everything before it is implicitly acknowledged.
+      if (psn_diff(psn, w.first_psn) < 0) break;  // stale NAK for an earlier PSN
+      if (psn_diff(psn, w.last_psn) > 0 && !w.is_read_or_atomic()) {
+        progressed = true;
+        if (!complete_send(qp, w, WcStatus::success)) return;
+        continue;
+      }
+      if (psn_diff(psn, w.last_psn) > 0) {  // a READ/atomic before the NAKed PSN got no response
+        rewind(qp, w.read_next_psn);
+        break;
+      }
+      qp.una_psn = psn;
+      if (type == AckType::rnr_nak) {
+        ++qp.counters.rnr_naks_received;
+        if (qp.attr.rnr_retry != 7) {
+          if (qp.rnr_left == 0) {
+            complete_send(qp, w, WcStatus::rnr_retry_exc_err);
+            to_error(qp);
+            return;
+          }
+          --qp.rnr_left;
+        }
+        rewind(qp, psn);
+        qp.rnr_deadline = now + rnr_timer_ns(syndrome_value(p.aeth.syndrome));
+        qp.retrans_deadline = 0;
+        return;
+      }
+      if (type == AckType::nak && NakCode(syndrome_value(p.aeth.syndrome)) == NakCode::psn_seq_error) {
+        ++qp.counters.seq_naks_received;
+        if (progressed) qp.retry_left = qp.attr.retry_cnt;
+        if (qp.retry_left == 0) {
+          complete_send(qp, w, WcStatus::retry_exc_err);
+          to_error(qp);
+          return;
+        }
+        --qp.retry_left;
+        rewind(qp, psn);
+        ++qp.counters.retransmits;
+        arm_retrans(qp, now);
+        requester_progress(qp, now);
+        return;
+      }
+      // Class B/C/D errors: the WQE fails, the QP goes to ERR (IBA 9.9.3.1.2).
+      complete_send(qp, w, status_for_nak(syndrome_value(p.aeth.syndrome)));
+      to_error(qp);
+      return;
+    }
+
+    if (op.is(kReadResp)) {
+      if (psn_diff(psn, w.first_psn) < 0) break;  // duplicate response
+      if (!rd) {
+        if (psn_diff(psn, w.last_psn) > 0 && !at) {  // implicitly acknowledges earlier SEND/WRITE
+          progressed = true;
+          if (!complete_send(qp, w, WcStatus::success)) return;
+          continue;
+        }
+        break;  // a READ response where an atomic/SEND is outstanding: ignore
+      }
+      if (psn_diff(psn, w.last_psn) > 0) break;
+      if (psn != w.read_next_psn) {
+        if (psn_diff(psn, w.read_next_psn) > 0) {  // gap: implied NAK, re-issue from the hole
+          ++qp.counters.retransmits;
+          rewind(qp, w.read_next_psn);
+          requester_progress(qp, now);
+        }
+        return;
+      }
+      uint32_t off = uint32_t(psn_diff(psn, w.first_psn)) * qp.mtu;
+      bool first = op.is(kStart), last = op.is(kEnd);
+      // Length rules for responses (mirrors the responder's C9-87 checks).
+      uint32_t remaining = w.length - off;
+      bool bad = first != (psn == w.first_psn) || last != (psn == w.last_psn) ||
+                 (!last && p.payload_len != qp.mtu) || (last && p.payload_len != remaining);
+      if (bad) {
+        complete_send(qp, w, WcStatus::bad_resp_err);
+        to_error(qp);
+        return;
+      }
+      scatter_local(w, off, p.payload, p.payload_len);
+      w.read_next_psn = psn_add(psn, 1);
+      qp.una_psn = w.read_next_psn;
+      progressed = true;
+      if (last) {
+        w.done = true;
+        if (!complete_send(qp, w, WcStatus::success)) return;
+      }
+      break;
+    }
+
+    if (op.is(kAtomicAck)) {
+      if (psn_diff(psn, w.first_psn) < 0) break;
+      if (!at) {
+        if (!rd && psn_diff(psn, w.last_psn) > 0) {
+          progressed = true;
+          if (!complete_send(qp, w, WcStatus::success)) return;
+          continue;
+        }
+        if (rd && psn_diff(psn, w.last_psn) > 0) {  // READ responses missing: implied NAK
+          rewind(qp, w.read_next_psn);
+        }
+        break;
+      }
+      if (psn != w.first_psn) {
+        if (psn_diff(psn, w.first_psn) > 0) rewind(qp, w.first_psn);
+        break;
+      }
+      if (w.nseg) memcpy(w.seg[0].ptr, &p.atomic_orig, 8);  // host order, as rxe does
+      qp.una_psn = psn_add(psn, 1);
+      progressed = true;
+      w.done = true;
+      if (!complete_send(qp, w, WcStatus::success)) return;
+      break;
+    }
+
+    // Plain ACK (coalesced): acknowledges every PSN up to and including `psn`.
+    if (psn_diff(psn, w.first_psn) < 0) break;
+    if (w.is_read_or_atomic()) {
+      // An ACK past a READ/atomic whose response never came: implied NAK (IBA 9.7.5.1.6).
+      rewind(qp, w.read_next_psn == w.first_psn || !rd ? w.first_psn : w.read_next_psn);
+      ++qp.counters.retransmits;
+      requester_progress(qp, now);
+      return;
+    }
+    if (psn_diff(psn, w.last_psn) >= 0) {
+      progressed = true;
+      w.done = true;
+      if (!complete_send(qp, w, WcStatus::success)) return;
+      continue;
+    }
+    // Partial acknowledgement of a multi-packet message.
+    if (psn_diff(psn_add(psn, 1), qp.una_psn) > 0) {
+      qp.una_psn = psn_add(psn, 1);
+      progressed = true;
+    }
+    break;
+  }
+
+  if (progressed) {
+    qp.retry_left = qp.attr.retry_cnt;
+    qp.rnr_left = qp.attr.rnr_retry;
+    if (qp.sq_count == 0) {
+      qp.una_psn = qp.next_psn;
+    } else {
+      const SendWqe& h = qp.sq[qp.sq_index(qp.sq_head)];
+      if (h.started && psn_diff(h.first_psn, qp.una_psn) > 0) qp.una_psn = h.first_psn;
+    }
+    arm_retrans(qp, now);
+  }
+  requester_progress(qp, now);
+}
+
+void EngineImpl::on_timer(Qp& qp, uint64_t now) {
+  if (qp.rnr_deadline && now >= qp.rnr_deadline) {
+    qp.rnr_deadline = 0;
+    arm_retrans(qp, now);
+    requester_progress(qp, now);
+  }
+  if (qp.retrans_deadline && now >= qp.retrans_deadline) {
+    qp.retrans_deadline = 0;
+    if (!qp.sq_count) return;
+    SendWqe& w = qp.sq[qp.sq_index(qp.sq_head)];
+    if (!w.started) return;
+    ++qp.counters.timeouts;
+    if (qp.retry_left == 0) {
+      complete_send(qp, w, WcStatus::retry_exc_err);
+      to_error(qp);
+      return;
+    }
+    --qp.retry_left;
+    ++qp.counters.retransmits;
+    rewind(qp, w.wr.opcode == WrOpcode::rdma_read ? w.read_next_psn : qp.una_psn);
+    arm_retrans(qp, now);
+    requester_progress(qp, now);
+  }
+}
+
+}  // namespace melon::rc

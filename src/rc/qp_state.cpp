@@ -1,0 +1,159 @@
+// QP state machine (IBA 10.3.1, Figure 124 and Table 91): which transitions exist and which
+// attributes each requires per transport; flush on ERR; RESET clears everything.
+#include <errno.h>
+
+#include "rc/engine_impl.h"
+#include "roce/psn.h"
+
+namespace melon::rc {
+
+namespace {
+
+struct Transition {
+  QpState from, to;
+  uint32_t required[3];  // by QP type: RC, UC, UD
+};
+
+constexpr uint32_t kRcRtr = kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
+constexpr uint32_t kRcRts = kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
+
+constexpr Transition kTransitions[] = {
+    {QpState::reset, QpState::init, {kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, kAttrPkeyIndex | kAttrPort | kAttrQkey}},
+    {QpState::init, QpState::init, {0, 0, 0}},
+    {QpState::init, QpState::rtr, {kRcRtr, kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn, 0}},
+    {QpState::rtr, QpState::rts, {kRcRts, kAttrSqPsn, kAttrSqPsn}},
+    {QpState::rts, QpState::rts, {0, 0, 0}},
+    {QpState::rts, QpState::sqd, {0, 0, 0}},
+    {QpState::sqd, QpState::rts, {0, 0, 0}},
+    {QpState::sqd, QpState::sqd, {0, 0, 0}},
+    {QpState::sqe, QpState::rts, {0, 0, 0}},
+};
+
+int type_index(QpType t) { return t == QpType::rc ? 0 : t == QpType::uc ? 1 : 2; }
+
+}  // namespace
+
+int EngineImpl::modify(Qp& qp, const QpAttr& a, uint32_t mask, uint64_t now) {
+  QpState cur = qp.state;
+  if ((mask & kAttrCurState) && a.cur_qp_state != cur) return EINVAL;
+  QpState to = (mask & kAttrState) ? a.qp_state : cur;
+  if (uint8_t(to) > uint8_t(QpState::err)) return EINVAL;
+  if ((mask & kAttrPathMtu) && (a.path_mtu < 1 || a.path_mtu > 5)) return EINVAL;
+  if ((mask & kAttrTimeout) && a.timeout > 31) return EINVAL;
+  if ((mask & kAttrRetryCnt) && a.retry_cnt > 7) return EINVAL;
+  if ((mask & kAttrRnrRetry) && a.rnr_retry > 7) return EINVAL;
+  if ((mask & kAttrMinRnrTimer) && a.min_rnr_timer > 31) return EINVAL;
+  if ((mask & kAttrDestQpn) && a.dest_qp_num > roce::kPsnMask) return EINVAL;
+  if ((mask & kAttrMaxDestRdAtomic) && a.max_dest_rd_atomic > 64) return EINVAL;
+
+  if (to != QpState::reset && to != QpState::err) {
+    const Transition* t = nullptr;
+    for (const auto& c : kTransitions)
+      if (c.from == cur && c.to == to) t = &c;
+    if (!t) return EINVAL;
+    uint32_t req = t->required[type_index(qp.init.type)];
+    if ((mask & req) != req) return EINVAL;
+  }
+
+  // Apply.
+  QpAttr& s = qp.attr;
+  if (mask & kAttrAccessFlags) s.qp_access_flags = a.qp_access_flags;
+  if (mask & kAttrPkeyIndex) s.pkey_index = a.pkey_index;
+  if (mask & kAttrQkey) s.qkey = a.qkey;
+  if (mask & kAttrAv) s.av = a.av;
+  if (mask & kAttrPathMtu) {
+    s.path_mtu = a.path_mtu;
+    qp.mtu = mtu_bytes(a.path_mtu);
+  }
+  if (mask & kAttrTimeout) s.timeout = a.timeout;
+  if (mask & kAttrRetryCnt) s.retry_cnt = qp.retry_left = a.retry_cnt;
+  if (mask & kAttrRnrRetry) s.rnr_retry = qp.rnr_left = a.rnr_retry;
+  if (mask & kAttrRqPsn) s.rq_psn = qp.epsn = a.rq_psn & roce::kPsnMask;
+  if (mask & kAttrSqPsn) s.sq_psn = qp.next_psn = qp.una_psn = a.sq_psn & roce::kPsnMask;
+  if (mask & kAttrMaxQpRdAtomic) s.max_rd_atomic = a.max_rd_atomic;
+  if (mask & kAttrMaxDestRdAtomic) {
+    s.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    qp.resources.assign(a.max_dest_rd_atomic, Resource{});
+    qp.res_next = 0;
+  }
+  if (mask & kAttrMinRnrTimer) s.min_rnr_timer = a.min_rnr_timer;
+  if (mask & kAttrDestQpn) s.dest_qp_num = a.dest_qp_num;
+  if (qp.init.type == QpType::ud) qp.mtu = 4096;  // UD messages are bounded by the port MTU
+
+  if (to == QpState::reset) {
+    reset(qp);
+    return 0;
+  }
+  if (to == QpState::err) {
+    to_error(qp);
+    return 0;
+  }
+  qp.state = to;
+  s.qp_state = to;
+  if (to == QpState::sqd && events_ && cur != QpState::sqd) {
+    if (qp.sq_cur == qp.sq_head) raise(qp, AsyncEvent::sq_drained);
+  }
+  if (to == QpState::rts) requester_progress(qp, now);
+  return 0;
+}
+
+void EngineImpl::flush_sq(Qp& qp) {
+  while (qp.sq_count) {
+    SendWqe& w = qp.sq[qp.sq_index(qp.sq_head)];
+    if (!complete_send(qp, w, WcStatus::wr_flush_err)) {
+      // CQ overflow while flushing: drop the rest (the CQ error event has been raised).
+      qp.sq_head += qp.sq_count;
+      qp.sq_count = 0;
+    }
+  }
+  qp.sq_cur = qp.sq_head;
+  qp.rd_atomic_outstanding = 0;
+  qp.retrans_deadline = qp.rnr_deadline = 0;
+}
+
+void EngineImpl::flush_rq(Qp& qp) {
+  auto flush_one = [&](uint64_t wr_id) {
+    Wc wc;
+    wc.wr_id = wr_id;
+    wc.status = WcStatus::wr_flush_err;
+    wc.opcode = WcOpcode::recv;
+    wc.qp_num = qp.qpn;
+    if (qp.init.recv_cq) qp.init.recv_cq->push(wc);
+  };
+  if (qp.have_wqe) {
+    flush_one(qp.cur_wqe.wr_id);
+    qp.have_wqe = false;
+  }
+  if (qp.srq()) {  // an SRQ's WQEs belong to the SRQ, not this QP (IBA 10.2.9.5)
+    raise(qp, AsyncEvent::qp_last_wqe_reached);
+    return;
+  }
+  while (!qp.rq.empty()) {
+    flush_one(qp.rq.front().wr_id);
+    qp.rq.pop();
+  }
+}
+
+void EngineImpl::to_error(Qp& qp) {
+  qp.state = QpState::err;
+  qp.attr.qp_state = QpState::err;
+  qp.in_send = qp.in_write = false;
+  flush_sq(qp);
+  flush_rq(qp);
+}
+
+void EngineImpl::reset(Qp& qp) {
+  qp.state = QpState::reset;
+  qp.attr.qp_state = QpState::reset;
+  qp.sq_head = qp.sq_cur = qp.sq_count = 0;
+  qp.cur_offset = 0;
+  qp.rd_atomic_outstanding = 0;
+  qp.retrans_deadline = qp.rnr_deadline = 0;
+  qp.pkts_since_ackreq = 0;
+  qp.rq.clear();
+  qp.in_send = qp.in_write = qp.have_wqe = qp.nak_sent = qp.uc_drop = false;
+  qp.msn = 0;
+  for (auto& r : qp.resources) r.valid = false;
+}
+
+}  // namespace melon::rc

@@ -1,0 +1,282 @@
+// Requester (IBA 9.7.4): turns send WQEs into request packets. Segments by path MTU, assigns PSNs,
+// asks for ACKs, keeps max_rd_atomic and the fence, and re-sends from a PSN on go-back-N.
+#include <errno.h>
+#include <string.h>
+
+#include "rc/engine_impl.h"
+#include "roce/psn.h"
+
+namespace melon::rc {
+
+using namespace roce;
+
+namespace {
+
+bool opcode_allowed(QpType t, WrOpcode op) {
+  switch (op) {
+    case WrOpcode::send:
+    case WrOpcode::send_with_imm: return true;
+    case WrOpcode::rdma_write:
+    case WrOpcode::rdma_write_with_imm: return t != QpType::ud;
+    case WrOpcode::rdma_read:
+    case WrOpcode::atomic_cmp_and_swp:
+    case WrOpcode::atomic_fetch_and_add:
+    case WrOpcode::send_with_inv: return t == QpType::rc;
+    default: return false;
+  }
+}
+
+uint32_t packets_for(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
+
+// Picks the wire opcode for packet `i` of `n` of a SEND/WRITE.
+uint8_t segment_opcode(QpType t, WrOpcode op, uint32_t i, uint32_t n) {
+  Transport tr = t == QpType::rc ? Transport::rc : t == QpType::uc ? Transport::uc : Transport::ud;
+  bool first = i == 0, last = i + 1 == n;
+  BaseOp b;
+  switch (op) {
+    case WrOpcode::send:
+      b = first && last ? kSendOnly : first ? kSendFirst : last ? kSendLast : kSendMiddle;
+      break;
+    case WrOpcode::send_with_imm:
+      b = first && last ? kSendOnlyImm : first ? kSendFirst : last ? kSendLastImm : kSendMiddle;
+      break;
+    case WrOpcode::send_with_inv:
+      b = first && last ? kSendOnlyInv : first ? kSendFirst : last ? kSendLastInv : kSendMiddle;
+      break;
+    case WrOpcode::rdma_write:
+      b = first && last ? kWriteOnly : first ? kWriteFirst : last ? kWriteLast : kWriteMiddle;
+      break;
+    default:  // rdma_write_with_imm
+      b = first && last ? kWriteOnlyImm : first ? kWriteFirst : last ? kWriteLastImm : kWriteMiddle;
+      break;
+  }
+  return make_opcode(tr, b);
+}
+
+// Gathers `len` bytes at byte offset `off` of the WQE's local segments into tx.iov.
+void gather(const SendWqe& w, uint32_t off, uint32_t len, TxPacket& tx) {
+  tx.niov = 0;
+  tx.payload_len = len;
+  for (int i = 0; i < w.nseg && len; ++i) {
+    const auto& s = w.seg[i];
+    if (off >= s.len) {
+      off -= s.len;
+      continue;
+    }
+    uint32_t n = s.len - off < len ? s.len - off : len;
+    tx.iov[tx.niov++] = Iov{s.ptr + off, n};
+    len -= n;
+    off = 0;
+  }
+}
+
+}  // namespace
+
+void EngineImpl::fill_tx_common(const Qp& qp, TxPacket& tx, uint8_t opcode, uint32_t psn) const {
+  tx.pkt = Packet{};
+  tx.pkt.bth.opcode = opcode;
+  tx.pkt.bth.psn = psn & kPsnMask;
+  tx.pkt.bth.dest_qp = qp.attr.dest_qp_num;
+  tx.pkt.bth.pkey = 0xffff;
+  tx.niov = 0;
+  tx.payload_len = 0;
+  tx.av = &qp.attr.av;
+  tx.src_qpn = qp.qpn;
+  uint32_t fl = qp.attr.av.flow_label ? qp.attr.av.flow_label : flow_label_for_qps(qp.qpn, qp.attr.dest_qp_num);
+  tx.udp_sport = udp_sport_for_flow_label(fl);
+}
+
+int EngineImpl::post_send(Qp& qp, const SendWr& wr, uint64_t now) {
+  if (qp.state == QpState::reset || qp.state == QpState::init || qp.state == QpState::rtr) return EINVAL;
+  if (!opcode_allowed(qp.init.type, wr.opcode)) return EINVAL;
+  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > qp.init.cap.max_send_sge || wr.num_sge > SendWqe::kMaxSge)
+    return EINVAL;
+  if (wr.num_sge && !wr.sg_list) return EINVAL;
+  uint64_t length = 0;
+  for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
+  if (length > 0x80000000ull) return EINVAL;  // IBA: 2^31 bytes per message
+  bool is_atomic = wr.opcode == WrOpcode::atomic_cmp_and_swp || wr.opcode == WrOpcode::atomic_fetch_and_add;
+  bool inl = (wr.send_flags & kInline) && (wr.opcode == WrOpcode::send || wr.opcode == WrOpcode::send_with_imm ||
+                                           wr.opcode == WrOpcode::send_with_inv || wr.opcode == WrOpcode::rdma_write ||
+                                           wr.opcode == WrOpcode::rdma_write_with_imm);
+  if (inl && length > qp.init.cap.max_inline_data) return EINVAL;
+  if (is_atomic && (wr.num_sge != 1 || length != 8)) return EINVAL;
+  if (qp.init.type == QpType::ud) {
+    if (!wr.ah || length > qp.mtu) return EINVAL;
+  }
+  if (qp.sq_count == qp.sq.size()) return ENOMEM;
+
+  uint32_t slot = qp.sq_index(qp.sq_head + qp.sq_count);
+  SendWqe& w = qp.sq[slot];
+  w = SendWqe{};
+  w.wr = wr;
+  w.wr.sg_list = nullptr;
+  w.length = uint32_t(length);
+  if (inl) {
+    uint8_t* buf = qp.inline_buf.data() + size_t(slot) * qp.init.cap.max_inline_data;
+    uint32_t off = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      memcpy(buf + off, reinterpret_cast<const void*>(uintptr_t(wr.sg_list[i].addr)), wr.sg_list[i].length);
+      off += wr.sg_list[i].length;
+    }
+    w.seg[0] = {buf, off};
+    w.nseg = off ? 1 : 0;
+  } else {
+    uint32_t access = (wr.opcode == WrOpcode::rdma_read || is_atomic) ? kLocalWrite : 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      const Sge& s = wr.sg_list[i];
+      if (!s.length) continue;
+      uint8_t* p = mem_.local(qp.init.pd, s.lkey, s.addr, s.length, access);
+      if (!p) w.bad_lkey = true;
+      w.seg[w.nseg++] = {p, s.length};
+    }
+  }
+  ++qp.sq_count;
+  if (qp.state == QpState::err) {
+    flush_sq(qp);
+    return 0;
+  }
+  requester_progress(qp, now);
+  return 0;
+}
+
+void EngineImpl::rewind(Qp& qp, uint32_t psn) {
+  // Find the WQE that holds `psn`, from the oldest; everything from there is sent again.
+  for (uint32_t k = 0; k < qp.sq_count; ++k) {
+    SendWqe& w = qp.sq[qp.sq_index(qp.sq_head + k)];
+    if (!w.started) break;
+    if (w.done) continue;
+    if (psn_diff(psn, w.first_psn) < 0) psn = w.first_psn;  // an earlier WQE is done; start at this one
+    if (psn_diff(psn, w.last_psn) > 0) continue;
+    qp.sq_cur = qp.sq_head + k;
+    qp.next_psn = psn;
+    qp.read_reissue = false;
+    if (w.wr.opcode == WrOpcode::rdma_read) {
+      qp.cur_offset = 0;
+      qp.read_reissue = psn != w.first_psn;
+      w.read_next_psn = psn;
+    } else if (w.is_read_or_atomic()) {
+      qp.cur_offset = 0;
+    } else {
+      qp.cur_offset = uint32_t(psn_diff(psn, w.first_psn)) * qp.mtu;
+    }
+    return;
+  }
+}
+
+void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
+  if (qp.state != QpState::rts && qp.state != QpState::sqd) return;
+  if (qp.rnr_deadline) return;  // waiting out an RNR NAK
+  const QpType type = qp.init.type;
+  for (;;) {
+    if (qp.sq_cur - qp.sq_head >= qp.sq_count) break;  // everything posted has been sent
+    SendWqe& w = qp.sq[qp.sq_index(qp.sq_cur)];
+    if (w.done) {  // completed WQEs can lie in the rewound range only if acknowledged meanwhile
+      ++qp.sq_cur;
+      qp.cur_offset = 0;
+      continue;
+    }
+    if (w.bad_lkey) {
+      if (qp.sq_cur != qp.sq_head) break;  // completes in order once everything before it is done
+      complete_send(qp, w, WcStatus::loc_prot_err);
+      to_error(qp);
+      return;
+    }
+    if (type == QpType::rc && uint32_t(psn_diff(qp.next_psn, qp.una_psn)) >= cfg_.max_inflight_packets) break;
+    if (!w.started) {
+      if (qp.state == QpState::sqd) break;  // SQD: finish what started, start nothing new
+      if (type == QpType::rc) {
+        if ((w.wr.send_flags & kFence) && qp.rd_atomic_outstanding) break;  // IBA 10.8.3.3
+        if (w.is_read_or_atomic() && qp.rd_atomic_outstanding >= (qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1))
+          break;
+      }
+      w.started = true;
+      w.first_psn = qp.next_psn;
+      w.npkts = w.wr.opcode == WrOpcode::rdma_read ? packets_for(w.length, qp.mtu)
+                : w.is_read_or_atomic()          ? 1
+                                                 : packets_for(w.length, qp.mtu);
+      w.last_psn = psn_add(w.first_psn, int32_t(w.npkts - 1));
+      w.read_next_psn = w.first_psn;
+      if (w.is_read_or_atomic()) ++qp.rd_atomic_outstanding;
+      qp.cur_offset = 0;
+    }
+
+    TxPacket tx;
+    if (w.wr.opcode == WrOpcode::rdma_read) {
+      fill_tx_common(qp, tx, make_opcode(Transport::rc, kReadRequest), qp.next_psn);
+      uint32_t skip = uint32_t(psn_diff(qp.next_psn, w.first_psn)) * qp.mtu;  // re-issue after a gap
+      tx.pkt.reth.va = w.wr.remote_addr + skip;
+      tx.pkt.reth.rkey = w.wr.rkey;
+      tx.pkt.reth.dma_len = w.length - (skip < w.length ? skip : w.length);
+      tx.pkt.bth.ack_req = true;
+      qp.next_psn = psn_add(w.last_psn, 1);
+      qp.read_reissue = false;
+    } else if (w.is_read_or_atomic()) {
+      bool cas = w.wr.opcode == WrOpcode::atomic_cmp_and_swp;
+      fill_tx_common(qp, tx, make_opcode(Transport::rc, cas ? kCompareSwap : kFetchAdd), qp.next_psn);
+      tx.pkt.atomic.va = w.wr.remote_addr;
+      tx.pkt.atomic.rkey = w.wr.rkey;
+      tx.pkt.atomic.swap_add = cas ? w.wr.swap : w.wr.compare_add;
+      tx.pkt.atomic.compare = cas ? w.wr.compare_add : 0;
+      tx.pkt.bth.ack_req = true;
+      qp.next_psn = psn_add(qp.next_psn, 1);
+    } else {
+      uint32_t i = uint32_t(psn_diff(qp.next_psn, w.first_psn));
+      uint32_t off = i * qp.mtu;
+      uint32_t len = w.length - off < qp.mtu ? w.length - off : qp.mtu;
+      uint8_t op = segment_opcode(type, w.wr.opcode, i, w.npkts);
+      fill_tx_common(qp, tx, op, qp.next_psn);
+      const OpInfo& info = op_info(op);
+      if (info.has(kReth)) {
+        tx.pkt.reth.va = w.wr.remote_addr;
+        tx.pkt.reth.rkey = w.wr.rkey;
+        tx.pkt.reth.dma_len = w.length;
+      }
+      if (info.has(kImmDt)) tx.pkt.imm = w.wr.imm;
+      if (info.has(kIeth)) tx.pkt.ieth_rkey = w.wr.invalidate_rkey;
+      if (type == QpType::ud) {
+        tx.av = w.wr.ah;
+        tx.pkt.bth.dest_qp = w.wr.remote_qpn;
+        // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own".
+        tx.pkt.deth.qkey = (w.wr.remote_qkey & 0x80000000u) ? qp.attr.qkey : w.wr.remote_qkey;
+        tx.pkt.deth.src_qp = qp.qpn;
+        uint32_t fl = w.wr.ah->flow_label ? w.wr.ah->flow_label : flow_label_for_qps(qp.qpn, w.wr.remote_qpn);
+        tx.udp_sport = udp_sport_for_flow_label(fl);
+      }
+      bool last = info.is(kEnd);
+      if (last && (w.wr.send_flags & kSolicited)) tx.pkt.bth.se = true;
+      gather(w, off, len, tx);
+      if (type == QpType::rc) {
+        ++qp.pkts_since_ackreq;
+        if (last || qp.pkts_since_ackreq >= cfg_.ack_every) {
+          tx.pkt.bth.ack_req = true;
+          qp.pkts_since_ackreq = 0;
+        }
+      }
+      qp.next_psn = psn_add(qp.next_psn, 1);
+    }
+    ++qp.counters.tx_packets;
+    link_.transmit(tx);
+
+    bool wqe_sent = psn_diff(qp.next_psn, w.last_psn) > 0;
+    if (type != QpType::rc) {
+      if (wqe_sent) {  // UC and UD complete once sent: there is no ACK
+        w.done = true;
+        qp.una_psn = qp.next_psn;
+        ++qp.sq_cur;
+        // In order: everything before is already done for UC/UD.
+        while (qp.sq_count && qp.sq[qp.sq_index(qp.sq_head)].done) {
+          if (!complete_send(qp, qp.sq[qp.sq_index(qp.sq_head)], WcStatus::success)) return;
+        }
+      }
+      continue;
+    }
+    if (!qp.retrans_deadline) arm_retrans(qp, now);
+    if (wqe_sent) {
+      ++qp.sq_cur;
+      qp.cur_offset = 0;
+    }
+  }
+}
+
+}  // namespace melon::rc
