@@ -1,0 +1,130 @@
+#include "roce/icrc_udp.h"
+
+#include "roce/crc32.h"
+#include "roce/icrc.h"
+#include "roce/opcode.h"
+
+namespace melon::roce {
+
+namespace {
+
+// GF(2) 32x32 matrices as 32 column vectors: col[i] is the image of bit i.
+struct Mat {
+  uint32_t col[32];
+};
+
+constexpr uint32_t apply(const Mat& m, uint32_t v) {
+  uint32_t r = 0;
+  for (int i = 0; v; ++i, v >>= 1)
+    if (v & 1) r ^= m.col[i];
+  return r;
+}
+
+constexpr uint32_t kPoly = 0xedb88320u;
+
+// One zero byte through the raw (no init, no final xor) reflected CRC register: linear.
+constexpr uint32_t zero_byte(uint32_t c) {
+  for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ kPoly : c >> 1;
+  return c;
+}
+// Its inverse: a shifted-out 1 left the polynomial's top bit set in the register.
+constexpr uint32_t zero_byte_inverse(uint32_t c) {
+  for (int k = 0; k < 8; ++k) c = (c & 0x80000000u) ? ((c ^ kPoly) << 1) | 1 : c << 1;
+  return c;
+}
+
+// Raw CRC register after the two identification bytes (hi, lo) starting from 0: linear in the id.
+constexpr uint32_t raw_crc_of_id(uint16_t id) {
+  uint32_t c = zero_byte(uint32_t(id >> 8));
+  return zero_byte(c ^ (id & 0xff));
+}
+
+struct Solver {
+  Mat inv_pow[17];  // (zero byte)^-(2^k)
+  uint32_t row[16]; // id bit b = parity(row[b] & v) for v in the image of raw_crc_of_id
+  bool ready = false;
+};
+
+constexpr Solver make_solver() {
+  Solver s{};
+  for (int i = 0; i < 32; ++i) s.inv_pow[0].col[i] = zero_byte_inverse(1u << i);
+  for (int k = 1; k < 17; ++k)
+    for (int i = 0; i < 32; ++i) s.inv_pow[k].col[i] = apply(s.inv_pow[k - 1], s.inv_pow[k - 1].col[i]);
+  // Left inverse of the 32x16 id map by elimination: reduce the columns so each owns one pivot bit.
+  uint32_t cols[16] = {}, comb[16] = {};
+  int pivot[16] = {};
+  for (int i = 0; i < 16; ++i) {
+    cols[i] = raw_crc_of_id(uint16_t(1u << i));
+    comb[i] = 1u << i;
+  }
+  for (int i = 0; i < 16; ++i) {
+    int p = -1;
+    for (int b = 0; b < 32 && p < 0; ++b)
+      if (cols[i] >> b & 1) p = b;
+    if (p < 0) return s;
+    pivot[i] = p;
+    for (int j = 0; j < 16; ++j)
+      if (j != i && (cols[j] >> p & 1)) {
+        cols[j] ^= cols[i];
+        comb[j] ^= comb[i];
+      }
+  }
+  // v = sum z_i cols_i with z_i = bit pivot[i] of v, and cols_i = C * comb_i, so id = sum z_i comb_i.
+  for (int i = 0; i < 16; ++i)
+    for (int b = 0; b < 16; ++b)
+      if (comb[i] >> b & 1) s.row[b] |= 1u << pivot[i];
+  s.ready = true;
+  return s;
+}
+
+constexpr Solver kSolver = make_solver();
+static_assert(kSolver.ready);
+static_assert(zero_byte_inverse(zero_byte(0x12345678u)) == 0x12345678u);
+
+uint32_t icrc_with_id(IpUdp h, uint16_t id, bool df, const uint8_t* roce, size_t len) {
+  uint8_t hdr[kIpv6HeaderSize + kUdpHeaderSize];
+  h.ip_id = id;
+  h.df = df;
+  size_t n = write_ip_udp(h, len + kIcrcSize, hdr);
+  Icrc c;
+  c.begin(hdr, n);
+  c.add_bth(roce);
+  c.add(roce + kBthSize, len - kBthSize);
+  return c.value();
+}
+
+}  // namespace
+
+uint32_t icrc_for_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len) {
+  return icrc_with_id(hdr, hdr.ip_id, hdr.df, roce, len);
+}
+
+bool icrc_check_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len, uint16_t* ip_id) {
+  if (len < kBthSize + kIcrcSize) return false;
+  size_t body = len - kIcrcSize;
+  uint32_t wire = load_icrc(roce + body);
+  if (hdr.v6) {
+    if (ip_id) *ip_id = 0;
+    return icrc_with_id(hdr, 0, false, roce, body) == wire;
+  }
+  const Solver& s = kSolver;
+  // Pseudo-packet: 8 LRH bytes, then the IPv4 header with the id at offsets 4..5, so 8+6 = 14
+  // bytes up to the end of the id and everything after it follows.
+  size_t after = 8 + kIpv4HeaderSize + kUdpHeaderSize + body - 14;
+  for (int pass = 0; pass < 2; ++pass) {
+    bool df = pass == 0;  // RoCE senders set DF; try it first
+    uint32_t d = wire ^ icrc_with_id(hdr, 0, df, roce, body);
+    for (int k = 0; k < 17; ++k)
+      if (after >> k & 1) d = apply(s.inv_pow[k], d);
+    uint16_t id = 0;
+    for (int b = 0; b < 16; ++b)
+      if (__builtin_parity(s.row[b] & d)) id |= uint16_t(1u << b);
+    if (raw_crc_of_id(id) == d) {
+      if (ip_id) *ip_id = id;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace melon::roce
