@@ -24,7 +24,7 @@ namespace melon::mlx5::prm {
   F(uar_page, 104, 24) \
   F(cq_period, 132, 12) \
   F(cq_max_count, 144, 16) \
-  F(c_eqn_or_apu_element, 160, 32) \
+  F(c_eqn, 160, 32) /* c_eqn_or_apu_element in mlx5_ifc.h */ \
   F(log_page_size, 195, 5) \
   F(last_notified_index, 264, 24) \
   F(last_solicit_index, 296, 24) \

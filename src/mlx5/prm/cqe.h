@@ -10,9 +10,12 @@ namespace melon::mlx5::prm {
 // Fields common to every CQE format sit in its last 8 bytes; op_own is polled first.
 #define MELON_PRM_CQE64(F, S, A)                                                          \
   F(wqe_id, 16, 16)                                                                       \
-  F(slid, 192, 16)                                                                        \
-  F(flags, 224, 8)         /* bits 29:28 (g) say a GRH/L3 header came with the packet */  \
-  F(rqpn, 232, 24)         /* remote QPN of a UD receive */                               \
+  F(slid, 176, 16)                                                                        \
+  F(flags, 192, 8)         /* bits 29:28 (g) say a GRH/L3 header came with the packet */  \
+  F(rqpn, 200, 24)         /* remote QPN of a UD receive */                               \
+  F(hds_ip_ext, 224, 8)                                                                   \
+  F(l4_hdr_type_etc, 232, 8)                                                              \
+  F(vlan_info, 240, 16)                                                                   \
   F(srqn_uidx, 256, 32)                                                                   \
   F(imm_inval_pkey, 288, 32)                                                              \
   F(byte_cnt, 352, 32)                                                                    \
@@ -53,7 +56,7 @@ inline constexpr uint32_t kCqeBytes = cqe64::size_bytes;  // 64
   V(RESP_SEND_INV, 0x4)         \
   V(RESIZE_CQ, 0x5)             \
   V(NO_PACKET, 0x6)             \
-  V(SIGNATURE_ERR, 0x12)        \
+  V(SIGNATURE_ERR, 0xc)         \
   V(REQ_ERR, 0xd)               \
   V(RESP_ERR, 0xe)              \
   V(INVALID, 0xf)

@@ -70,4 +70,13 @@ MELON_PRM_VALUES(eqc_status, uint8_t, MELON_PRM_EQC_STATUS)
   V(FIRED, 0xa)
 MELON_PRM_VALUES(eqc_st, uint8_t, MELON_PRM_EQC_ST)
 
+// CREATE_EQ's event_bitmask is 256 bits wide; event type n is bit n of its first 64-bit word.
+inline void eq_set_event_mask(void* create_eq_in_buf, uint64_t mask) {
+  set_bits(create_eq_in_buf, create_eq_in::event_bitmask.bit_off, 64, mask);
+}
+inline uint64_t eq_event_mask(const void* create_eq_in_buf) {
+  return get_bits(create_eq_in_buf, create_eq_in::event_bitmask.bit_off, 64);
+}
+inline constexpr uint64_t event_bit(uint8_t event_type) { return uint64_t(1) << event_type; }
+
 }  // namespace melon::mlx5::prm

@@ -195,6 +195,17 @@ class ConstView {
   const uint8_t* p_;
 };
 
+// A 48-bit MAC address kept as two fields (bits 47:32 and 31:0), as the PRM does.
+inline void set_mac(void* buf, const Field& hi16, const Field& lo32, const uint8_t mac[6]) {
+  set(buf, hi16, (uint64_t(mac[0]) << 8) | mac[1]);
+  set(buf, lo32, (uint64_t(mac[2]) << 24) | (uint64_t(mac[3]) << 16) | (uint64_t(mac[4]) << 8) | mac[5]);
+}
+inline void get_mac(const void* buf, const Field& hi16, const Field& lo32, uint8_t mac[6]) {
+  uint64_t hi = get(buf, hi16), lo = get(buf, lo32);
+  mac[0] = uint8_t(hi >> 8), mac[1] = uint8_t(hi);
+  mac[2] = uint8_t(lo >> 24), mac[3] = uint8_t(lo >> 16), mac[4] = uint8_t(lo >> 8), mac[5] = uint8_t(lo);
+}
+
 }  // namespace melon::mlx5::prm
 
 // ---- defining a structure -----------------------------------------------------------------------

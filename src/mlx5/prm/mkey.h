@@ -109,4 +109,32 @@ inline constexpr uint32_t kMttBytes = mtt::Self::size_bits / 8;  // 8
   F(address, 64, 64)
 MELON_PRM_STRUCT(klm, 128, MELON_PRM_KLM)
 
+// Typed helpers: the access mode is one 5-bit value split over two fields of mkc.
+inline void mkc_set_access_mode(mkc::view m, uint8_t mode) {
+  m.set(mkc::access_mode_1_0, mode & 0x3).set(mkc::access_mode_4_2, (mode >> 2) & 0x7);
+}
+inline uint8_t mkc_get_access_mode(mkc::cview m) {
+  return uint8_t((m.get(mkc::access_mode_4_2) << 2) | m.get(mkc::access_mode_1_0));
+}
+// One MTT entry: a page address (bits 63:8 kept) and read/write enables.
+inline void mtt_set(void* entry, uint64_t pa, bool rd, bool wr) {
+  mtt::view(entry)
+      .set(mtt::ptag_63_32, pa >> 32)
+      .set(mtt::ptag_31_8, (pa & 0xffffffffu) >> 8)
+      .set(mtt::rd_en, rd)
+      .set(mtt::wr_en, wr);
+}
+inline uint64_t mtt_pa(const void* entry) {
+  mtt::cview m(entry);
+  return (m.get(mtt::ptag_63_32) << 32) | (m.get(mtt::ptag_31_8) << 8);
+}
+// One physical address list entry (4 KiB pages): used by EQ, CQ, QP, SRQ and MANAGE_PAGES.
+inline void pas_set(void* entry, uint64_t pa) {
+  cmd_pas::view(entry).set(cmd_pas::pa_h, pa >> 32).set(cmd_pas::pa_l, (pa & 0xffffffffu) >> 12);
+}
+inline uint64_t pas_pa(const void* entry) {
+  cmd_pas::cview p(entry);
+  return (p.get(cmd_pas::pa_h) << 32) | (p.get(cmd_pas::pa_l) << 12);
+}
+
 }  // namespace melon::mlx5::prm

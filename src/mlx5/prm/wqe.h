@@ -93,7 +93,6 @@ MELON_PRM_VALUES(wqe_opcode, uint8_t, MELON_PRM_WQE_OPCODE)
 #define MELON_PRM_WQE_CTRL_FLAG(V)  \
   V(SOLICITED, 1 << 1)              \
   V(CQ_UPDATE, 2 << 2)              \
-  V(CQ_UPDATE_ON_ERROR, 1 << 2)     \
   V(INITIATOR_SMALL_FENCE, 1 << 5)  \
   V(FENCE, 4 << 5)
 MELON_PRM_VALUES(wqe_ctrl_flag, uint8_t, MELON_PRM_WQE_CTRL_FLAG)

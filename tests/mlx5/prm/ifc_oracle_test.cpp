@@ -63,6 +63,7 @@ const std::set<std::string> kNotInIfc = {"cqe64",         "err_cqe",        "wqe
 // Our field name -> mlx5_ifc.h's, where they differ.
 const std::map<std::pair<std::string, std::string>, std::string> kRenamed = {
     {{"modify_cq_in", "field_select"}, "modify_field_select_resize_field_select"},
+    {{"cqc", "c_eqn"}, "c_eqn_or_apu_element"},
 };
 
 // Fields we define in space mlx5_ifc.h leaves reserved (their source is named in the table).
