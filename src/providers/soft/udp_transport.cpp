@@ -1,0 +1,290 @@
+#include "providers/soft/udp_transport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "roce/icrc.h"
+#include "roce/icrc_udp.h"
+#include "roce/ip_udp.h"
+
+namespace melon::soft {
+
+using namespace roce;
+
+namespace {
+
+socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss) {
+  memset(ss, 0, sizeof *ss);
+  if (gid_is_v4_mapped(gid)) {
+    auto* s = reinterpret_cast<sockaddr_in*>(ss);
+    s->sin_family = AF_INET;
+    s->sin_port = htons(port);
+    memcpy(&s->sin_addr, gid + 12, 4);
+    return sizeof *s;
+  }
+  auto* s = reinterpret_cast<sockaddr_in6*>(ss);
+  s->sin6_family = AF_INET6;
+  s->sin6_port = htons(port);
+  memcpy(&s->sin6_addr, gid, 16);
+  return sizeof *s;
+}
+
+bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) {
+  if (ss.ss_family == AF_INET) {
+    auto* s = reinterpret_cast<const sockaddr_in*>(&ss);
+    gid_from_ipv4(gid, ntohl(s->sin_addr.s_addr));
+    *port = ntohs(s->sin_port);
+    return true;
+  }
+  if (ss.ss_family == AF_INET6) {
+    auto* s = reinterpret_cast<const sockaddr_in6*>(&ss);
+    memcpy(gid, &s->sin6_addr, 16);
+    *port = ntohs(s->sin6_port);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+UdpTransport::UdpTransport(const uint8_t gid[16], rc::Memory& memory, rc::EventSink* events, uint16_t port)
+    : port_(port), v6_(!gid_is_v4_mapped(gid)), engine_(*this, memory, events) {
+  memcpy(gid_, gid, 16);
+  tx_.resize(kBatch);
+  tx_msgs_.resize(kBatch);
+  rx_buf_.resize(kBatch * kRxBuf);
+  rx_msgs_.resize(kBatch);
+  rx_iov_.resize(kBatch);
+  rx_from_.resize(kBatch);
+}
+
+UdpTransport::~UdpTransport() { stop(); }
+
+uint64_t UdpTransport::now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+int UdpTransport::start() {
+  sockaddr_storage ss;
+  socklen_t sl = to_sockaddr(gid_, port_, &ss);
+  fd_ = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return errno;
+  int one = 1;
+  // DF set and an unconnected socket: Linux then sends IPv4 identification 0, which our ICRC assumes.
+#ifdef IP_MTU_DISCOVER
+  if (!v6_) {
+    int pmtu = IP_PMTUDISC_DO;
+    setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+  }
+#endif
+#ifdef UDP_NO_CHECK6_RX
+  if (v6_) setsockopt(fd_, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof one);  // RoCEv2 sends checksum 0
+#endif
+  int buf = 8 << 20;
+  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+  setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+  (void)one;
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&ss), sl) < 0) {
+    int e = errno;
+    close(fd_);
+    fd_ = -1;
+    return e;
+  }
+  int p[2];
+  if (pipe(p) < 0) {
+    int e = errno;
+    close(fd_);
+    fd_ = -1;
+    return e;
+  }
+  wake_rd_ = p[0];
+  wake_wr_ = p[1];
+  fcntl(wake_rd_, F_SETFL, O_NONBLOCK);
+  fcntl(wake_wr_, F_SETFL, O_NONBLOCK);
+  running_ = true;
+  thread_ = std::thread([this] { run(); });
+  return 0;
+}
+
+void UdpTransport::stop() {
+  if (running_.exchange(false)) {
+    wake();
+    thread_.join();
+  }
+  if (fd_ >= 0) close(fd_);
+  if (wake_rd_ >= 0) close(wake_rd_);
+  if (wake_wr_ >= 0) close(wake_wr_);
+  fd_ = wake_rd_ = wake_wr_ = -1;
+}
+
+void UdpTransport::wake() {
+  char c = 1;
+  if (wake_wr_ >= 0) (void)!write(wake_wr_, &c, 1);
+}
+
+void UdpTransport::transmit(const rc::TxPacket& p) {
+  if (tx_count_ == kBatch) flush_tx();
+  TxSlot& s = tx_[tx_count_];
+  size_t hlen = write_transport_headers(p.pkt, s.hdr);
+  uint8_t pad = pad_for(p.payload_len);
+
+  IpUdp ip;
+  ip.v6 = v6_;
+  memcpy(ip.src, gid_, 16);
+  memcpy(ip.dst, p.av->dgid, 16);
+  ip.sport = port_;
+  ip.dport = kRoceV2Port;
+  ip.ip_id = 0;
+  ip.df = true;
+  uint8_t iph[kIpv6HeaderSize + kUdpHeaderSize];
+  size_t ipl = write_ip_udp(ip, hlen + p.payload_len + pad + kIcrcSize, iph);
+  Icrc c;
+  c.begin(iph, ipl);
+  c.add_bth(s.hdr);
+  c.add(s.hdr + kBthSize, hlen - kBthSize);
+  int n = 0;
+  s.iov[n++] = {s.hdr, hlen};
+  for (int i = 0; i < p.niov; ++i) {
+    c.add(p.iov[i].base, p.iov[i].len);
+    s.iov[n++] = {const_cast<uint8_t*>(p.iov[i].base), p.iov[i].len};
+  }
+  memset(s.tail, 0, pad);
+  c.add(s.tail, pad);
+  store_icrc(s.tail + pad, c.value());
+  s.iov[n++] = {s.tail, size_t(pad) + kIcrcSize};
+
+  mmsghdr& m = tx_msgs_[tx_count_];
+  memset(&m, 0, sizeof m);
+  m.msg_hdr.msg_name = &s.to;
+  m.msg_hdr.msg_namelen = to_sockaddr(p.av->dgid, kRoceV2Port, &s.to);
+  m.msg_hdr.msg_iov = s.iov;
+  m.msg_hdr.msg_iovlen = n;
+  ++tx_count_;
+  // The payload iovecs point into registered memory that may change after this call returns;
+  // sending before the engine lock is released keeps the gather exact (flush_tx in after_engine_call).
+}
+
+void UdpTransport::flush_tx() {
+  int off = 0;
+  while (off < tx_count_) {
+#if defined(__linux__)
+    int r = sendmmsg(fd_, tx_msgs_.data() + off, unsigned(tx_count_ - off), 0);
+#else
+    int r = sendmsg(fd_, &tx_msgs_[off].msg_hdr, 0) < 0 ? -1 : 1;
+#endif
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      // ENOBUFS/EAGAIN or an unreachable peer: the packet is lost; the transport retries.
+      stats_.tx_errors++;
+      ++off;
+      continue;
+    }
+    stats_.tx_packets += uint64_t(r);
+    off += r;
+  }
+  tx_count_ = 0;
+}
+
+void UdpTransport::after_engine_call() {
+  flush_tx();
+  uint64_t d = engine_.next_deadline();
+  if (d < armed_deadline_) wake();
+}
+
+void UdpTransport::receive_batch() {
+  for (int i = 0; i < kBatch; ++i) {
+    rx_iov_[i] = {rx_buf_.data() + size_t(i) * kRxBuf, kRxBuf};
+    memset(&rx_msgs_[i], 0, sizeof(mmsghdr));
+    rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
+    rx_msgs_[i].msg_hdr.msg_iovlen = 1;
+    rx_msgs_[i].msg_hdr.msg_name = &rx_from_[i];
+    rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+  }
+#if defined(__linux__)
+  int n = recvmmsg(fd_, rx_msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
+#else
+  int n = 0;
+  for (; n < kBatch; ++n) {
+    ssize_t r = recvmsg(fd_, &rx_msgs_[n].msg_hdr, MSG_DONTWAIT);
+    if (r < 0) break;
+    rx_msgs_[n].msg_len = unsigned(r);
+  }
+  if (n == 0) n = -1;
+#endif
+  if (n <= 0) return;
+  std::lock_guard<std::mutex> g(mu_);
+  uint64_t now = now_ns();
+  for (int i = 0; i < n; ++i) {
+    const uint8_t* pkt = rx_buf_.data() + size_t(i) * kRxBuf;
+    size_t len = rx_msgs_[i].msg_len;
+    if (rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) {
+      stats_.rx_malformed++;
+      continue;
+    }
+    IpUdp ip;
+    ip.v6 = v6_;
+    uint16_t sport = 0;
+    if (!from_sockaddr(rx_from_[i], ip.src, &sport)) continue;
+    memcpy(ip.dst, gid_, 16);
+    ip.sport = sport;
+    ip.dport = port_;
+    ip.udp_len = uint16_t(len + kUdpHeaderSize);
+    ip.hdr_len = uint8_t((v6_ ? kIpv6HeaderSize : kIpv4HeaderSize) + kUdpHeaderSize);
+    uint16_t id = 0;
+    if (!icrc_check_udp_payload(ip, pkt, len, &id)) {
+      stats_.rx_bad_icrc++;
+      continue;
+    }
+    ip.ip_id = id;
+    stats_.rx_packets++;
+    engine_.receive(ip, pkt, len, now);
+  }
+  engine_.tick(now);
+  flush_tx();
+}
+
+void UdpTransport::run() {
+  pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_rd_, POLLIN, 0}};
+  while (running_) {
+    uint64_t deadline;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      deadline = engine_.next_deadline();
+      armed_deadline_ = deadline;
+    }
+    int timeout = -1;
+    if (deadline != UINT64_MAX) {
+      uint64_t now = now_ns();
+      timeout = deadline <= now ? 0 : int((deadline - now + 999999) / 1000000);
+    }
+    int r = poll(fds, 2, timeout);
+    if (r < 0 && errno != EINTR) break;
+    if (fds[1].revents & POLLIN) {
+      char buf[64];
+      while (read(wake_rd_, buf, sizeof buf) > 0) {
+      }
+    }
+    if (fds[0].revents & POLLIN) {
+      for (int i = 0; i < 16; ++i) {  // drain a burst, but look at timers in between
+        size_t before = stats_.rx_packets + stats_.rx_bad_icrc + stats_.rx_malformed;
+        receive_batch();
+        if (stats_.rx_packets + stats_.rx_bad_icrc + stats_.rx_malformed == before) break;
+      }
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    uint64_t now = now_ns();
+    if (engine_.next_deadline() <= now) {
+      engine_.tick(now);
+      flush_tx();
+    }
+  }
+}
+
+}  // namespace melon::soft

@@ -1,0 +1,91 @@
+// The soft provider's wire: one UDP socket on port 4791 of a device address, the transport engine
+// behind it, and a progress thread, so RDMA WRITE/READ/atomics aimed at this process complete
+// without the application calling any verb. Packets leave in sendmmsg batches gathered straight
+// from registered memory; arrivals come in recvmmsg batches and are ICRC-checked (icrc_udp.h).
+#pragma once
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "rc/engine.h"
+
+namespace melon::soft {
+
+struct TransportStats {
+  std::atomic<uint64_t> rx_packets{0}, tx_packets{0}, rx_bad_icrc{0}, rx_malformed{0}, tx_errors{0};
+};
+
+class UdpTransport final : private rc::Link {
+ public:
+  // `gid` is the device address as a GID (IPv4-mapped or IPv6). Memory and events are the
+  // provider's; both are called with the engine lock held.
+  UdpTransport(const uint8_t gid[16], rc::Memory& memory, rc::EventSink* events, uint16_t port = 4791);
+  ~UdpTransport() override;
+
+  int start();  // bind and start the progress thread; errno value
+  void stop();
+
+  // Runs `f(engine, now)` under the engine lock, then sends what it queued and wakes the progress
+  // thread if a timer moved earlier.
+  template <typename F>
+  auto with_engine(F&& f) {
+    std::lock_guard<std::mutex> g(mu_);
+    struct Flush {
+      UdpTransport* t;
+      ~Flush() { t->after_engine_call(); }
+    } flush{this};
+    return f(engine_, now_ns());
+  }
+
+  const TransportStats& stats() const { return stats_; }
+  static uint64_t now_ns();
+
+ private:
+  void transmit(const rc::TxPacket& p) override;
+  void flush_tx();
+  void after_engine_call();
+  void run();
+  void receive_batch();
+  void wake();
+
+  static constexpr int kBatch = 64;
+  static constexpr int kMaxIovPerPkt = rc::TxPacket::kMaxIov + 2;
+  static constexpr size_t kRxBuf = 9216;
+
+  uint8_t gid_[16];
+  uint16_t port_;
+  bool v6_;
+  int fd_ = -1;
+  int wake_rd_ = -1, wake_wr_ = -1;
+  std::mutex mu_;
+  rc::Engine engine_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  uint64_t armed_deadline_ = UINT64_MAX;
+  TransportStats stats_;
+
+  // Transmit batch (guarded by mu_).
+  struct TxSlot {
+    uint8_t hdr[64];   // BTH + extended headers
+    uint8_t tail[8];   // pad + ICRC
+    sockaddr_storage to;
+    iovec iov[kMaxIovPerPkt];
+  };
+  std::vector<TxSlot> tx_;
+  std::vector<mmsghdr> tx_msgs_;
+  int tx_count_ = 0;
+
+  // Receive batch (progress thread only).
+  std::vector<uint8_t> rx_buf_;
+  std::vector<mmsghdr> rx_msgs_;
+  std::vector<iovec> rx_iov_;
+  std::vector<sockaddr_storage> rx_from_;
+};
+
+}  // namespace melon::soft
