@@ -546,3 +546,155 @@ TEST(ResponderReplay, WrongMtuIsDetected) {
   ASSERT_FALSE(run.ours.empty());
   EXPECT_EQ(run.ours[0].syndrome, syndrome_nak(NakCode::invalid_request));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Requester replay: our engine posts the capture's WRs and gets the responses the capture's
+// requester got, at the capture's times. Timers fire at the engine's own deadlines in between.
+
+namespace {
+
+struct Sent {
+  Out o;
+  bool from_timer = false;  // sent from tick() (retransmit or RNR timer), not from receive()
+};
+
+struct RequesterRun {
+  std::vector<Sent> sent;
+  std::vector<Wc> wcs;
+  QpCounters counters;
+  std::vector<const Frame*> responses;
+};
+
+class TimedLink : public RecLink {};
+
+RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_ip, uint8_t max_rd_atomic,
+                           const std::vector<SendWr>& wrs, ReplayMemory& mem) {
+  RequesterRun run;
+  std::vector<const Frame*> reqs;
+  for (const auto& f : frames) {
+    if (f.src == requester_ip && is_rc_request(f)) reqs.push_back(&f);
+    if (f.dst == requester_ip && is_rc_response(f)) run.responses.push_back(&f);
+  }
+  EXPECT_FALSE(reqs.empty());
+  EXPECT_FALSE(run.responses.empty());
+  if (reqs.empty() || run.responses.empty()) return run;
+
+  RecLink link;
+  VecCq scq, rcq;
+  EngineConfig ec;
+  ec.first_qpn = run.responses[0]->p.bth.dest_qp;
+  Engine eng(link, mem, nullptr, ec);
+  QpInit init;
+  init.type = QpType::rc;
+  init.send_cq = &scq;
+  init.recv_cq = &rcq;
+  init.cap.max_send_wr = uint32_t(wrs.size());
+  init.sq_sig_all = true;
+  uint32_t qpn = 0;
+  EXPECT_EQ(eng.create_qp(init, &qpn), 0);
+  EXPECT_EQ(qpn, ec.first_qpn);
+  QpAttr a;
+  a.qp_state = QpState::init;
+  a.qp_access_flags = kLocalWrite;
+  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0), 0);
+  a.qp_state = QpState::rtr;
+  gid_from_ipv4(a.av.dgid, reqs[0]->dst);
+  gid_from_ipv4(a.av.sgid, requester_ip);
+  a.path_mtu = 3;
+  a.dest_qp_num = reqs[0]->p.bth.dest_qp;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 16;
+  a.min_rnr_timer = 12;
+  EXPECT_EQ(eng.modify_qp(qpn, a,
+                          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic |
+                              kAttrMinRnrTimer,
+                          0),
+            0);
+  a.qp_state = QpState::rts;
+  a.sq_psn = reqs[0]->p.bth.psn;
+  a.timeout = 14;  // perftest's default, the ~67 ms timer of the captures
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = max_rd_atomic;
+  EXPECT_EQ(eng.modify_qp(qpn, a,
+                          kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0),
+            0);
+
+  const uint64_t t0 = reqs[0]->ts_ns;
+  link.now = t0;
+  link.cur_frame = reqs[0]->index;
+  for (const auto& wr : wrs) EXPECT_EQ(eng.post_send(qpn, wr, t0), 0);
+  auto collect = [&](bool timer) {
+    for (auto& o : link.out) run.sent.push_back(Sent{std::move(o), timer});
+    link.out.clear();
+  };
+  collect(false);
+  auto advance = [&](uint64_t until) {
+    for (uint64_t d; (d = eng.next_deadline()) <= until;) {
+      link.now = d;
+      eng.tick(d);
+      collect(true);
+    }
+  };
+  for (const Frame* f : run.responses) {
+    advance(f->ts_ns);
+    link.now = f->ts_ns;
+    link.cur_frame = f->index;
+    eng.receive(f->ip, f->roce.data(), f->roce.size(), f->ts_ns);
+    collect(false);
+  }
+  run.wcs = std::move(scq.wcs);
+  run.counters = *eng.counters(qpn);
+  return run;
+}
+
+}  // namespace
+
+// ib_send_bw -r 1: the server has one receive WQE, so rxe answers RNR NAK (timer code 12, 0.64 ms),
+// and then a PSN-sequence-error NAK for the same PSN for the next pipelined SEND. Our requester fed
+// exactly those responses must stop, and resend starting at the RNR-NAKed PSN no earlier than 0.64 ms
+// after the RNR NAK (the seq NAK that follows must not make it resend early), and complete all 20.
+TEST(RequesterReplay, RcRnrResendsFromNakedPsnAfterRnrTimer) {
+  auto frames = load("rxe-rc-rnr.pcap");
+  ReplayMemory mem;
+  mem.reserve(2);
+  mem.add(1, 0x10000, 64 * 20);
+  std::vector<Sge> sges(20);
+  std::vector<SendWr> wrs(20);
+  for (size_t i = 0; i < 20; ++i) {
+    sges[i] = Sge{0x10000 + 64 * i, 64, 1};
+    wrs[i].wr_id = i;
+    wrs[i].opcode = WrOpcode::send;
+    wrs[i].sg_list = &sges[i];
+    wrs[i].num_sge = 1;
+  }
+  auto run = run_requester(frames, kClient, 1, wrs, mem);
+  const uint64_t rnr_ns = rnr_timer_ns(12);
+  ASSERT_EQ(rnr_ns, 640000u);
+  size_t rnr_naks = 0, seq_naks = 0;
+  for (const Frame* f : run.responses) {
+    uint8_t syn = f->p.aeth.syndrome;
+    if (syndrome_type(syn) == AckType::nak) ++seq_naks;
+    if (syndrome_type(syn) != AckType::rnr_nak) continue;
+    ++rnr_naks;
+    SCOPED_TRACE("RNR NAK frame " + std::to_string(f->index));
+    // The first thing we send after this RNR NAK: the NAKed PSN, after the RNR timer, from the timer.
+    auto it = std::find_if(run.sent.begin(), run.sent.end(), [&](const Sent& s) { return s.o.at_ns >= f->ts_ns && s.o.after >= f->index; });
+    ASSERT_NE(it, run.sent.end());
+    EXPECT_EQ(it->o.psn, f->p.bth.psn);
+    EXPECT_GE(it->o.at_ns, f->ts_ns + rnr_ns);
+    EXPECT_TRUE(it->from_timer);
+    EXPECT_EQ(it->o.opcode, make_opcode(Transport::rc, kSendOnly));
+  }
+  EXPECT_EQ(rnr_naks, 10u);
+  EXPECT_EQ(seq_naks, 10u);
+  EXPECT_EQ(run.counters.rnr_naks_received, 10u);
+  EXPECT_EQ(run.counters.seq_naks_received, 10u);
+  ASSERT_EQ(run.wcs.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) {
+    EXPECT_EQ(run.wcs[i].status, WcStatus::success) << i;
+    EXPECT_EQ(run.wcs[i].wr_id, i);
+  }
+  // No transport-timer (67 ms) retransmission was needed: the capture has no 67 ms silence.
+  EXPECT_EQ(run.counters.timeouts, 0u);
+}
