@@ -211,14 +211,19 @@ std::vector<Enumerator> scan_defines(const std::string& t) {
 // shifts, BIT(n), parentheses.
 bool plain_value(const std::string& v) {
   if (v.empty()) return false;
-  for (size_t i = 0; i < v.size(); ++i) {
+  for (size_t i = 0; i < v.size();) {
     char c = v[i];
-    if (std::isdigit(static_cast<unsigned char>(c)) || std::isspace(static_cast<unsigned char>(c)) ||
-        c == '(' || c == ')' || c == '<' || c == 'x' || c == 'X' || c == 'u' || c == 'U' || c == 'l' ||
-        c == 'L' || c == '|' || std::isxdigit(static_cast<unsigned char>(c)))
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '(' || c == ')' || c == '<' || c == '|') {
+      ++i;
       continue;
-    if (v.compare(i, 4, "BIT(") == 0) { i += 2; continue; }
-    return false;
+    }
+    if (!is_ident(c)) return false;
+    size_t j = i;
+    while (j < v.size() && is_ident(v[j])) ++j;
+    const std::string token = v.substr(i, j - i);
+    // Numeric literals (0x.., decimal, with u/l suffixes) and BIT(); any other name is not plain.
+    if (!std::isdigit(static_cast<unsigned char>(token[0])) && token != "BIT") return false;
+    i = j;
   }
   return true;
 }
