@@ -686,6 +686,13 @@ TEST(RequesterReplay, RcRnrResendsFromNakedPsnAfterRnrTimer) {
     EXPECT_GE(it->o.at_ns, f->ts_ns + rnr_ns);
     EXPECT_TRUE(it->from_timer);
     EXPECT_EQ(it->o.opcode, make_opcode(Transport::rc, kSendOnly));
+    // Go-back-N: that timer tick resends consecutive PSNs from the NAKed one.
+    uint32_t want = f->p.bth.psn;
+    for (auto k = it; k != run.sent.end() && k->from_timer && k->o.at_ns == it->o.at_ns; ++k) {
+      EXPECT_EQ(k->o.psn, want);
+      want = psn_add(want, 1);
+    }
+    EXPECT_GT(psn_diff(want, f->p.bth.psn), 1) << "only one packet resent";
   }
   EXPECT_EQ(rnr_naks, 10u);
   EXPECT_EQ(seq_naks, 10u);
