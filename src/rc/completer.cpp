@@ -161,15 +161,20 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
         }
         break;  // a READ response where an atomic/SEND is outstanding: ignore
       }
-      if (psn_diff(psn, w.last_psn) > 0) break;
       if (psn != w.read_next_psn) {
-        if (psn_diff(psn, w.read_next_psn) > 0) {  // gap: implied NAK, re-issue from the hole
+        // A response past the one expected (inside this READ, or belonging to a later one) means
+        // responses were lost: implied NAK (IBA 9.7.5.1.6), re-issue from the hole. Once per gap:
+        // later out-of-order responses are ignored until an in-order one arrives.
+        if (psn_diff(psn, w.read_next_psn) > 0 && !(qp.read_gap_pending && qp.read_gap_psn == w.read_next_psn)) {
+          qp.read_gap_pending = true;
+          qp.read_gap_psn = w.read_next_psn;
           ++qp.counters.retransmits;
           rewind(qp, w.read_next_psn);
           requester_progress(qp, now);
         }
         return;
       }
+      qp.read_gap_pending = false;
       uint32_t off = uint32_t(psn_diff(psn, w.first_psn)) * qp.mtu;
       bool first = op.is(kStart), last = op.is(kEnd);
       // Length rules for responses (mirrors the responder's C9-87 checks).
@@ -273,6 +278,7 @@ void EngineImpl::on_timer(Qp& qp, uint64_t now) {
     }
     --qp.retry_left;
     ++qp.counters.retransmits;
+    qp.read_gap_pending = false;
     rewind(qp, w.wr.opcode == WrOpcode::rdma_read ? w.read_next_psn : qp.una_psn);
     arm_retrans(qp, now);
     requester_progress(qp, now);

@@ -70,6 +70,8 @@ class Qp {
   uint64_t retrans_deadline = 0;  // 0 = not armed
   uint64_t rnr_deadline = 0;      // requester paused until then (RNR back-off)
   bool read_reissue = false;      // sq[sq_cur] is a READ being re-issued from next_psn
+  bool read_gap_pending = false;  // a READ was re-issued from read_gap_psn for a response gap
+  uint32_t read_gap_psn = 0;
   bool sq_drained_event_pending = false;
 
   // ---- receive side (responder)

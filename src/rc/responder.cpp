@@ -64,16 +64,21 @@ bool EngineImpl::push_recv_wc(Qp& qp, const Wc& wc) {
 
 namespace {
 
-// Serves READ responses for [va, va+len) starting at `psn` from host memory `src`.
-void send_read_responses(EngineImpl& e, Qp& qp, const uint8_t* src, uint32_t len, uint32_t psn) {
+// Serves READ responses for `len` bytes from host memory `src`, as packets `first`.. of a READ
+// whose responses number `total` and start at PSN `psn0`. A re-issued READ (a duplicate whose PSN
+// lies inside the original, IBA 9.7.5.1.5) is answered as the continuation of the original:
+// MIDDLE/LAST, not FIRST/ONLY, as Linux rxe and ConnectX do.
+void send_read_responses(EngineImpl& e, Qp& qp, const uint8_t* src, uint32_t len, uint32_t psn0, uint32_t first,
+                         uint32_t total) {
   uint32_t n = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
-  for (uint32_t i = 0; i < n; ++i) {
-    BaseOp b = n == 1 ? kReadRespOnly : i == 0 ? kReadRespFirst : i + 1 == n ? kReadRespLast : kReadRespMiddle;
+  for (uint32_t k = 0; k < n; ++k) {
+    uint32_t i = first + k;
+    BaseOp b = total == 1 ? kReadRespOnly : i == 0 ? kReadRespFirst : i + 1 >= total ? kReadRespLast : kReadRespMiddle;
     TxPacket tx;
-    e.fill_tx_common(qp, tx, make_opcode(Transport::rc, b), psn_add(psn, int32_t(i)));
+    e.fill_tx_common(qp, tx, make_opcode(Transport::rc, b), psn_add(psn0, int32_t(i)));
     tx.pkt.aeth.syndrome = syndrome_ack();
     tx.pkt.aeth.msn = qp.msn & kPsnMask;
-    uint32_t off = i * qp.mtu;
+    uint32_t off = k * qp.mtu;
     uint32_t chunk = len - off < qp.mtu ? len - off : qp.mtu;
     if (chunk) {
       tx.iov[0] = Iov{src + off, chunk};
@@ -84,6 +89,8 @@ void send_read_responses(EngineImpl& e, Qp& qp, const uint8_t* src, uint32_t len
     e.link_.transmit(tx);
   }
 }
+
+uint32_t read_packets(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
 
 void send_atomic_ack(EngineImpl& e, Qp& qp, uint32_t psn, uint64_t orig) {
   TxPacket tx;
@@ -185,7 +192,8 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
       uint8_t* src = p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteRead)
                                     : nullptr;
       if (p.reth.dma_len && !src) return drop();
-      send_read_responses(*this, qp, src, p.reth.dma_len, psn);
+      send_read_responses(*this, qp, src, p.reth.dma_len, r->first_psn, uint32_t(psn_diff(psn, r->first_psn)),
+                          read_packets(r->len, qp.mtu));
       return;
     }
     if (op.is(kAtomic)) {
@@ -290,7 +298,7 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
     ++qp.msn;
     qp.epsn = psn_add(psn, int32_t(n));
     ++qp.counters.rx_packets;
-    send_read_responses(*this, qp, src, p.reth.dma_len, psn);
+    send_read_responses(*this, qp, src, p.reth.dma_len, psn, 0, n);
     return;
   } else if (op.is(kAtomic)) {
     if (!(qp.attr.qp_access_flags & kRemoteAtomic)) return nak(NakCode::remote_access_error);

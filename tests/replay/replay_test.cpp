@@ -857,28 +857,25 @@ TEST(RequesterReplay, RcReadLossReissuesAreRxes) {
   }
 }
 
-// Engine bug (completer.cpp, READ response gap): rxe starts ONE retry per gap: check_psn() ignores a
+// Regression (was an engine bug in completer.cpp, fixed): on a READ response gap rxe starts ONE retry per gap: check_psn() ignores a
 // response beyond comp.psn inside the outstanding READ (COMPST_DONE), and once a retry has started
 // (comp.started_retry) further out-of-sequence responses start no other until an in-sequence response
-// resets it (reset_retry_counters). Our completer calls rewind()+requester_progress() for EVERY
+// resets it (reset_retry_counters). Our completer used to call rewind()+requester_progress() for EVERY
 // response packet whose PSN is past read_next_psn, so one lost packet followed by N later packets of
 // the same READ re-issues the READ (and go-back-N's every later outstanding READ) N times.
 TEST(RequesterReplay, RcReadLossOneReissuePerGap) {
   const ReadLoss& r = read_loss();
   auto ours = collapse(r.ours);
-  if (!getenv("MELON_REPLAY_ENGINE_BUGS"))
-    GTEST_SKIP() << "engine bug: implied-NAK re-issue repeated for every out-of-sequence READ response ("
-                 << r.ours.size() << " partial re-issues for " << ours.size() << " gaps; rxe: "
-                 << r.rxe.size() << ")";
+  EXPECT_EQ(r.ours.size(), ours.size()) << "one re-issue per gap; rxe: " << r.rxe.size();
   for (size_t i = 1; i < r.ours.size(); ++i)
     EXPECT_FALSE(same_issue(r.ours[i - 1], r.ours[i])) << "repeated: " << str(r.ours[i], r.p0, r.va0);
 }
 
-// Engine bug (completer.cpp, on_response: `if (psn_diff(psn, w.last_psn) > 0) break;` for READ
+// Regression (was an engine bug in completer.cpp, fixed; on_response: `if (psn_diff(psn, w.last_psn) > 0) break;` for READ
 // responses): when the LAST response of the oldest outstanding READ is lost, the gap shows only as a
 // response for the NEXT READ. rxe's check_psn() returns COMPST_ERROR_RETRY for a response past the
 // oldest pending READ's last_psn (IBA 9.7.5.1.6 implied NAK / C9-?: out-of-sequence READ response)
-// and re-issues at comp.psn: VA +0x1c00, length 1024 (7 times in this capture). Ours ignores such
+// and re-issues at comp.psn: VA +0x1c00, length 1024 (7 times in this capture). Ours used to ignore such
 // responses and only recovers when rxe's own re-issue happens to bring the LAST again (or after the
 // 67 ms transport timer in a real run).
 TEST(RequesterReplay, RcReadLossLostLastResponseIsAGap) {
@@ -888,10 +885,6 @@ TEST(RequesterReplay, RcReadLossLostLastResponseIsAGap) {
   for (const auto& x : r.rxe)
     if (std::none_of(ours.begin(), ours.end(), [&](const ReadIssue& y) { return same_issue(x, y); }))
       missing.push_back(str(x, r.p0, r.va0));
-  if (!getenv("MELON_REPLAY_ENGINE_BUGS"))
-    GTEST_SKIP() << "engine bug: READ response past the oldest READ's last PSN is not an implied NAK ("
-                 << missing.size() << " rxe re-issues never made, first: "
-                 << (missing.empty() ? "-" : missing.front()) << ")";
   EXPECT_TRUE(missing.empty()) << missing.size() << " missing, first: " << missing.front();
   // With both bugs fixed, the partial re-issues are rxe's, in order, one per gap.
   ASSERT_EQ(r.ours.size(), r.rxe.size());
@@ -1095,8 +1088,5 @@ TEST(ResponderReplay, RcReadLossPartialReissueIsAContinuation) {
                       op_info(theirs->p.bth.opcode).name + ", ours " + describe(*ours));
   }
   EXPECT_GE(compared, 30u);
-  if (!diffs.empty() && !getenv("MELON_REPLAY_ENGINE_BUGS"))
-    GTEST_SKIP() << "engine bug: responder answers a mid-READ re-issue with FIRST/ONLY (" << diffs.size() << " of "
-                 << compared << "), first: " << diffs.front();
   EXPECT_TRUE(diffs.empty()) << diffs.size() << " of " << compared << ", first: " << diffs.front();
 }
