@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Runs Debian's STOCK rdma-core tools (ibverbs-utils, perftest) against our libibverbs.so.1 and
+# checks what they print. Usage: stock_tools.sh <libdir> <test-name>
+# Every test runs with a soft device "soft0" on 127.0.0.2 (and "soft6" on ::1 where noted) and
+# with interface auto-discovery off, so the output does not depend on the machine.
+set -u
+libdir=$1
+name=$2
+export LD_LIBRARY_PATH=$libdir
+export MELON_SOFT_AUTO=0
+cfg=$(mktemp)
+trap 'rm -f "$cfg" "$out" "$out2"' EXIT
+out=$(mktemp)
+out2=$(mktemp)
+cat > "$cfg" <<CFG
+# test configuration (docs/verbs.md)
+device soft0 127.0.0.2
+device soft6 ::1 mtu=1500
+CFG
+export MELON_SOFT_CONFIG=$cfg
+
+fail() { echo "FAIL: $*"; echo "---- output ----"; cat "$out"; exit 1; }
+expect() { grep -qE -- "$1" "$out" || fail "expected /$1/"; }
+reject() { ! grep -qE -- "$1" "$out" || fail "unexpected /$1/"; }
+need() { command -v "$1" >/dev/null || { echo "SKIP: $1 not installed"; exit 77; }; }
+# No loader trouble: every imported symbol and version must have resolved (BIND_NOW).
+loader_clean() {
+  reject "symbol lookup error"
+  reject "version .* not found"
+  reject "no version information available"
+  reject "cannot open shared object"
+}
+
+case $name in
+ibv_devices)
+  need ibv_devices
+  ibv_devices > "$out" 2>&1; rc=$?
+  [ $rc -eq 0 ] || fail "exit code $rc"
+  loader_clean
+  expect "^[[:space:]]+soft0[[:space:]]+024d4c4e[0-9a-f]{8}$"   # name, node GUID ("MLN" prefix)
+  expect "^[[:space:]]+soft6[[:space:]]+024d4c4e[0-9a-f]{8}$"
+  [ "$(grep -c soft "$out")" -eq 2 ] || fail "expected exactly two devices"
+  ;;
+ibv_devinfo)
+  need ibv_devinfo
+  ibv_devinfo -d soft0 > "$out" 2>&1; rc=$?
+  [ $rc -eq 0 ] || fail "exit code $rc"
+  loader_clean
+  expect $'^hca_id:\tsoft0$'
+  expect $'transport:\t+InfiniBand \\(0\\)'
+  expect $'fw_ver:\t+0\\.1\\.0'
+  expect $'vendor_id:\t+0x4d454c'
+  expect $'vendor_part_id:\t+21327'
+  expect $'board_id:\t+MELON_SOFT_ROCE'      # ibv_read_sysfs_file, answered without sysfs
+  expect $'state:\t+PORT_ACTIVE \\(4\\)'
+  expect $'link_layer:\t+Ethernet'
+  expect $'active_mtu:\t+4096 \\(5\\)'      # lo has MTU 65536
+  ;;
+ibv_devinfo_v)
+  need ibv_devinfo
+  ibv_devinfo -v > "$out" 2>&1; rc=$?
+  [ $rc -eq 0 ] || fail "exit code $rc"
+  loader_clean
+  expect $'^hca_id:\tsoft0$'
+  expect $'^hca_id:\tsoft6$'
+  expect $'GID\\[  0\\]:\t+::ffff:127\\.0\\.0\\.2, RoCE v2'   # IPv4-mapped RoCEv2 GID
+  expect $'GID\\[  0\\]:\t+::1, RoCE v2'                     # IPv6 RoCEv2 GID
+  reject $'GID\\[  1\\]'                                    # empty slots are not listed
+  expect $'active_mtu:\t+1024 \\(3\\)'                      # soft6: mtu=1500 -> IB MTU 1024
+  expect $'phys_state:\t+LINK_UP \\(5\\)'
+  expect $'max_qp_rd_atom:\t+128'
+  expect $'num_comp_vectors:\t+1'
+  [ "$(grep -c 'PORT_ACTIVE (4)' "$out")" -eq 2 ] || fail "both ports ACTIVE"
+  ;;
+ibv_devinfo_bad_device)
+  need ibv_devinfo
+  ibv_devinfo -d nosuchdev > "$out" 2>&1; rc=$?
+  [ $rc -ne 0 ] || fail "a missing device must fail"
+  loader_clean
+  expect "nosuchdev' wasn't found"
+  ;;
+ibv_asyncwatch)
+  need ibv_asyncwatch
+  # Prints the async fd, then blocks in ibv_get_async_event: a real, blocking fd.
+  timeout 2 ibv_asyncwatch > "$out" 2>&1; rc=$?
+  [ $rc -eq 124 ] || fail "expected to block until killed, got exit code $rc"
+  loader_clean
+  expect "^soft0: async event FD [0-9]+$"
+  ;;
+our_libs_loaded)
+  # The loader must take libibverbs, libmlx5 and libefa from $libdir, never the stock ones.
+  need ib_write_bw
+  for bin in ibv_devinfo ib_write_bw; do
+    LD_DEBUG=libs "$bin" -d soft0 > /dev/null 2> "$out" < /dev/null & pid=$!
+    sleep 1; kill $pid 2>/dev/null; wait $pid 2>/dev/null
+    expect "calling init: $libdir/libibverbs\\.so\\.1"
+    reject "calling init: /(usr/)?lib[^ ]*/libibverbs\\.so"
+    if [ "$bin" = ib_write_bw ]; then
+      expect "calling init: $libdir/libmlx5\\.so\\.1"
+      expect "calling init: $libdir/libefa\\.so\\.1"
+      reject "calling init: /(usr/)?lib[^ ]*/lib(mlx5|efa)\\.so"
+    fi
+  done
+  ;;
+perftest_ldd)
+  # Every perftest binary: all libraries and symbol versions resolve against ours.
+  need ib_write_bw
+  for bin in ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat \
+             ib_atomic_bw ib_atomic_lat raw_ethernet_bw raw_ethernet_lat \
+             raw_ethernet_burst_lat raw_ethernet_fs_rate; do
+    path=$(command -v $bin) || fail "$bin missing"
+    ldd -r "$path" > "$out" 2>&1
+    loader_clean
+    reject "undefined symbol"
+    for lib in libibverbs libmlx5 libefa; do
+      expect "$lib\\.so\\.1 => $libdir/$lib\\.so\\.1"
+    done
+  done
+  ;;
+perftest_*)
+  # A server and a client of one perftest binary, on 127.0.0.2's soft device, over the TCP
+  # exchange port. Both must load, open the device, pass the port check and allocate PD/MR/CQ,
+  # then stop at QP creation, which the soft provider does not implement yet (docs/verbs.md).
+  bin=${name#perftest_}
+  need "$bin"
+  port=$(( 20000 + RANDOM % 20000 ))
+  timeout 20 "$bin" -d soft0 -F -p $port > "$out2" 2>&1 & spid=$!
+  sleep 0.5
+  timeout 20 "$bin" -d soft0 -F -p $port 127.0.0.1 > "$out" 2>&1; crc=$?
+  wait $spid; src=$?
+  cat "$out2" >> "$out"
+  loader_clean
+  reject "Couldn't get device|No IB devices|Unable to find the Infiniband/RoCE device"
+  reject "Segmentation fault"
+  expect "Waiting for client to connect"
+  [ "$(grep -c 'Failed to create QP' "$out")" -eq 2 ] || fail "both sides must reach QP creation"
+  [ $crc -eq 1 ] && [ $src -eq 1 ] || fail "exit codes client=$crc server=$src (expected 1, 1)"
+  ;;
+raw_ethernet_*)
+  bin=$name
+  need "$bin"
+  timeout 20 "$bin" -d soft0 -F --client -B 02:00:00:00:00:01 -E 02:00:00:00:00:02 > "$out" 2>&1; rc=$?
+  loader_clean
+  reject "Unable to find the Infiniband/RoCE device"
+  reject "Segmentation fault"
+  [ $rc -eq 1 ] || fail "exit code $rc (expected 1: no raw packet QPs yet)"
+  ;;
+exports_match_stock)
+  # Our default-versioned exports equal the stock library's, node for node (rdma-core-abi.md §2).
+  need readelf
+  stock=$(ldconfig -p | awk '/libibverbs\.so\.1 /{print $NF; exit}')
+  [ -n "$stock" ] || { echo "SKIP: no stock libibverbs.so.1"; exit 77; }
+  syms() { readelf --dyn-syms -W "$1" | awk '$7 != "UND" && $8 ~ /@@/ {print $8}' | sort; }
+  syms "$stock" | grep -v '@@IBVERBS_PRIVATE_' > "$out2"
+  syms "$libdir/libibverbs.so.1" > "$out"
+  grep -qx 'ibv_query_gid_type@@IBVERBS_PRIVATE_[0-9]*' "$out" || fail "ibv_query_gid_type@@PRIVATE missing"
+  grep -v '@@IBVERBS_PRIVATE_' "$out" | diff "$out2" - > /dev/null || {
+    grep -v '@@IBVERBS_PRIVATE_' "$out" | diff "$out2" - ; fail "public exports differ from $stock"; }
+  [ "$(wc -l < "$out2")" -ge 75 ] || fail "too few stock exports"
+  ;;
+no_sanitizer_runtime)
+  # A stock binary has no ASan runtime: our shared libraries must not need one.
+  need readelf
+  for lib in libibverbs libmlx5 libefa; do
+    readelf -d "$libdir/$lib.so.1" > "$out"
+    reject "lib(a|ub|t)san"
+    readelf --dyn-syms -W "$libdir/$lib.so.1" > "$out"
+    reject "__(asan|ubsan|tsan)_"
+    readelf -d "$libdir/$lib.so.1" > "$out"
+    expect "BIND_NOW|FLAGS_1.*NOW"
+    expect "SONAME.*\\[$lib\\.so\\.1\\]"
+  done
+  ;;
+*)
+  echo "unknown test $name"; exit 2 ;;
+esac
+echo "PASS: $name"

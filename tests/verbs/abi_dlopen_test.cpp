@@ -1,0 +1,72 @@
+// The built libibverbs.so.1 as a dynamic loader sees it: symbol versions (including the private
+// node's default version, rdma-core-abi.md §2.3), and a device found through the exported entry
+// points only.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace {
+
+class SharedLibrary : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		setenv("MELON_SOFT_AUTO", "0", 1);
+		setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
+		setenv("MELON_SOFT_DEVICES", "dl0=127.0.0.2", 1);
+		std::string path = std::string(MELON_SHARED_LIB_DIR) + "/libibverbs.so.1";
+		h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+		ASSERT_NE(h, nullptr) << dlerror();
+	}
+	// No dlclose: the library keeps its device registry for the life of the process (apps may
+	// hold ibv_device pointers), and unloading it would make that memory look leaked.
+	void *h = nullptr;
+};
+
+TEST_F(SharedLibrary, SymbolsSitInRdmaCoreVersionNodes)
+{
+	struct {
+		const char *sym, *node;
+	} rows[] = {
+		{"ibv_create_comp_channel", "IBVERBS_1.0"}, {"ibv_read_sysfs_file", "IBVERBS_1.0"},
+		{"ibv_get_device_list", "IBVERBS_1.1"},     {"ibv_query_port", "IBVERBS_1.1"},
+		{"ibv_get_pkey_index", "IBVERBS_1.5"},      {"ibv_qp_to_qp_ex", "IBVERBS_1.6"},
+		{"ibv_reg_mr_iova", "IBVERBS_1.7"},         {"ibv_reg_mr_iova2", "IBVERBS_1.8"},
+		{"ibv_get_device_index", "IBVERBS_1.9"},    {"ibv_query_ece", "IBVERBS_1.10"},
+		{"_ibv_query_gid_ex", "IBVERBS_1.11"},      {"ibv_reg_dmabuf_mr", "IBVERBS_1.12"},
+		{"ibv_is_fork_initialized", "IBVERBS_1.13"},
+		{"ibv_query_qp_data_in_order", "IBVERBS_1.14"},
+		{"ibv_query_gid_type", "IBVERBS_PRIVATE_34"},
+	};
+	for (auto &r : rows)
+		EXPECT_NE(dlvsym(h, r.sym, r.node), nullptr) << r.sym << "@" << r.node;
+	// In the wrong node, a symbol must not resolve (that would hide a packaging error).
+	EXPECT_EQ(dlvsym(h, "ibv_reg_mr_iova2", "IBVERBS_1.1"), nullptr);
+	EXPECT_EQ(dlvsym(h, "ibv_query_gid_type", "IBVERBS_1.1"), nullptr);
+	// The private symbol is the DEFAULT version: an unversioned lookup finds it.
+	EXPECT_EQ(dlsym(h, "ibv_query_gid_type"), dlvsym(h, "ibv_query_gid_type", "IBVERBS_PRIVATE_34"));
+	// Internal names stay internal.
+	EXPECT_EQ(dlsym(h, "melon_query_gid_type"), nullptr);
+	EXPECT_EQ(dlsym(h, "melon_pabi_query_gid_type"), nullptr);
+}
+
+TEST_F(SharedLibrary, FindsTheConfiguredDevice)
+{
+	using get_list_t = void **(*)(int *);
+	using get_name_t = const char *(*)(void *);
+	using free_list_t = void (*)(void **);
+	auto get_list = reinterpret_cast<get_list_t>(dlvsym(h, "ibv_get_device_list", "IBVERBS_1.1"));
+	auto get_name = reinterpret_cast<get_name_t>(dlvsym(h, "ibv_get_device_name", "IBVERBS_1.1"));
+	auto free_list = reinterpret_cast<free_list_t>(dlvsym(h, "ibv_free_device_list", "IBVERBS_1.1"));
+	ASSERT_TRUE(get_list && get_name && free_list);
+	int n = -1;
+	void **list = get_list(&n);
+	ASSERT_NE(list, nullptr);
+	ASSERT_EQ(n, 1);
+	EXPECT_STREQ(get_name(list[0]), "dl0");
+	free_list(list);
+}
+
+} // namespace
