@@ -145,6 +145,30 @@ raw_ethernet_*)
   reject "Segmentation fault"
   [ $rc -eq 1 ] || fail "exit code $rc (expected 1: no raw packet QPs yet)"
   ;;
+ibv_devices_auto)
+  # Devices from the host's interfaces: the loopback interface is one (Linux: "lo").
+  need ibv_devinfo
+  [ -d /sys/class/net/lo ] || { echo "SKIP: no lo interface"; exit 77; }
+  MELON_SOFT_AUTO=1 MELON_SOFT_CONFIG=/nonexistent ibv_devinfo -v -d soft_lo > "$out" 2>&1; rc=$?
+  [ $rc -eq 0 ] || fail "exit code $rc"
+  loader_clean
+  expect $'^hca_id:\tsoft_lo$'
+  expect $'GID\\[  0\\]:\t+::ffff:127\\.0\\.0\\.1, RoCE v2'
+  expect $'active_mtu:\t+4096 \\(5\\)'
+  ;;
+ibv_*_pingpong)
+  # The pingpongs reach QP creation (SRQ first for srq_pingpong); xsrq stops at the XRC domain.
+  need "$name"
+  timeout 10 "$name" -d soft0 -g 0 -p $(( 20000 + RANDOM % 20000 )) > "$out" 2>&1; rc=$?
+  loader_clean
+  reject "Couldn't get|No IB devices|Segmentation fault"
+  case $name in
+    ibv_xsrq_pingpong) expect "Couldn't Open the XRC Domain 95" ;;  # 95 = EOPNOTSUPP
+    ibv_srq_pingpong) expect "Couldn't create QP\\[0\\]" ;;
+    *) expect "^Couldn't create QP$" ;;
+  esac
+  [ $rc -eq 1 ] || fail "exit code $rc"
+  ;;
 exports_match_stock)
   # Our default-versioned exports equal the stock library's, node for node (rdma-core-abi.md §2).
   need readelf

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
@@ -67,6 +68,35 @@ TEST_F(SharedLibrary, FindsTheConfiguredDevice)
 	ASSERT_EQ(n, 1);
 	EXPECT_STREQ(get_name(list[0]), "dl0");
 	free_list(list);
+}
+
+TEST_F(SharedLibrary, PrivateStubsLetAStockProviderLink)
+{
+	// What libmlx5/libefa import from rdma-core's private ABI (rdma-core-abi.md §1.4).
+	for (const char *sym : {"verbs_register_driver_34", "ibv_cmd_get_context", "verbs_set_ops",
+				"_verbs_init_and_alloc_context", "verbs_allow_disassociate_destroy"})
+		EXPECT_NE(dlvsym(h, sym, "IBVERBS_PRIVATE_34"), nullptr) << sym;
+	using cmd_t = int (*)();
+	auto cmd = reinterpret_cast<cmd_t>(dlvsym(h, "ibv_cmd_alloc_pd", "IBVERBS_PRIVATE_34"));
+	ASSERT_NE(cmd, nullptr);
+	EXPECT_EQ(cmd(), EOPNOTSUPP);
+}
+
+TEST(SharedLibraryVariant, OneDefaultPrivateNodePlusAliases)
+{
+	std::string path = std::string(MELON_PABI_VARIANT_DIR) + "/libibverbs.so.1";
+	void *v = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+	ASSERT_NE(v, nullptr) << dlerror();
+	void *def = dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_57");
+	ASSERT_NE(def, nullptr);
+	EXPECT_NE(dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_34"), nullptr);
+	EXPECT_NE(dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_64"), nullptr);
+	EXPECT_EQ(dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_59"), nullptr);
+	// The unversioned lookup binds the default ("@@") version: it did not get lost.
+	EXPECT_EQ(dlsym(v, "ibv_query_gid_type"), def);
+	// Built without the private stubs.
+	EXPECT_EQ(dlsym(v, "ibv_cmd_alloc_pd"), nullptr);
+	EXPECT_NE(dlvsym(v, "ibv_get_device_list", "IBVERBS_1.1"), nullptr);
 }
 
 } // namespace
