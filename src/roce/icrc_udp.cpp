@@ -87,8 +87,7 @@ uint32_t icrc_with_id(IpUdp h, uint16_t id, bool df, const uint8_t* roce, size_t
   h.df = df;
   size_t n = write_ip_udp(h, len + kIcrcSize, hdr);
   Icrc c;
-  c.begin(hdr, n);
-  c.add_bth(roce);
+  c.begin_with_bth(hdr, n, roce);
   c.add(roce + kBthSize, len - kBthSize);
   return c.value();
 }

@@ -57,7 +57,8 @@ ParseError parse_ip_udp(const uint8_t* p, size_t len, IpUdp& out) {
   if ((p[0] >> 4) == 4) {
     if (len < kIpv4HeaderSize) return ParseError::too_short;
     ip_len = size_t(p[0] & 0xf) * 4;
-    if (ip_len < kIpv4HeaderSize || len < ip_len + kUdpHeaderSize) return ParseError::bad_ip;
+    if (ip_len != kIpv4HeaderSize) return ParseError::bad_ip;  // RoCEv2 never carries IPv4 options
+    if (len < ip_len + kUdpHeaderSize) return ParseError::bad_ip;
     if (p[9] != kProtoUdp) return ParseError::bad_ip;
     if (load_be16(p + 6) & 0x3fff) return ParseError::bad_ip;  // fragments never carry RoCE
     total = load_be16(p + 2);

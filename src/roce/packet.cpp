@@ -15,7 +15,7 @@ const char* parse_error_name(ParseError e) {
     case ParseError::bad_pad: return "bad pad count";
     case ParseError::bad_ip: return "bad IP header";
     case ParseError::bad_udp: return "bad UDP header";
-    case ParseError::bad_length: return "payload on an opcode without payload";
+    case ParseError::bad_length: return "bad length";
     case ParseError::bad_icrc: return "bad ICRC";
   }
   return "?";
@@ -51,6 +51,7 @@ ParseError parse_transport(const uint8_t* p, size_t len, Packet& out) {
   if (b.tver != 0) return ParseError::bad_version;
   const OpInfo& op = op_info(b.opcode);
   if (len < size_t(op.hdr_len) + kIcrcSize + b.pad) return ParseError::too_short;
+  if (len & 3) return ParseError::bad_length;  // headers, payload + pad and ICRC are all 4-byte multiples
   if (b.pad && !op.is(kPayload)) return ParseError::bad_pad;
 
   if (op.has(kDeth)) {

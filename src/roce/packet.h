@@ -48,7 +48,7 @@ enum class ParseError : uint8_t {
   bad_opcode,       // reserved or unsupported opcode
   bad_version,      // BTH TVer != 0
   bad_pad,          // pad bytes on an opcode without payload
-  bad_length,       // payload bytes on an opcode without payload
+  bad_length,       // payload on an opcode without one, or a length not a multiple of 4
   bad_ip,           // IP header malformed, wrong version, or not UDP
   bad_udp,          // UDP length inconsistent or destination port not 4791
   bad_icrc,

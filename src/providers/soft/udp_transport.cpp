@@ -146,8 +146,7 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   uint8_t iph[kIpv6HeaderSize + kUdpHeaderSize];
   size_t ipl = write_ip_udp(ip, hlen + p.payload_len + pad + kIcrcSize, iph);
   Icrc c;
-  c.begin(iph, ipl);
-  c.add_bth(s.hdr);
+  c.begin_with_bth(iph, ipl, s.hdr);
   c.add(s.hdr + kBthSize, hlen - kBthSize);
   int n = 0;
   s.iov[n++] = {s.hdr, hlen};
