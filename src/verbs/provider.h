@@ -53,10 +53,13 @@ struct SrqBase {
 	static SrqBase *from(ibv_srq *srq) { return reinterpret_cast<SrqBase *>(srq); }
 };
 
+struct WrBatch;
+
 struct QpBase {
 	ibv_qp_ex ibv; // ibv.qp_base is the ibv_qp
 	uint32_t async_events_delivered = 0; // guarded by ibv.qp_base.mutex
 	bool extended = false;               // created with send_ops_flags: ibv_qp_to_qp_ex works
+	WrBatch *batch = nullptr;            // state of the generic wr_* builders (init_qp_ex_ops)
 	static QpBase *from(ibv_qp *qp) { return reinterpret_cast<QpBase *>(qp); }
 };
 
@@ -157,6 +160,13 @@ void init_cq_fields(CqBase *cq, ibv_context *ctx, ibv_comp_channel *channel, voi
 void init_srq_fields(SrqBase *srq, ibv_context *ctx, ibv_pd *pd, void *srq_context);
 void init_qp_fields(QpBase *qp, ibv_context *ctx, const ibv_qp_init_attr_ex *attr);
 void destroy_sync_fields(pthread_mutex_t *mutex, pthread_cond_t *cond);
+
+// The ibv_qp_ex "new post send" builders, implemented on top of the context's post_send (each
+// wr_* call records an ibv_send_wr; wr_complete posts the chain). For a provider whose native
+// interface is ibv_post_send. Sets qp->extended. EOPNOTSUPP if send_ops_flags asks for an
+// operation that has no ibv_send_wr form (IBV_QP_EX_WITH_ATOMIC_WRITE). Release on destroy.
+int init_qp_ex_ops(QpBase *qp, uint64_t send_ops_flags);
+void release_qp_ex_ops(QpBase *qp);
 
 // Queue an asynchronous event on the context's async fd. Safe from any thread.
 void post_async_event(ibv_context *ctx, const ibv_async_event &event);
