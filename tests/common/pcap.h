@@ -16,8 +16,10 @@ struct PcapPacket {
 };
 
 inline std::vector<PcapPacket> read_pcap(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::vector<uint8_t> all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  std::vector<uint8_t> all(f ? size_t(f.tellg()) : 0);
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(all.data()), std::streamsize(all.size()));
   std::vector<PcapPacket> out;
   if (all.size() < 24) return out;
   uint32_t magic;

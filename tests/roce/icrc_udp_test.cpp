@@ -11,20 +11,34 @@
 using namespace melon::roce;
 
 namespace {
+struct Captured {
+  IpUdp h;
+  std::vector<uint8_t> roce;  // BTH .. ICRC
+};
+
+// Every RoCE packet of every capture, read once per process.
+const std::vector<Captured>& captured() {
+  static const std::vector<Captured> all = [] {
+    std::vector<Captured> v;
+    for (const auto& file : melon::test::capture_files())
+      for (const auto& pk : melon::test::read_pcap(melon::test::capture_path(file))) {
+        size_t len;
+        const uint8_t* ip = melon::test::roce_ip(pk, &len);
+        if (!ip) continue;
+        Captured c;
+        if (parse_ip_udp(ip, len, c.h) != ParseError::ok) continue;
+        c.roce.assign(ip + c.h.hdr_len, ip + c.h.hdr_len + (c.h.udp_len - kUdpHeaderSize));
+        v.push_back(std::move(c));
+      }
+    return v;
+  }();
+  return all;
+}
+
 template <typename F>
 size_t for_each_roce_packet(F f) {
-  size_t n = 0;
-  for (const auto& file : melon::test::capture_files())
-    for (const auto& pk : melon::test::read_pcap(melon::test::capture_path(file))) {
-      size_t len;
-      const uint8_t* ip = melon::test::roce_ip(pk, &len);
-      if (!ip) continue;
-      IpUdp h;
-      if (parse_ip_udp(ip, len, h) != ParseError::ok) continue;
-      f(h, ip + h.hdr_len, size_t(h.udp_len - kUdpHeaderSize));
-      ++n;
-    }
-  return n;
+  for (const auto& c : captured()) f(c.h, c.roce.data(), c.roce.size());
+  return captured().size();
 }
 }  // namespace
 
