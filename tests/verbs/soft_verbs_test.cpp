@@ -428,6 +428,17 @@ TEST_F(SoftVerbs, KeyLookupEnforcesAccessRangeAndPd)
 	ASSERT_NE(other, nullptr);
 	EXPECT_EQ(t.resolve(mr->rkey, other, base, 8, 0, &host), MrStatus::WrongPd);
 
+	// The engine's form: by PD handle.
+	EXPECT_EQ(t.resolve_by_pd_handle(mr->rkey, pd->handle, base + 8, 8, IBV_ACCESS_REMOTE_READ,
+					 &host),
+		  MrStatus::Ok);
+	EXPECT_EQ(host, buf + 8);
+	EXPECT_EQ(t.resolve_by_pd_handle(mr->rkey, other->handle, base, 8, 0, &host),
+		  MrStatus::WrongPd);
+	EXPECT_EQ(t.resolve_by_pd_handle(mr->rkey, pd->handle, base, 8, IBV_ACCESS_REMOTE_WRITE,
+					 &host),
+		  MrStatus::NoAccess);
+
 	uint32_t key = mr->rkey;
 	EXPECT_EQ(ibv_dereg_mr(mr), 0);
 	EXPECT_EQ(t.resolve(key, pd, base, 8, 0, &host), MrStatus::BadKey);
@@ -550,6 +561,42 @@ TEST_F(SoftVerbs, CqOverrunLosesTheCompletionAndRaisesCqErr)
 	EXPECT_EQ(cq->async_events_completed, 1u);
 	ibv_wc wc[4];
 	EXPECT_EQ(ibv_poll_cq(cq, 4, wc), 2);
+	EXPECT_EQ(ibv_destroy_cq(cq), 0);
+}
+
+TEST_F(SoftVerbs, ConcurrentProducersAndAPollerLoseNothing)
+{
+	// The engine's progress thread(s) push while the application polls. The CQ holds all 40000
+	// completions, so no push may fail and each completion is polled exactly once.
+	constexpr int kPerThread = 20000;
+	ibv_cq *cq = ibv_create_cq(ctx, soft::kMaxCqe, nullptr, nullptr, 0);
+	ASSERT_NE(cq, nullptr);
+	SoftCq *c = SoftCq::from(cq);
+	std::atomic<int> failed{0};
+	auto producer = [c, &failed](uint64_t base) {
+		for (int i = 0; i < kPerThread; i++)
+			if (!c->push(wc_with_id(base + i), false))
+				failed++;
+	};
+	std::vector<int> seen(2 * kPerThread, 0);
+	std::thread a(producer, 0), b(producer, kPerThread);
+	int got = 0;
+	ibv_wc wc[64];
+	auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+	while (got < 2 * kPerThread && std::chrono::steady_clock::now() < deadline) {
+		int n = ibv_poll_cq(cq, 64, wc);
+		ASSERT_GE(n, 0);
+		for (int i = 0; i < n; i++)
+			seen[wc[i].wr_id]++;
+		got += n;
+	}
+	a.join();
+	b.join();
+	EXPECT_EQ(failed.load(), 0);
+	ASSERT_EQ(got, 2 * kPerThread);
+	for (int i = 0; i < 2 * kPerThread; i++)
+		ASSERT_EQ(seen[i], 1) << "wr_id " << i;
+	EXPECT_FALSE(readable(ctx->async_fd)); // no overrun
 	EXPECT_EQ(ibv_destroy_cq(cq), 0);
 }
 

@@ -69,6 +69,11 @@ public:
 	// On Ok, *host is the process address of `addr`. Thread-safe (shared lock).
 	MrStatus resolve(uint32_t key, const ibv_pd *pd, uint64_t addr, uint64_t len, unsigned need,
 			 void **host) const;
+	// The same check by PD handle (ibv_pd::handle, unique in the process): the form the transport
+	// engine's rc::Memory::local()/remote() use (src/rc/engine.h), whose access bits are the
+	// IBV_ACCESS_* values.
+	MrStatus resolve_by_pd_handle(uint32_t key, uint32_t pd_handle, uint64_t addr, uint64_t len,
+				      unsigned need, void **host) const;
 
 	size_t live() const;
 
@@ -77,10 +82,13 @@ private:
 		bool live = false;
 		uint8_t gen = 0;
 		const ibv_pd *pd = nullptr;
+		uint32_t pd_handle = 0;
 		uint64_t iova = 0, length = 0;
 		uintptr_t host = 0;
 		unsigned access = 0;
 	};
+	MrStatus check(const Entry *e, uint64_t addr, uint64_t len, unsigned need, void **host) const;
+	const Entry *live_entry(uint32_t key) const; // caller holds mu_
 	mutable std::shared_mutex mu_;
 	std::vector<Entry> slots_;
 	std::vector<uint32_t> free_;

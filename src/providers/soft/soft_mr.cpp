@@ -31,6 +31,7 @@ uint32_t MrTable::add(SoftMr *, ibv_pd *pd, uint64_t iova, uint64_t length, void
 	if (slot == 0 && e.gen == 0)
 		e.gen = 1; // key 0 is never valid
 	e.pd = pd;
+	e.pd_handle = pd->handle;
 	e.iova = iova;
 	e.length = length;
 	e.host = reinterpret_cast<uintptr_t>(host);
@@ -57,6 +58,7 @@ bool MrTable::update(uint32_t key, ibv_pd *pd, uint64_t iova, uint64_t length, v
 		return false;
 	Entry &e = slots_[slot];
 	e.pd = pd;
+	e.pd_handle = pd->handle;
 	e.iova = iova;
 	e.length = length;
 	e.host = reinterpret_cast<uintptr_t>(host);
@@ -64,26 +66,50 @@ bool MrTable::update(uint32_t key, ibv_pd *pd, uint64_t iova, uint64_t length, v
 	return true;
 }
 
+const MrTable::Entry *MrTable::live_entry(uint32_t key) const
+{
+	uint32_t slot = key >> 8;
+	if (slot >= slots_.size())
+		return nullptr;
+	const Entry &e = slots_[slot];
+	return e.live && e.gen == (key & 0xff) ? &e : nullptr;
+}
+
+MrStatus MrTable::check(const Entry *e, uint64_t addr, uint64_t len, unsigned need,
+			void **host) const
+{
+	// [addr, addr+len) within [iova, iova+length), without overflow.
+	if (addr < e->iova || addr - e->iova > e->length || len > e->length - (addr - e->iova))
+		return MrStatus::OutOfRange;
+	if ((e->access & need) != need)
+		return MrStatus::NoAccess;
+	if (host)
+		*host = reinterpret_cast<void *>(e->host + (addr - e->iova));
+	return MrStatus::Ok;
+}
+
 MrStatus MrTable::resolve(uint32_t key, const ibv_pd *pd, uint64_t addr, uint64_t len,
 			  unsigned need, void **host) const
 {
 	std::shared_lock lock(mu_);
-	uint32_t slot = key >> 8;
-	if (slot >= slots_.size())
+	const Entry *e = live_entry(key);
+	if (!e)
 		return MrStatus::BadKey;
-	const Entry &e = slots_[slot];
-	if (!e.live || e.gen != (key & 0xff))
+	if (e->pd != pd)
+		return MrStatus::WrongPd; // IBA 10.2.3: the MR and the QP must share the PD
+	return check(e, addr, len, need, host);
+}
+
+MrStatus MrTable::resolve_by_pd_handle(uint32_t key, uint32_t pd_handle, uint64_t addr,
+				       uint64_t len, unsigned need, void **host) const
+{
+	std::shared_lock lock(mu_);
+	const Entry *e = live_entry(key);
+	if (!e)
 		return MrStatus::BadKey;
-	if (e.pd != pd)
+	if (e->pd_handle != pd_handle)
 		return MrStatus::WrongPd;
-	// [addr, addr+len) within [iova, iova+length), without overflow.
-	if (addr < e.iova || addr - e.iova > e.length || len > e.length - (addr - e.iova))
-		return MrStatus::OutOfRange;
-	if ((e.access & need) != need)
-		return MrStatus::NoAccess;
-	if (host)
-		*host = reinterpret_cast<void *>(e.host + (addr - e.iova));
-	return MrStatus::Ok;
+	return check(e, addr, len, need, host);
 }
 
 size_t MrTable::live() const
