@@ -237,6 +237,15 @@ int init_context(ContextBase *base, ContextOps *ops, Device *dev)
 	pthread_mutex_init(&c.mutex, nullptr);
 	c.abi_compat = __VERBS_ABI_IS_EXTENDED;
 	v.sz = sizeof(verbs_context);
+	// Debugging aid: present a smaller extended context, as an older library would, so the
+	// applications' fallback paths (exported ibv_query_port, ibv_query_device) can be exercised.
+	if (const char *e = std::getenv("MELON_VERBS_CONTEXT_SZ")) {
+		char *end = nullptr;
+		unsigned long sz = std::strtoul(e, &end, 10);
+		const size_t min_sz = sizeof(ibv_context) + sizeof(size_t); // context + sz itself
+		if (*e && !*end && sz <= sizeof(verbs_context))
+			v.sz = sz < min_sz ? min_sz : sz;
+	}
 
 	// Slots the applications call inline without a NULL check: never leave them empty.
 	c.ops.poll_cq = stub_poll_cq;

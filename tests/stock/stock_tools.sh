@@ -72,6 +72,21 @@ ibv_devinfo_v)
   expect $'num_comp_vectors:\t+1'
   [ "$(grep -c 'PORT_ACTIVE (4)' "$out")" -eq 2 ] || fail "both ports ACTIVE"
   ;;
+ibv_devinfo_compat_paths)
+  # An extended context too small to reach query_port/query_device_ex: ibv_devinfo falls back to
+  # the exported ibv_query_port (48-byte layout) and ibv_query_device (rdma-core-abi.md §3.1).
+  need ibv_devinfo
+  # (0 is raised to the smallest valid size, the context plus the sz field: no op is reachable.)
+  MELON_VERBS_CONTEXT_SZ=0 ibv_devinfo -v -d soft0 > "$out" 2>&1; rc=$?
+  [ $rc -eq 0 ] || fail "exit code $rc"
+  loader_clean
+  expect $'state:\t+PORT_ACTIVE \\(4\\)'
+  expect $'link_layer:\t+Ethernet'
+  expect $'GID\\[  0\\]:\t+::ffff:127\\.0\\.0\\.2, RoCE v2'
+  expect $'device_cap_flags_ex:\t+0x0$'  # extended query unreachable: the zeroed fallback
+  ibv_devinfo -v -d soft0 > "$out" 2>&1
+  expect $'device_cap_flags_ex:\t+0x7C00$'  # and with the full context it is reached
+  ;;
 ibv_devinfo_bad_device)
   need ibv_devinfo
   ibv_devinfo -d nosuchdev > "$out" 2>&1; rc=$?

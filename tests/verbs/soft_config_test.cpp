@@ -101,3 +101,29 @@ TEST(SoftConfig, DiscoveryPutsConfiguredDevicesOnTheirInterface)
 	EXPECT_TRUE(have_lo);
 	ASSERT_EQ(errors.size(), 1u); // the missing config file named explicitly
 }
+
+TEST(SoftConfig, ArbitraryInputNeverCrashesTheParsers)
+{
+	// Deterministic pseudo-random text built from the characters the grammar cares about.
+	const char alphabet[] = "device auto on off mtu= addr= /,;=#\n\t 0123456789.:abcdefxyz%_-*";
+	uint32_t x = 12345;
+	for (int round = 0; round < 3000; round++) {
+		std::string s;
+		int len = static_cast<int>(x % 120);
+		for (int i = 0; i < len; i++) {
+			x = x * 1103515245u + 12345u;
+			s += alphabet[(x >> 16) % (sizeof(alphabet) - 1)];
+		}
+		x = x * 1103515245u + 12345u;
+		std::vector<std::string> errors;
+		int auto_mode = -1;
+		for (const DeviceSpec &d : parse_device_list(s, &errors)) {
+			EXPECT_FALSE(d.name.empty());
+			EXPECT_LT(d.name.size(), 64u);
+			EXPECT_FALSE(d.addrs.empty());
+		}
+		for (const DeviceSpec &d : parse_config(s, &auto_mode, &errors))
+			EXPECT_FALSE(d.addrs.empty());
+		EXPECT_TRUE(auto_mode == -1 || auto_mode == 0 || auto_mode == 1);
+	}
+}
