@@ -168,11 +168,13 @@ peer_assemble() {  # peer_assemble <kernel-dir> <rootfs-dir> <image-dir>
   ( cd "$ird" && find . | cpio -o -H newc --quiet | gzip -1 ) > "$tmp/initrd.img"
   # An uncompressed ELF kernel boots through its PVH entry: no xz decompression under TCG (~10 s).
   local bz=$kdir/boot/vmlinuz-$ver off
-  off=$(grep -abo $'\xfd7zXZ' "$bz" | head -1 | cut -d: -f1)
-  if [ -n "$off" ] && tail -c +$((off + 1)) "$bz" | xz -dc --single-stream > "$tmp/vmlinux" 2>/dev/null &&
-     [ "$(head -c 4 "$tmp/vmlinux" | od -An -tx1 | tr -d ' ')" = 7f454c46 ]; then
-    :
-  else
+  off=$(LC_ALL=C grep -abo $'\xfd7zXZ' "$bz" | LC_ALL=C sed -n '1s/:.*//p')
+  local xzrc=1
+  if [ -n "$off" ]; then
+    tail -c +$((off + 1)) "$bz" 2>/dev/null | xz -dc --single-stream > "$tmp/vmlinux" 2>/dev/null
+    xzrc=${PIPESTATUS[1]}
+  fi
+  if [ "$xzrc" != 0 ] || [ "$(od -An -tx1 -N4 "$tmp/vmlinux" 2>/dev/null | tr -d ' ')" != 7f454c46 ]; then
     peer_log "image: no PVH vmlinux from $bz; booting the bzImage"
     cp "$bz" "$tmp/vmlinux"
   fi
@@ -240,7 +242,7 @@ peer_up() {
     trap 'peer_down; trap - EXIT; exit 130' INT
     trap 'peer_down; trap - EXIT; exit 143' TERM HUP
   fi
-  ip netns list | awk '{print $1}' | grep -qx "$PEER_NS" && { peer_die "namespace $PEER_NS exists (peer down?)"; return 1; }
+  [ -e "/run/netns/$PEER_NS" ] && { peer_die "namespace $PEER_NS exists (peer down?)"; return 1; }
   rm -rf "$PEER_RUN"; mkdir -p "$PEER_RUN"
   { echo "PEER_NS=$PEER_NS"; echo "PEER_RUN=$PEER_RUN"; echo "PEER_GUESTS=$n"; echo "PEER_MTU=$mtu"
     echo "PEER_IMAGE=$PEER_IMAGE"; } > "$PEER_RUN/session"
@@ -275,7 +277,8 @@ peer_start_guest() {  # peer_start_guest <i> <mtu>
     -device "virtio-net-pci,netdev=net0,mac=$mac"
     -virtfs "local,path=$g/share,mount_tag=host0,security_model=none,id=fs0"
     -device virtio-rng-pci
-    -serial "file:$g/console.log" -monitor none -pidfile "$g/qemu.pid")
+    -chardev "socket,id=ser0,path=$g/console.sock,server=on,wait=off,logfile=$g/console.log"
+    -serial chardev:ser0 -monitor none -pidfile "$g/qemu.pid")
   printf '%q ' "${qemu[@]}" > "$g/qemu.cmd"
   # The guest dies with this shell (pdeathsig), and qemu runs inside the namespace to reach tap<i>.
   local pdeath=(setpriv --pdeathsig KILL)

@@ -77,7 +77,7 @@ echo "ib_write_bw: $((SECONDS - t3)) s"
 before=$(peer_counter 1 rcvd_pkts)
 dump=$(PEER_JOB_TIMEOUT=40 peer_spawn 1 'tcpdump -n -l -i eth0 -c 1 "udp dst port 4791 and src host 10.77.0.1" 2>&1')
 for ((k = 0; k < 60; k++)); do  # until tcpdump listens, then one datagram
-  peer_job_output 1 "$dump" | grep -q 'listening on' && break
+  [[ $(peer_job_output 1 "$dump") == *"listening on"* ]] && break
   sleep 0.25
 done
 peer_host python3 -c '
