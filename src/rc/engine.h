@@ -66,6 +66,7 @@ struct Wc {
   uint32_t src_qp = 0;
   uint32_t wc_flags = 0;
   uint16_t pkey_index = 0;
+  bool solicited = false;  // the message carried the Solicited Event bit (for solicited-only CQ arming)
 };
 
 // Host-provided memory: registered regions reached by key. Returning nullptr means the access is

@@ -153,6 +153,7 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
     wc.src_qp = p.deth.src_qp;
     wc.wc_flags = kWcGrh | (op.is(kImm) ? kWcWithImm : 0);
     wc.imm = p.imm;
+    wc.solicited = p.bth.se;
     push_recv_wc(qp, wc);
     return;
   }
@@ -341,6 +342,7 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
       wc.byte_len = send ? qp.recv_offset : qp.write_total;
       wc.qp_num = qp.qpn;
       wc.src_qp = qp.attr.dest_qp_num;
+      wc.solicited = p.bth.se;
       if (op.is(kImm)) {
         wc.wc_flags |= kWcWithImm;
         wc.imm = p.imm;

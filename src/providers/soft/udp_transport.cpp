@@ -18,7 +18,7 @@ using namespace roce;
 
 namespace {
 
-socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss) {
+socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss, uint32_t scope = 0) {
   memset(ss, 0, sizeof *ss);
   if (gid_is_v4_mapped(gid)) {
     auto* s = reinterpret_cast<sockaddr_in*>(ss);
@@ -30,6 +30,7 @@ socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss
   auto* s = reinterpret_cast<sockaddr_in6*>(ss);
   s->sin6_family = AF_INET6;
   s->sin6_port = htons(port);
+  s->sin6_scope_id = scope;
   memcpy(&s->sin6_addr, gid, 16);
   return sizeof *s;
 }
@@ -52,9 +53,10 @@ bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) 
 
 }  // namespace
 
-UdpTransport::UdpTransport(const uint8_t gid[16], rc::Memory& memory, rc::EventSink* events, uint16_t port)
-    : port_(port), v6_(!gid_is_v4_mapped(gid)), engine_(*this, memory, events) {
-  memcpy(gid_, gid, 16);
+UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events,
+                           uint16_t port)
+    : port_(port), engine_(*this, memory, events) {
+  for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1});
   tx_.resize(kBatch);
   tx_msgs_.resize(kBatch);
   rx_buf_.resize(kBatch * kRxBuf);
@@ -71,37 +73,48 @@ uint64_t UdpTransport::now_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
+size_t UdpTransport::bound() const {
+  size_t n = 0;
+  for (const Socket& k : socks_) n += k.fd >= 0;
+  return n;
+}
+
 int UdpTransport::start() {
-  sockaddr_storage ss;
-  socklen_t sl = to_sockaddr(gid_, port_, &ss);
-  fd_ = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) return errno;
-  int one = 1;
-  // DF set and an unconnected socket: Linux then sends IPv4 identification 0, which our ICRC assumes.
+  int last_err = EADDRNOTAVAIL;
+  for (Socket& k : socks_) {
+    sockaddr_storage ss;
+    socklen_t sl = to_sockaddr(k.addr.gid, port_, &ss, k.addr.scope_id);
+    int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      last_err = errno;
+      continue;
+    }
+    // DF set and an unconnected socket: Linux then sends IPv4 identification 0, which our ICRC assumes.
 #ifdef IP_MTU_DISCOVER
-  if (!v6_) {
-    int pmtu = IP_PMTUDISC_DO;
-    setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
-  }
+    if (!k.v6) {
+      int pmtu = IP_PMTUDISC_DO;
+      setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
+    }
 #endif
 #ifdef UDP_NO_CHECK6_RX
-  if (v6_) setsockopt(fd_, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof one);  // RoCEv2 sends checksum 0
+    int one = 1;
+    if (k.v6) setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof one);  // RoCEv2 sends checksum 0
 #endif
-  int buf = 8 << 20;
-  setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
-  setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-  (void)one;
-  if (bind(fd_, reinterpret_cast<sockaddr*>(&ss), sl) < 0) {
-    int e = errno;
-    close(fd_);
-    fd_ = -1;
-    return e;
+    int buf = 8 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&ss), sl) < 0) {
+      last_err = errno;
+      close(fd);
+      continue;
+    }
+    k.fd = fd;
   }
+  if (!bound()) return last_err;
   int p[2];
   if (pipe(p) < 0) {
     int e = errno;
-    close(fd_);
-    fd_ = -1;
+    stop();
     return e;
   }
   wake_rd_ = p[0];
@@ -118,10 +131,23 @@ void UdpTransport::stop() {
     wake();
     thread_.join();
   }
-  if (fd_ >= 0) close(fd_);
+  for (Socket& k : socks_) {
+    if (k.fd >= 0) close(k.fd);
+    k.fd = -1;
+  }
   if (wake_rd_ >= 0) close(wake_rd_);
   if (wake_wr_ >= 0) close(wake_wr_);
-  fd_ = wake_rd_ = wake_wr_ = -1;
+  wake_rd_ = wake_wr_ = -1;
+}
+
+size_t UdpTransport::socket_for(const uint8_t sgid[16]) const {
+  size_t first = socks_.size();
+  for (size_t i = 0; i < socks_.size(); ++i) {
+    if (socks_[i].fd < 0) continue;
+    if (!memcmp(socks_[i].addr.gid, sgid, 16)) return i;
+    if (first == socks_.size()) first = i;
+  }
+  return first;
 }
 
 void UdpTransport::wake() {
@@ -135,9 +161,15 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   size_t hlen = write_transport_headers(p.pkt, s.hdr);
   uint8_t pad = pad_for(p.payload_len);
 
+  s.sock = socket_for(p.av->sgid);
+  if (s.sock == socks_.size()) {
+    stats_.tx_errors++;
+    return;
+  }
+  const Socket& k = socks_[s.sock];
   IpUdp ip;
-  ip.v6 = v6_;
-  memcpy(ip.src, gid_, 16);
+  ip.v6 = k.v6;
+  memcpy(ip.src, k.addr.gid, 16);
   memcpy(ip.dst, p.av->dgid, 16);
   ip.sport = port_;
   ip.dport = kRoceV2Port;
@@ -171,12 +203,17 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
 }
 
 void UdpTransport::flush_tx() {
+  // Consecutive packets for the same socket go out in one sendmmsg.
   int off = 0;
   while (off < tx_count_) {
+    size_t sock = tx_[off].sock;
+    int end = off + 1;
+    while (end < tx_count_ && tx_[end].sock == sock) ++end;
+    int fd = socks_[sock].fd;
 #if defined(__linux__)
-    int r = sendmmsg(fd_, tx_msgs_.data() + off, unsigned(tx_count_ - off), 0);
+    int r = sendmmsg(fd, tx_msgs_.data() + off, unsigned(end - off), 0);
 #else
-    int r = sendmsg(fd_, &tx_msgs_[off].msg_hdr, 0) < 0 ? -1 : 1;
+    int r = sendmsg(fd, &tx_msgs_[off].msg_hdr, 0) < 0 ? -1 : 1;
 #endif
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -197,7 +234,8 @@ void UdpTransport::after_engine_call() {
   if (d < armed_deadline_) wake();
 }
 
-void UdpTransport::receive_batch() {
+void UdpTransport::receive_batch(size_t sock) {
+  const Socket& k = socks_[sock];
   for (int i = 0; i < kBatch; ++i) {
     rx_iov_[i] = {rx_buf_.data() + size_t(i) * kRxBuf, kRxBuf};
     memset(&rx_msgs_[i], 0, sizeof(mmsghdr));
@@ -207,11 +245,11 @@ void UdpTransport::receive_batch() {
     rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
   }
 #if defined(__linux__)
-  int n = recvmmsg(fd_, rx_msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
+  int n = recvmmsg(k.fd, rx_msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
 #else
   int n = 0;
   for (; n < kBatch; ++n) {
-    ssize_t r = recvmsg(fd_, &rx_msgs_[n].msg_hdr, MSG_DONTWAIT);
+    ssize_t r = recvmsg(k.fd, &rx_msgs_[n].msg_hdr, MSG_DONTWAIT);
     if (r < 0) break;
     rx_msgs_[n].msg_len = unsigned(r);
   }
@@ -228,14 +266,14 @@ void UdpTransport::receive_batch() {
       continue;
     }
     IpUdp ip;
-    ip.v6 = v6_;
+    ip.v6 = k.v6;
     uint16_t sport = 0;
     if (!from_sockaddr(rx_from_[i], ip.src, &sport)) continue;
-    memcpy(ip.dst, gid_, 16);
+    memcpy(ip.dst, k.addr.gid, 16);
     ip.sport = sport;
     ip.dport = port_;
     ip.udp_len = uint16_t(len + kUdpHeaderSize);
-    ip.hdr_len = uint8_t((v6_ ? kIpv6HeaderSize : kIpv4HeaderSize) + kUdpHeaderSize);
+    ip.hdr_len = uint8_t((k.v6 ? kIpv6HeaderSize : kIpv4HeaderSize) + kUdpHeaderSize);
     uint16_t id = 0;
     if (!icrc_check_udp_payload(ip, pkt, len, &id)) {
       stats_.rx_bad_icrc++;
@@ -250,7 +288,15 @@ void UdpTransport::receive_batch() {
 }
 
 void UdpTransport::run() {
-  pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_rd_, POLLIN, 0}};
+  std::vector<pollfd> fds;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < socks_.size(); ++i)
+    if (socks_[i].fd >= 0) {
+      fds.push_back({socks_[i].fd, POLLIN, 0});
+      which.push_back(i);
+    }
+  fds.push_back({wake_rd_, POLLIN, 0});
+  const size_t nsock = which.size();
   while (running_) {
     uint64_t deadline;
     {
@@ -258,22 +304,26 @@ void UdpTransport::run() {
       deadline = engine_.next_deadline();
       armed_deadline_ = deadline;
     }
-    int timeout = -1;
+    timespec ts{}, *tsp = nullptr;
     if (deadline != UINT64_MAX) {
       uint64_t now = now_ns();
-      timeout = deadline <= now ? 0 : int((deadline - now + 999999) / 1000000);
+      uint64_t wait = deadline <= now ? 0 : deadline - now;
+      ts.tv_sec = time_t(wait / 1000000000ull);
+      ts.tv_nsec = long(wait % 1000000000ull);
+      tsp = &ts;
     }
-    int r = poll(fds, 2, timeout);
+    int r = ppoll(fds.data(), fds.size(), tsp, nullptr);
     if (r < 0 && errno != EINTR) break;
-    if (fds[1].revents & POLLIN) {
+    if (fds[nsock].revents & POLLIN) {
       char buf[64];
       while (read(wake_rd_, buf, sizeof buf) > 0) {
       }
     }
-    if (fds[0].revents & POLLIN) {
+    for (size_t s = 0; s < nsock; ++s) {
+      if (!(fds[s].revents & POLLIN)) continue;
       for (int i = 0; i < 16; ++i) {  // drain a burst, but look at timers in between
-        size_t before = stats_.rx_packets + stats_.rx_bad_icrc + stats_.rx_malformed;
-        receive_batch();
+        uint64_t before = stats_.rx_packets + stats_.rx_bad_icrc + stats_.rx_malformed;
+        receive_batch(which[s]);
         if (stats_.rx_packets + stats_.rx_bad_icrc + stats_.rx_malformed == before) break;
       }
     }

@@ -21,15 +21,25 @@ struct TransportStats {
   std::atomic<uint64_t> rx_packets{0}, tx_packets{0}, rx_bad_icrc{0}, rx_malformed{0}, tx_errors{0};
 };
 
+// One local address of the device, as a GID (IPv4-mapped or IPv6), with the IPv6 scope.
+struct LocalAddress {
+  uint8_t gid[16];
+  uint32_t scope_id = 0;
+};
+
 class UdpTransport final : private rc::Link {
  public:
-  // `gid` is the device address as a GID (IPv4-mapped or IPv6). Memory and events are the
-  // provider's; both are called with the engine lock held.
-  UdpTransport(const uint8_t gid[16], rc::Memory& memory, rc::EventSink* events, uint16_t port = 4791);
+  // One socket per address; a packet leaves from the socket whose address is its source GID.
+  // Memory and events are the provider's; both are called with the engine lock held.
+  UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events,
+               uint16_t port = 4791);
   ~UdpTransport() override;
 
-  int start();  // bind and start the progress thread; errno value
+  // Binds every address (those that fail are skipped) and starts the progress thread; errno value
+  // if no address could be bound.
+  int start();
   void stop();
+  size_t bound() const;
 
   // Runs `f(engine, now)` under the engine lock, then sends what it queued and wakes the progress
   // thread if a timer moved earlier.
@@ -51,17 +61,21 @@ class UdpTransport final : private rc::Link {
   void flush_tx();
   void after_engine_call();
   void run();
-  void receive_batch();
+  void receive_batch(size_t sock);
   void wake();
+  size_t socket_for(const uint8_t sgid[16]) const;
 
   static constexpr int kBatch = 64;
   static constexpr int kMaxIovPerPkt = rc::TxPacket::kMaxIov + 2;
   static constexpr size_t kRxBuf = 9216;
 
-  uint8_t gid_[16];
+  struct Socket {
+    LocalAddress addr;
+    bool v6 = false;
+    int fd = -1;
+  };
+  std::vector<Socket> socks_;
   uint16_t port_;
-  bool v6_;
-  int fd_ = -1;
   int wake_rd_ = -1, wake_wr_ = -1;
   std::mutex mu_;
   rc::Engine engine_;
@@ -75,6 +89,7 @@ class UdpTransport final : private rc::Link {
     uint8_t hdr[64];   // BTH + extended headers
     uint8_t tail[8];   // pad + ICRC
     sockaddr_storage to;
+    size_t sock;
     iovec iov[kMaxIovPerPkt];
   };
   std::vector<TxSlot> tx_;
