@@ -176,7 +176,7 @@ ibv_cq_ex *ext_create_cq_ex(ibv_context *ctx, ibv_cq_init_attr_ex *attr)
 		errno = EINVAL;
 		return nullptr;
 	}
-	ibv_cq_ex *cq = base->ops->create_cq(attr);
+	ibv_cq_ex *cq = no_throw([&] { return base->ops->create_cq(attr); });
 	if (cq && attr->channel) {
 		std::lock_guard<std::mutex> lock(CompChannel::from(attr->channel)->queue->mu);
 		attr->channel->refcnt++;
@@ -190,7 +190,7 @@ ibv_qp *ext_create_qp_ex(ibv_context *ctx, ibv_qp_init_attr_ex *attr)
 		errno = EINVAL;
 		return nullptr;
 	}
-	return ContextBase::from(ctx)->ops->create_qp(attr);
+	return no_throw([&] { return ContextBase::from(ctx)->ops->create_qp(attr); });
 }
 
 ibv_srq *ext_create_srq_ex(ibv_context *ctx, ibv_srq_init_attr_ex *attr)
@@ -209,8 +209,10 @@ ibv_srq *ext_create_srq_ex(ibv_context *ctx, ibv_srq_init_attr_ex *attr)
 		errno = EINVAL;
 		return nullptr;
 	}
-	return ContextBase::from(ctx)->ops->create_srq(attr->pd,
-						      reinterpret_cast<ibv_srq_init_attr *>(attr));
+	return no_throw([&] {
+		return ContextBase::from(ctx)->ops->create_srq(
+			attr->pd, reinterpret_cast<ibv_srq_init_attr *>(attr));
+	});
 }
 
 } // namespace
@@ -222,7 +224,9 @@ int init_context(ContextBase *base, ContextOps *ops, Device *dev)
 	base->ops = ops;
 	base->device = dev;
 
-	auto *q = new AsyncQueue;
+	auto *q = new (std::nothrow) AsyncQueue;
+	if (!q)
+		return ENOMEM;
 	if (int rc = q->open()) {
 		delete q;
 		return rc;
@@ -337,7 +341,13 @@ using namespace melon::verbs;
 
 MELON_EXPORT ibv_device **ibv_get_device_list(int *num_devices)
 {
-	std::vector<Device *> devs = current_devices();
+	std::vector<Device *> devs;
+	try {
+		devs = current_devices();
+	} catch (const std::bad_alloc &) {
+		errno = ENOMEM;
+		return nullptr;
+	}
 	auto **list = static_cast<ibv_device **>(calloc(devs.size() + 1, sizeof(ibv_device *)));
 	if (!list) {
 		errno = ENOMEM;
@@ -383,7 +393,7 @@ MELON_EXPORT ibv_context *ibv_open_device(ibv_device *device)
 		errno = ENODEV;
 		return nullptr;
 	}
-	ContextBase *base = d->open();
+	ContextBase *base = no_throw([&] { return d->open(); });
 	return base ? base->ibv() : nullptr;
 }
 
@@ -523,8 +533,17 @@ MELON_EXPORT ibv_comp_channel *ibv_create_comp_channel(ibv_context *context)
 		errno = EINVAL;
 		return nullptr;
 	}
-	auto *ch = new CompChannel{};
-	ch->queue = new EventFdQueue<ibv_cq *>;
+	auto *ch = new (std::nothrow) CompChannel{};
+	if (!ch) {
+		errno = ENOMEM;
+		return nullptr;
+	}
+	ch->queue = new (std::nothrow) EventFdQueue<ibv_cq *>;
+	if (!ch->queue) {
+		delete ch;
+		errno = ENOMEM;
+		return nullptr;
+	}
 	if (int rc = ch->queue->open()) {
 		delete ch->queue;
 		delete ch;

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <deque>
 #include <mutex>
+#include <new>
+#include <type_traits>
 
 #ifdef MSG_NOSIGNAL
 #define MSG_NOSIGNAL_COMPAT MSG_NOSIGNAL
@@ -71,7 +73,11 @@ template <class T> inline void EventFdQueue<T>::close()
 template <class T> inline void EventFdQueue<T>::push(const T &item)
 {
 	std::lock_guard<std::mutex> lock(mu);
-	items.push_back(item);
+	try {
+		items.push_back(item);
+	} catch (const std::bad_alloc &) {
+		return; // out of memory: the event is lost rather than thrown into the caller
+	}
 	char b = 1;
 	// One byte per item; a full socket buffer only delays wake-ups, items stay queued.
 	(void)!send(write_fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL_COMPAT);
@@ -121,6 +127,22 @@ struct CompChannel {
 };
 
 Device *device_of(ibv_device *dev); // nullptr if not one of ours
+
+// Out of memory must not escape through the C ABI as an exception: creators report ENOMEM
+// (errno, NULL), int verbs return it.
+template <class F> auto no_throw(F &&f) -> decltype(f())
+{
+	try {
+		return f();
+	} catch (const std::bad_alloc &) {
+		if constexpr (std::is_pointer_v<decltype(f())>) {
+			errno = ENOMEM;
+			return nullptr;
+		} else {
+			return ENOMEM;
+		}
+	}
+}
 
 // Purge events of a dying object from the context's async queue, and wait until every delivered
 // event for it has been acknowledged (rdma-core's destroy contract).

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <new>
 #include <vector>
 
 namespace melon::verbs {
@@ -53,7 +54,12 @@ WrBatch::Wr *begin(ibv_qp_ex *qp, uint64_t flag, ibv_wr_opcode opcode)
 		fail(qp, EINVAL); // not requested at QP creation
 		return nullptr;
 	}
-	b->wrs.emplace_back();
+	try {
+		b->wrs.emplace_back();
+	} catch (const std::bad_alloc &) {
+		fail(qp, ENOMEM); // nothing may be thrown back into a C caller
+		return nullptr;
+	}
 	WrBatch::Wr &w = b->wrs.back();
 	w.wr.wr_id = qp->wr_id;
 	w.wr.send_flags = qp->wr_flags;
@@ -179,7 +185,11 @@ void wr_set_xrc_srqn(ibv_qp_ex *qp, uint32_t remote_srqn)
 void wr_set_sge(ibv_qp_ex *qp, uint32_t lkey, uint64_t addr, uint32_t length)
 {
 	if (auto *w = current(qp)) {
-		w->sges.assign(1, ibv_sge{addr, length, lkey});
+		try {
+			w->sges.assign(1, ibv_sge{addr, length, lkey});
+		} catch (const std::bad_alloc &) {
+			fail(qp, ENOMEM);
+		}
 		w->inline_data.clear();
 	}
 }
@@ -191,7 +201,11 @@ void wr_set_sge_list(ibv_qp_ex *qp, size_t num_sge, const ibv_sge *sg_list)
 			fail(qp, EINVAL);
 			return;
 		}
-		w->sges.assign(sg_list, sg_list + num_sge);
+		try {
+			w->sges.assign(sg_list, sg_list + num_sge);
+		} catch (const std::bad_alloc &) {
+			fail(qp, ENOMEM);
+		}
 		w->inline_data.clear();
 	}
 }
@@ -210,9 +224,19 @@ void wr_set_inline_data_list(ibv_qp_ex *qp, size_t num_buf, const ibv_data_buf *
 				fail(qp, EINVAL);
 				return;
 			}
-			w->inline_data.insert(w->inline_data.end(), p, p + buf_list[i].length);
+			try {
+				w->inline_data.insert(w->inline_data.end(), p, p + buf_list[i].length);
+			} catch (const std::bad_alloc &) {
+				fail(qp, ENOMEM);
+				return;
+			}
 		}
 		w->sges.clear();
+		try {
+			w->sges.reserve(1); // so wr_complete need not allocate
+		} catch (const std::bad_alloc &) {
+			fail(qp, ENOMEM);
+		}
 		w->wr.send_flags |= IBV_SEND_INLINE;
 	}
 }
@@ -226,7 +250,7 @@ void wr_set_inline_data(ibv_qp_ex *qp, void *addr, size_t length)
 void wr_start(ibv_qp_ex *qp)
 {
 	WrBatch *b = batch(qp);
-	b->wrs.clear();
+	b->wrs.clear(); // never allocates
 	b->error = 0;
 	b->open = true;
 }
@@ -239,9 +263,11 @@ int wr_complete(ibv_qp_ex *qp)
 		ibv_send_wr *prev = nullptr;
 		for (auto it = b->wrs.rbegin(); it != b->wrs.rend(); ++it) {
 			WrBatch::Wr &w = *it;
-			if (!w.inline_data.empty())
-				w.sges.assign(1, ibv_sge{reinterpret_cast<uintptr_t>(w.inline_data.data()),
+			if (!w.inline_data.empty()) {
+				w.sges.clear(); // capacity >= 1 is reserved when inline data is set
+				w.sges.push_back(ibv_sge{reinterpret_cast<uintptr_t>(w.inline_data.data()),
 							 static_cast<uint32_t>(w.inline_data.size()), 0});
+			}
 			w.wr.sg_list = w.sges.empty() ? nullptr : w.sges.data();
 			w.wr.num_sge = static_cast<int>(w.sges.size());
 			w.wr.next = prev;
@@ -278,7 +304,9 @@ int init_qp_ex_ops(QpBase *qp, uint64_t send_ops_flags)
 {
 	if (send_ops_flags & ~kTranslatable)
 		return EOPNOTSUPP; // e.g. IBV_QP_EX_WITH_ATOMIC_WRITE
-	auto *b = new WrBatch;
+	auto *b = new (std::nothrow) WrBatch;
+	if (!b)
+		return ENOMEM;
 	b->allowed = send_ops_flags;
 	qp->batch = b;
 	qp->extended = true;

@@ -226,7 +226,7 @@ MELON_EXPORT ibv_pd *ibv_alloc_pd(ibv_context *context)
 {
 	if (!context)
 		return fail<ibv_pd>(EINVAL);
-	return ops_of(context)->alloc_pd();
+	return no_throw([&] { return ops_of(context)->alloc_pd(); });
 }
 
 MELON_EXPORT int ibv_dealloc_pd(ibv_pd *pd)
@@ -243,7 +243,7 @@ MELON_EXPORT ibv_mr *ibv_reg_mr_iova2(ibv_pd *pd, void *addr, size_t length, uin
 		return fail<ibv_mr>(EINVAL);
 	if (access & ~(kKnownAccess | IBV_ACCESS_OPTIONAL_RANGE))
 		return fail<ibv_mr>(EINVAL);
-	return ops_of(pd->context)->reg_mr(pd, addr, length, iova, access);
+	return no_throw([&] { return ops_of(pd->context)->reg_mr(pd, addr, length, iova, access); });
 }
 
 MELON_EXPORT ibv_mr *ibv_reg_mr(ibv_pd *pd, void *addr, size_t length, int access)
@@ -273,8 +273,10 @@ MELON_EXPORT int ibv_rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, siz
 	if ((flags & IBV_REREG_MR_CHANGE_ACCESS) &&
 	    (static_cast<unsigned>(access) & ~(kKnownAccess | IBV_ACCESS_OPTIONAL_RANGE)))
 		return IBV_REREG_MR_ERR_INPUT;
-	int rc = ops_of(mr->context)->rereg_mr(mr, flags, pd, addr, length,
-					       static_cast<unsigned>(access));
+	int rc = no_throw([&] {
+		return ops_of(mr->context)->rereg_mr(mr, flags, pd, addr, length,
+						     static_cast<unsigned>(access));
+	});
 	if (rc) {
 		errno = rc;
 		return rc == EINVAL ? IBV_REREG_MR_ERR_INPUT : IBV_REREG_MR_ERR_CMD;
@@ -317,7 +319,7 @@ MELON_EXPORT int ibv_resize_cq(ibv_cq *cq, int cqe)
 {
 	if (!cq || cqe <= 0)
 		return EINVAL;
-	return ops_of(cq->context)->resize_cq(cq, cqe);
+	return no_throw([&] { return ops_of(cq->context)->resize_cq(cq, cqe); });
 }
 
 MELON_EXPORT int ibv_destroy_cq(ibv_cq *cq)
@@ -350,14 +352,14 @@ MELON_EXPORT ibv_srq *ibv_create_srq(ibv_pd *pd, ibv_srq_init_attr *srq_init_att
 {
 	if (!pd || !srq_init_attr)
 		return fail<ibv_srq>(EINVAL);
-	return ops_of(pd->context)->create_srq(pd, srq_init_attr);
+	return no_throw([&] { return ops_of(pd->context)->create_srq(pd, srq_init_attr); });
 }
 
 MELON_EXPORT int ibv_modify_srq(ibv_srq *srq, ibv_srq_attr *srq_attr, int srq_attr_mask)
 {
 	if (!srq || !srq_attr || (srq_attr_mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
 		return EINVAL;
-	return ops_of(srq->context)->modify_srq(srq, srq_attr, srq_attr_mask);
+	return no_throw([&] { return ops_of(srq->context)->modify_srq(srq, srq_attr, srq_attr_mask); });
 }
 
 MELON_EXPORT int ibv_query_srq(ibv_srq *srq, ibv_srq_attr *srq_attr)
@@ -390,7 +392,7 @@ MELON_EXPORT ibv_qp *ibv_create_qp(ibv_pd *pd, ibv_qp_init_attr *qp_init_attr)
 	std::memcpy(&ex, qp_init_attr, sizeof(*qp_init_attr));
 	ex.comp_mask = IBV_QP_INIT_ATTR_PD;
 	ex.pd = pd;
-	ibv_qp *qp = ops_of(pd->context)->create_qp(&ex);
+	ibv_qp *qp = no_throw([&] { return ops_of(pd->context)->create_qp(&ex); });
 	if (qp)
 		qp_init_attr->cap = ex.cap; // the provider reports the capabilities it granted
 	return qp;
@@ -472,7 +474,7 @@ MELON_EXPORT ibv_ah *ibv_create_ah(ibv_pd *pd, ibv_ah_attr *attr)
 {
 	if (!pd || !attr)
 		return fail<ibv_ah>(EINVAL);
-	return ops_of(pd->context)->create_ah(pd, attr);
+	return no_throw([&] { return ops_of(pd->context)->create_ah(pd, attr); });
 }
 
 MELON_EXPORT int ibv_destroy_ah(ibv_ah *ah)
