@@ -91,6 +91,23 @@ echo "--- tcpdump in guest 1:"; echo "$dump_out"; echo "rcvd_pkts before $before
 check "guest 1 saw UDP 10.77.0.1 -> 10.77.0.2.4791" has "$dump_out" 'IP 10\.77\.0\.1\.[0-9]+ > 10\.77\.0\.2\.4791: UDP, length 19'
 check "rxe did not count the non-RoCE datagram" [ "$before" = "$after" ]
 
+# --- and the other way: a guest's datagram reaches a socket bound to 10.77.0.1:4791 in the namespace,
+# where our soft provider will listen.
+got=$PEER_RUN/host-udp.txt
+peer_host python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("10.77.0.1", 4791))
+open(sys.argv[1] + ".bound", "w").close()
+s.settimeout(30)
+data, addr = s.recvfrom(2048)
+open(sys.argv[1], "w").write("%s %s\n" % (addr[0], data.decode().strip()))' "$got" & listener=$!
+for ((k = 0; k < 40; k++)); do [ -f "$got.bound" ] && break; sleep 0.1; done
+peer_run 2 'for i in 1 2 3; do echo melondma-guest-probe | nc -u -w1 10.77.0.1 4791; done' >/dev/null 2>&1
+wait "$listener"
+echo "host socket got: $(cat "$got" 2>/dev/null)"
+check "host 10.77.0.1:4791 got the datagram from guest 2" grep -qx '10.77.0.3 melondma-guest-probe' "$got"
+
 peer_down
 echo "selftest: $((SECONDS - t0)) s in all, $failures failure(s)"
 [ "$failures" -eq 0 ] && exit 0
