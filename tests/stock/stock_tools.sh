@@ -141,8 +141,12 @@ perftest_*)
   need "$bin"
   port=$(( 20000 + RANDOM % 20000 ))
   timeout 60 "$bin" -d soft0 -F -p $port > "$out2" 2>&1 & spid=$!
-  sleep 0.5
-  timeout 60 "$bin" -d soft0 -F -p $port 127.0.0.1 > "$out" 2>&1; crc=$?
+  # The client makes one connection attempt: retry while the server is not listening yet.
+  for try in 1 2 3 4 5 6 7 8 9 10; do
+    sleep 0.5
+    timeout 60 "$bin" -d soft0 -F -p $port 127.0.0.1 > "$out" 2>&1; crc=$?
+    grep -q "Couldn't connect to" "$out" || break
+  done
   wait $spid; src=$?
   cat "$out2" >> "$out"
   loader_clean
@@ -182,8 +186,14 @@ ibv_*_pingpong)
   need "$name"
   port=$(( 20000 + RANDOM % 20000 ))
   timeout 60 "$name" -d soft0 -g 0 -p $port -n 100 > "$out2" 2>&1 & spid=$!
-  sleep 0.5
-  timeout 60 "$name" -d soft0 -g 0 -p $port -n 100 127.0.0.1 > "$out" 2>&1; crc=$?
+  for try in 1 2 3 4 5 6 7 8 9 10; do   # one connection attempt per client run
+    sleep 0.5
+    timeout 60 "$name" -d soft0 -g 0 -p $port -n 100 127.0.0.1 > "$out" 2>&1; crc=$?
+    grep -q "Couldn't connect to" "$out" || break
+  done
+  # Give the server 5 s to finish on its own; it may still wait for a client if ours failed early.
+  for i in $(seq 50); do kill -0 $spid 2>/dev/null || break; sleep 0.1; done
+  kill $spid 2>/dev/null
   wait $spid; src=$?
   cat "$out2" >> "$out"
   loader_clean
