@@ -308,6 +308,7 @@ peer_console() { tail -n "${2:-40}" "$PEER_RUN/g$1/console.log" 2>/dev/null; cat
 # peer_down: stop the guests (by PID), delete the namespace and the run dir (kept if PEER_KEEP=1).
 peer_down() {
   [ -n "${PEER_RUN:-}" ] || return 0
+  peer_capture_stop 2>/dev/null
   local f p left=()
   for f in "$PEER_RUN"/g*/pid "$PEER_RUN"/g*/qemu.pid; do
     [ -f "$f" ] || continue
@@ -394,3 +395,21 @@ peer_wait_listen() {
 
 # peer_counter <guest> <name>: an rxe0 hw counter (rcvd_pkts, sent_pkts, rcvd_icrc_err?, ...).
 peer_counter() { peer_run "$1" "cat /sys/class/infiniband/rxe0/ports/1/hw_counters/$2"; }
+
+# peer_capture_start <file.pcap> [filter]: tcpdump on br0 in the namespace (every guest's traffic and
+# the host side's), as the captures in tests/data were taken. peer_capture_stop ends it.
+peer_capture_start() {
+  local file=$1 filter=${2:-udp port 4791 or tcp port 18515}
+  ip netns exec "$PEER_NS" tcpdump -q -n -i br0 -s 9216 -B 32768 -U -w "$file" "$filter" \
+    2>"$PEER_RUN/capture.log" &
+  PEER_CAPTURE_PID=$!
+  local k
+  for ((k = 0; k < 50; k++)); do grep -q 'listening on' "$PEER_RUN/capture.log" 2>/dev/null && return 0; sleep 0.1; done
+  peer_log "tcpdump did not start: $(cat "$PEER_RUN/capture.log")"; return 1
+}
+peer_capture_stop() {
+  [ -n "${PEER_CAPTURE_PID:-}" ] || return 0
+  kill -INT "$PEER_CAPTURE_PID" 2>/dev/null; wait "$PEER_CAPTURE_PID" 2>/dev/null
+  PEER_CAPTURE_PID=
+  tail -3 "$PEER_RUN/capture.log" >&2
+}

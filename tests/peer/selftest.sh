@@ -46,6 +46,8 @@ out=$(peer_host ping -c 2 -W 5 10.77.0.3 2>&1); check "host ping 10.77.0.3" has 
 
 # --- ibv_rc_pingpong: guest 1 server, guest 2 client, GID index 1 (RoCEv2)
 t2=$SECONDS
+pcap=$PEER_RUN/rc_pingpong.pcap
+peer_capture_start "$pcap" || echo "warning: no capture"
 srv=$(peer_spawn 1 'ibv_rc_pingpong -d rxe0 -g 1 -n 100')
 peer_wait_listen 1 18515 || echo "warning: server not listening yet"
 cli_out=$(peer_run 2 'ibv_rc_pingpong -d rxe0 -g 1 -n 100 10.77.0.2' 2>&1); cli_rc=$?
@@ -57,6 +59,11 @@ check "ibv_rc_pingpong server exit 0" [ "$srv_rc" = 0 ]
 check "ibv_rc_pingpong client: 100 iters" has "$cli_out" '^819200 bytes in [0-9.]+ seconds'
 check "ibv_rc_pingpong server: 100 iters" has "$srv_out" '^100 iters in [0-9.]+ seconds'
 check "client saw the server's GID ::ffff:10.77.0.2" has "$cli_out" 'remote address: .*GID ::ffff:10.77.0.2'
+peer_capture_stop
+# 100 x 4096 B each way at path MTU 1024: SEND_FIRST, 2 x SEND_MIDDLE, SEND_LAST per message, plus ACKs.
+roce=$(tcpdump -n -r "$pcap" 'udp dst port 4791' 2>/dev/null | wc -l)
+echo "capture on br0: $roce RoCEv2 packets"
+check "br0 capture holds the RoCEv2 conversation (>= 800 packets)" [ "$roce" -ge 800 ]
 echo "ibv_rc_pingpong: $((SECONDS - t2)) s"
 
 # --- ib_write_bw: RC RDMA WRITE, RoCEv2 GID index 1
