@@ -87,8 +87,7 @@ peer_build_kernel() {  # peer_build_kernel <pkg>: unpack into $PEER_CACHE/kernel
   peer_log "kernel: downloading $pkg"
   local tmp; tmp=$(mktemp -d "$PEER_CACHE/.kernel.XXXXXX")
   chmod 755 "$tmp"
-  ( cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>&1 ) ||
-    ( apt-get update -q >/dev/null 2>&1; cd "$tmp" && apt-get download -q "$pkg" >/dev/null ) ||
+  ( cd "$tmp" && apt-get download -q "$pkg" >/dev/null ) ||
     { rm -rf "$tmp"; peer_die "apt-get download $pkg failed"; return 1; }
   mkdir "$tmp/root"
   dpkg-deb -x "$tmp"/*.deb "$tmp/root" || { rm -rf "$tmp"; return 1; }
@@ -185,23 +184,35 @@ peer_assemble() {  # peer_assemble <kernel-dir> <rootfs-dir> <image-dir>
   touch "$out/.done"
 }
 
-# peer_image: make sure the image exists; sets PEER_IMAGE to its folder.
+# peer_image: make sure the image exists; sets PEER_IMAGE to its folder. A failed build is tried once
+# more after `apt-get update`: old apt lists may name a kernel package the mirror no longer has.
 peer_image() {
   mkdir -p "$PEER_CACHE" || return 1
-  local key; key=$(peer_image_key) || return 1
-  PEER_IMAGE=$PEER_CACHE/image-$key
-  [ -f "$PEER_IMAGE/.done" ] && return 0
+  local attempt key
+  for attempt in 1 2; do
+    key=$(peer_image_key) || return 1
+    PEER_IMAGE=$PEER_CACHE/image-$key
+    [ -f "$PEER_IMAGE/.done" ] && return 0
+    peer_build_image "$PEER_IMAGE" && return 0
+    [ $attempt = 1 ] || break
+    peer_log "image: build failed; apt-get update and one more try"
+    apt-get update -q >/dev/null 2>&1
+  done
+  return 1
+}
+
+peer_build_image() {  # peer_build_image <image-dir>
   (
     flock 9
-    [ -f "$PEER_IMAGE/.done" ] && exit 0
-    local t0=$SECONDS pkg rdir
+    [ -f "$1/.done" ] && exit 0
+    t0=$SECONDS
     pkg=$(peer_kernel_package) || exit 1
     rdir=$PEER_CACHE/rootfs-$(peer_rootfs_key)
-    peer_build_kernel "$pkg" & local kpid=$!
+    peer_build_kernel "$pkg" & kpid=$!
     peer_build_rootfs "$rdir" || { wait $kpid; exit 1; }
     wait $kpid || exit 1
-    peer_log "image: assembling $PEER_IMAGE"
-    peer_assemble "$PEER_CACHE/kernel-$pkg" "$rdir" "$PEER_IMAGE" || exit 1
+    peer_log "image: assembling $1"
+    peer_assemble "$PEER_CACHE/kernel-$pkg" "$rdir" "$1" || exit 1
     peer_log "image: built in $((SECONDS - t0)) s"
   ) 9>"$PEER_CACHE/.lock"
 }
