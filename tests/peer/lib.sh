@@ -227,11 +227,18 @@ peer_reap_stale() {
     pid=${ns#melonpeer-}
     kill -0 "$pid" 2>/dev/null && continue
     for f in "$PEER_RUN_BASE/$ns"/g*/qemu.pid; do
-      [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
+      [ -f "$f" ] && peer_is_qemu "$(cat "$f")" && kill -KILL "$(cat "$f")" 2>/dev/null
     done
     ip netns del "$ns" 2>/dev/null && peer_log "removed stale namespace $ns"
     rm -rf "${PEER_RUN_BASE:?}/$ns"
   done
+}
+
+# peer_is_qemu <pid>: the process is (still) one of our qemus, not a later process that reused the PID
+# (setpriv, setsid and ip are what it is for a moment before it execs qemu).
+peer_is_qemu() {
+  case $(cat "/proc/$1/comm" 2>/dev/null) in qemu-system-x86|setpriv|setsid|ip) return 0 ;; esac
+  return 1
 }
 
 peer_guest_addr() { echo "$PEER_PREFIX.$(( $1 + 1 ))"; }
@@ -323,7 +330,8 @@ peer_down() {
   local f p left=()
   for f in "$PEER_RUN"/g*/pid "$PEER_RUN"/g*/qemu.pid; do
     [ -f "$f" ] || continue
-    p=$(cat "$f" 2>/dev/null) || continue; kill -TERM "$p" 2>/dev/null && left+=("$p")
+    p=$(cat "$f" 2>/dev/null) || continue
+    peer_is_qemu "$p" && kill -TERM "$p" 2>/dev/null && left+=("$p")
   done
   local k
   for ((k = 0; k < 50; k++)); do
@@ -332,7 +340,7 @@ peer_down() {
     [ $alive = 0 ] && break
     sleep 0.1
   done
-  for p in "${left[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  for p in "${left[@]}"; do peer_is_qemu "$p" && kill -KILL "$p" 2>/dev/null; done
   [ -n "${PEER_NS:-}" ] && ip netns del "$PEER_NS" 2>/dev/null
   if [ "${PEER_KEEP:-0}" = 1 ]; then peer_log "kept $PEER_RUN"; else rm -rf "$PEER_RUN"; fi
   PEER_RUN=
