@@ -67,8 +67,10 @@ bool EngineImpl::complete_send(Qp& qp, SendWqe& w, WcStatus st) {
   ++qp.sq_head;
   --qp.sq_count;
   if (is_cur) {
+    // The requester was (re)sending this WQE: it continues after it, never reusing its PSNs.
     ++qp.sq_cur;
     qp.cur_offset = 0;
+    if (w.started && psn_diff(psn_add(w.last_psn, 1), qp.next_psn) > 0) qp.next_psn = psn_add(w.last_psn, 1);
   }
   if (!signaled) return true;
   if (!qp.init.send_cq || !qp.init.send_cq->push(wc)) {
@@ -114,6 +116,8 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
         rewind(qp, w.read_next_psn);
         break;
       }
+      // The NAKed PSN acknowledges everything before it (IBA 9.7.5.2.3): that is progress.
+      if (psn_diff(psn, qp.una_psn) > 0) progressed = true;
       qp.una_psn = psn;
       if (type == AckType::rnr_nak) {
         ++qp.counters.rnr_naks_received;
@@ -132,6 +136,9 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
       }
       if (type == AckType::nak && NakCode(syndrome_value(p.aeth.syndrome)) == NakCode::psn_seq_error) {
         ++qp.counters.seq_naks_received;
+        // Packets already in flight behind an RNR-NAKed one draw a sequence NAK for the same PSN
+        // (rxe-rc-rnr.pcap); the RNR back-off already covers them, and only rnr_retry may count.
+        if (qp.rnr_deadline) return;
         if (progressed) qp.retry_left = qp.attr.retry_cnt;
         if (qp.retry_left == 0) {
           complete_send(qp, w, WcStatus::retry_exc_err);
@@ -225,7 +232,12 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
     // Plain ACK (coalesced): acknowledges every PSN up to and including `psn`.
     if (psn_diff(psn, w.first_psn) < 0) break;
     if (w.is_read_or_atomic()) {
-      // An ACK past a READ/atomic whose response never came: implied NAK (IBA 9.7.5.1.6).
+      // An ACK covering a READ/atomic whose response never came: implied NAK (IBA 9.7.5.1.6).
+      // Once per WQE until progress: duplicates draw re-ACKs, and rewinding on each would feed a
+      // retransmission storm; the ACK timer covers a lost re-issue.
+      if (qp.implied_nak_pending && qp.implied_nak_psn == w.first_psn) return;
+      qp.implied_nak_pending = true;
+      qp.implied_nak_psn = w.first_psn;
       rewind(qp, w.read_next_psn == w.first_psn || !rd ? w.first_psn : w.read_next_psn);
       ++qp.counters.retransmits;
       requester_progress(qp, now);
@@ -246,6 +258,7 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
   }
 
   if (progressed) {
+    qp.implied_nak_pending = false;
     qp.retry_left = qp.attr.retry_cnt;
     qp.rnr_left = qp.attr.rnr_retry;
     if (qp.sq_count == 0) {
@@ -279,6 +292,7 @@ void EngineImpl::on_timer(Qp& qp, uint64_t now) {
     --qp.retry_left;
     ++qp.counters.retransmits;
     qp.read_gap_pending = false;
+    qp.implied_nak_pending = false;
     rewind(qp, w.wr.opcode == WrOpcode::rdma_read ? w.read_next_psn : qp.una_psn);
     arm_retrans(qp, now);
     requester_progress(qp, now);

@@ -72,6 +72,8 @@ class Qp {
   bool read_reissue = false;      // sq[sq_cur] is a READ being re-issued from next_psn
   bool read_gap_pending = false;  // a READ was re-issued from read_gap_psn for a response gap
   uint32_t read_gap_psn = 0;
+  bool implied_nak_pending = false;  // rewound for an ACK that covered an unanswered READ/atomic
+  uint32_t implied_nak_psn = 0;      // ... that WQE's first PSN
   bool sq_drained_event_pending = false;
 
   // ---- receive side (responder)

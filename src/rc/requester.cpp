@@ -174,6 +174,7 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
     if (w.done) {  // completed WQEs can lie in the rewound range only if acknowledged meanwhile
       ++qp.sq_cur;
       qp.cur_offset = 0;
+      if (psn_diff(psn_add(w.last_psn, 1), qp.next_psn) > 0) qp.next_psn = psn_add(w.last_psn, 1);
       continue;
     }
     if (w.bad_lkey) {

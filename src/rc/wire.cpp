@@ -28,7 +28,9 @@ size_t frame_from_tx(const TxPacket& tx, uint8_t* out) {
   size_t roce_len = op.hdr_len + tx.payload_len + pad + kIcrcSize;
   size_t n = write_ip_udp(ip, roce_len, out);
   size_t hdr_end = n;
-  n += write_transport_headers(tx.pkt, out + n);
+  roce::Packet hdr = tx.pkt;
+  hdr.payload_len = tx.payload_len;  // sets PadCnt
+  n += write_transport_headers(hdr, out + n);
   for (int i = 0; i < tx.niov; ++i) {
     memcpy(out + n, tx.iov[i].base, tx.iov[i].len);
     n += tx.iov[i].len;

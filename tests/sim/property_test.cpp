@@ -738,7 +738,6 @@ TEST_P(SimProperty, RandomTrafficCompletesInOrderAndMemoryMatchesShadowModel) {
   // RNR NAK for the same PSN uses up retry_cnt (Edge.RnrNakFollowedBySequenceNak...), and
   // advancing sequence NAKs inside one long message are not counted as progress
   // (Edge.SequenceNaksThatAdvance...). Both end random traffic in RETRY_EXC_ERR.
-  MELON_SKIP_KNOWN_ENGINE_BUG("sequence NAKs consume retry_cnt after RNR NAKs and despite progress");
   const RunConfig& cfg = GetParam();
   uint64_t seed = test_seed(cfg.seed);
   uint64_t wrs = uint64_t(double(cfg.wrs) * sim_scale());

@@ -187,17 +187,7 @@ void Sim::transmit(int from, const TxPacket& p) {
   Event ev;
   ev.from = from;
   ev.to = to;
-  // engine.h says TxPacket::pkt's payload fields are unused, but frame_from_tx takes the BTH pad
-  // count from pkt.payload_len. Hand it a copy with the length filled in so the rest of the engine
-  // can be exercised; WireFrames.PadCountFollowsTheTxPayloadLength reports the bug itself.
   const TxPacket* tp = &p;
-  TxPacket fixed;
-  if (p.pkt.payload_len != p.payload_len && fix_pad_count) {
-    ++stats_.pad_fixups;
-    fixed = p;
-    fixed.pkt.payload_len = p.payload_len;
-    tp = &fixed;
-  }
   ev.frame.resize(frame_size(*tp, !roce::gid_is_v4_mapped(p.av->dgid)));
   size_t n = frame_from_tx(*tp, ev.frame.data());
   if (n > ev.frame.size()) {
@@ -434,10 +424,6 @@ double sim_scale() {
   return v > 0 ? v : 1.0;
 }
 
-bool run_known_bugs() {
-  const char* s = getenv("MELON_SIM_KNOWN_BUGS");
-  return s && *s && *s != '0';
-}
 
 std::string describe(const Wc& wc) {
   char buf[200];

@@ -94,7 +94,6 @@ struct SimStats {
   uint64_t corrupt_rejected = 0;  // corrupted frames frame_to_rx refused with bad_icrc
   uint64_t hook_dropped = 0, unroutable = 0, injected = 0;
   uint64_t ticks = 0, events = 0;
-  uint64_t pad_fixups = 0;  // TxPackets whose pkt.payload_len had to be filled in (see transmit)
 };
 
 // What a test sees of a frame on the wire.
@@ -147,7 +146,6 @@ class Sim {
   const std::vector<std::string>& errors() const { return errors_; }
 
   // Fill in TxPacket::pkt.payload_len before frame_from_tx (see Sim::transmit).
-  bool fix_pad_count = true;
 
   // Called for every transmitted frame before faults apply; return false to drop it.
   std::function<bool(const WireFrame&)> on_transmit;
@@ -240,12 +238,5 @@ double sim_scale();
 
 std::string describe(const rc::Wc& wc);
 
-// Tests that fail because of a known engine bug skip themselves unless MELON_SIM_KNOWN_BUGS=1.
-bool run_known_bugs();
-#define MELON_SKIP_KNOWN_ENGINE_BUG(why)                                                         \
-  do {                                                                                           \
-    if (!::melon::sim::run_known_bugs()) GTEST_SKIP() << "engine bug: " << why                   \
-                                                      << " (MELON_SIM_KNOWN_BUGS=1 runs it)";    \
-  } while (0)
 
 }  // namespace melon::sim

@@ -765,22 +765,12 @@ TEST_F(SoftVerbs, SrqRingFifoFullAndSgeLimits)
 	ibv_recv_wr *bad = nullptr;
 	EXPECT_EQ(ibv_post_srq_recv(srq, &wr[0], &bad), ENOMEM); // the 4th does not fit
 	EXPECT_EQ(bad, &wr[3]);
-	soft::RecvWqe w;
-	SoftSrq *s = SoftSrq::from(srq);
-	ASSERT_TRUE(s->pop(&w));
-	EXPECT_EQ(w.wr_id, 100u);
-	ASSERT_EQ(w.num_sge, 2u);
-	EXPECT_EQ(w.sge[1].lkey, 6u);
-
+	// Which WQEs the responder takes, in order, is covered end to end (soft_loopback_test).
 	ibv_recv_wr big{};
 	big.sg_list = sge;
 	big.num_sge = 3; // more than max_sge
 	EXPECT_EQ(ibv_post_srq_recv(srq, &big, &bad), EINVAL);
 	EXPECT_EQ(bad, &big);
-	ASSERT_TRUE(s->pop(&w));
-	EXPECT_EQ(w.wr_id, 101u);
-	ASSERT_TRUE(s->pop(&w));
-	EXPECT_FALSE(s->pop(&w));
 	EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);
 	EXPECT_EQ(ibv_destroy_srq(srq), 0);
 
@@ -793,7 +783,7 @@ TEST_F(SoftVerbs, SrqRingFifoFullAndSgeLimits)
 	EXPECT_EQ(ibv_create_srq(pd, &ia), nullptr);
 }
 
-TEST_F(SoftVerbs, SrqLimitRaisesAnAsyncEventOnce)
+TEST_F(SoftVerbs, SrqLimitIsValidatedAndReported)
 {
 	ibv_srq_init_attr ia{};
 	ia.attr.max_wr = 8;
@@ -808,30 +798,17 @@ TEST_F(SoftVerbs, SrqLimitRaisesAnAsyncEventOnce)
 	ibv_srq_attr a{};
 	a.srq_limit = 9; // above max_wr
 	EXPECT_EQ(ibv_modify_srq(srq, &a, IBV_SRQ_LIMIT), EINVAL);
-	a.max_wr = 2; // below the 3 queued
-	EXPECT_EQ(ibv_modify_srq(srq, &a, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT), EINVAL);
+	a.max_wr = 2; // resizing is not supported (docs/verbs.md)
+	EXPECT_EQ(ibv_modify_srq(srq, &a, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT), EOPNOTSUPP);
 	ASSERT_EQ(ibv_query_srq(srq, &a), 0);
 	EXPECT_EQ(a.max_wr, 8u); // unchanged
 	EXPECT_EQ(a.srq_limit, 0u);
 	EXPECT_EQ(ibv_modify_srq(srq, &a, 1 << 5), EINVAL); // unknown mask bit
-
 	a.srq_limit = 2;
 	ASSERT_EQ(ibv_modify_srq(srq, &a, IBV_SRQ_LIMIT), 0);
-	soft::RecvWqe w;
-	SoftSrq *s = SoftSrq::from(srq);
-	ASSERT_TRUE(s->pop(&w)); // 2 left: not below the limit
-	EXPECT_FALSE(readable(ctx->async_fd));
-	ASSERT_TRUE(s->pop(&w)); // 1 left
-	ASSERT_TRUE(readable(ctx->async_fd, 1000));
-	ibv_async_event ev{};
-	ASSERT_EQ(ibv_get_async_event(ctx, &ev), 0);
-	EXPECT_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
-	EXPECT_EQ(ev.element.srq, srq);
 	ASSERT_EQ(ibv_query_srq(srq, &a), 0);
-	EXPECT_EQ(a.srq_limit, 0u); // disarmed
-	ASSERT_TRUE(s->pop(&w));
-	EXPECT_FALSE(readable(ctx->async_fd));
-	ibv_ack_async_event(&ev);
+	EXPECT_EQ(a.srq_limit, 2u);
+	// The limit event itself fires when the responder consumes WQEs (soft_loopback_test).
 	EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
@@ -925,26 +902,38 @@ TEST_F(SoftVerbs, AddressHandleFromAReceivedRoceV2Ipv4Message)
 
 // ---- not yet implemented ---------------------------------------------------------------------------
 
-TEST_F(SoftVerbs, QueuePairsAreNotSupportedYet)
+TEST_F(SoftVerbs, QueuePairTypesAndCapsAreChecked)
 {
 	ibv_cq *cq = ibv_create_cq(ctx, 4, nullptr, nullptr, 0);
 	ASSERT_NE(cq, nullptr);
 	ibv_qp_init_attr qa{};
 	qa.send_cq = qa.recv_cq = cq;
-	qa.qp_type = IBV_QPT_RC;
+	qa.qp_type = IBV_QPT_XRC_SEND;
 	qa.cap.max_send_wr = qa.cap.max_recv_wr = 1;
 	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
 	errno = 0;
 	EXPECT_EQ(ibv_create_qp(pd, &qa), nullptr);
 	EXPECT_EQ(errno, EOPNOTSUPP);
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_sge = soft::kMaxSge + 1;
+	errno = 0;
+	EXPECT_EQ(ibv_create_qp(pd, &qa), nullptr);
+	EXPECT_EQ(errno, EINVAL);
+	qa.cap.max_send_sge = 1;
+	ibv_qp *qp = ibv_create_qp(pd, &qa);
+	ASSERT_NE(qp, nullptr);
+	EXPECT_EQ(qp->state, IBV_QPS_RESET);
+	EXPECT_EQ(ibv_destroy_cq(cq), EBUSY); // the QP uses it
+	EXPECT_EQ(ibv_destroy_qp(qp), 0);
 	ibv_qp_init_attr_ex qx{};
 	std::memcpy(&qx, &qa, sizeof(qa));
 	qx.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	qx.pd = pd;
 	qx.send_ops_flags = IBV_QP_EX_WITH_SEND;
-	errno = 0;
-	EXPECT_EQ(ibv_create_qp_ex(ctx, &qx), nullptr);
-	EXPECT_EQ(errno, EOPNOTSUPP);
+	qp = ibv_create_qp_ex(ctx, &qx);
+	ASSERT_NE(qp, nullptr);
+	EXPECT_NE(ibv_qp_to_qp_ex(qp), nullptr);
+	EXPECT_EQ(ibv_destroy_qp(qp), 0);
 	EXPECT_EQ(ibv_qp_to_qp_ex(nullptr), nullptr);
 	errno = 0;
 	EXPECT_EQ(ibv_alloc_mw(pd, IBV_MW_TYPE_1), nullptr);

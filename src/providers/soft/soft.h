@@ -7,10 +7,11 @@
 //   SoftDevice::spec() / gid()      the device's addresses, GID table, port MTU
 //   post_async_event()              (src/verbs/provider.h) QP/CQ/SRQ/port events
 //
-// QPs are not implemented yet: create_qp and friends report EOPNOTSUPP (docs/verbs.md).
+// QPs and the data path live in soft_qp.h/.cpp (the transport engine behind a UDP socket).
 #pragma once
 
 #include "providers/soft/soft_config.h"
+#include "rc/engine.h"
 #include "verbs/provider.h"
 
 #include <atomic>
@@ -32,6 +33,7 @@ constexpr int kMaxSrqWr = 16384;
 constexpr int kMaxSge = 32;
 
 class SoftContext;
+class Hub;
 
 // ---- memory regions -------------------------------------------------------------------------------
 
@@ -135,6 +137,7 @@ struct SoftAh {
 	ibv_ah_attr attr{};
 	IpAddr dest;      // from attr.grh.dgid
 	IpAddr source;    // GID attr.grh.sgid_index of the device
+	rc::AddressVector av; // the same, as the engine takes it (UD sends)
 };
 
 // Completion queue: a ring of ibv_wc, plus the request-notification state.
@@ -158,24 +161,15 @@ struct SoftCq : verbs::CqBase {
 	static SoftCq *from(ibv_cq *cq) { return static_cast<SoftCq *>(verbs::CqBase::from(cq)); }
 };
 
-// One posted receive: what the responder scatters into.
-struct RecvWqe {
-	uint64_t wr_id = 0;
-	uint32_t num_sge = 0;
-	ibv_sge sge[kMaxSge];
-};
-
+// A shared receive queue: the engine holds the WQEs (its SRQ is the one the responder takes from).
 struct SoftSrq : verbs::SrqBase {
 	SoftContext *ctx = nullptr;
-	std::mutex mu; // guards everything below
-	uint32_t max_wr = 0, max_sge = 0, limit = 0;
-	std::vector<RecvWqe> ring;
-	size_t head = 0, count = 0;
+	Hub *hub = nullptr;
+	rc::Srq *engine = nullptr;
+	uint32_t srqn = 0;
+	uint32_t max_wr = 0, max_sge = 0;
 
 	int post(ibv_recv_wr *wr, ibv_recv_wr **bad);
-	// Take the oldest receive. Queues IBV_EVENT_SRQ_LIMIT_REACHED (and disarms the limit) when
-	// the number of WQEs drops below an armed limit (IBA 10.2.9.2).
-	bool pop(RecvWqe *out);
 	static SoftSrq *from(ibv_srq *srq) { return static_cast<SoftSrq *>(verbs::SrqBase::from(srq)); }
 };
 
@@ -213,11 +207,22 @@ public:
 	ibv_ah *create_ah(ibv_pd *pd, const ibv_ah_attr *attr) override;
 	int destroy_ah(ibv_ah *ah) override;
 
+	ibv_qp *create_qp(ibv_qp_init_attr_ex *attr) override;
+	int modify_qp(ibv_qp *qp, ibv_qp_attr *attr, int mask) override;
+	int query_qp(ibv_qp *qp, ibv_qp_attr *attr, int mask, ibv_qp_init_attr *init) override;
+	int destroy_qp(ibv_qp *qp) override;
+
 	void close() override;
 
+	// The device's transport, started on first use (QP or SRQ) and held until close.
+	Hub *hub(int *err);
+	bool owns(const ibv_pd *pd) const { return pd && pd->context == &vctx.context; }
+	bool owns(const ibv_cq *cq) const { return cq && cq->context == &vctx.context; }
+
 private:
-	bool owns(ibv_pd *pd) const { return pd && pd->context == &vctx.context; }
 	SoftDevice *dev_;
+	Hub *hub_ = nullptr;
+	std::mutex hub_mu_;
 };
 
 // Access bits that reg_mr accepts (the rest of the defined bits are EOPNOTSUPP / EINVAL).

@@ -1,5 +1,7 @@
 // Soft provider: completion queues (plain and extended) and shared receive queues.
 #include "providers/soft/soft.h"
+#include "providers/soft/soft_qp.h"
+#include "rc/recv_queue.h"
 
 #include <cerrno>
 #include <cstring>
@@ -174,70 +176,59 @@ int SoftContext::destroy_cq(ibv_cq *cq)
 }
 
 // ---- shared receive queues ------------------------------------------------------------------------
+// The engine owns the receive WQEs (its responder takes them); these calls translate and check.
 
 int SoftSrq::post(ibv_recv_wr *wr, ibv_recv_wr **bad)
 {
-	std::lock_guard<std::mutex> lock(mu);
-	for (; wr; wr = wr->next) {
-		int err = 0;
-		if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > max_sge ||
-		    (wr->num_sge > 0 && !wr->sg_list))
-			err = EINVAL;
-		else if (count == max_wr)
-			err = ENOMEM; // queue full
-		if (err) {
-			if (bad)
-				*bad = wr;
-			return err;
+	static_assert(sizeof(ibv_sge) == sizeof(rc::Sge), "ibv_sge and rc::Sge share a layout");
+	return hub->transport().with_engine([&](rc::Engine &e, uint64_t) {
+		for (; wr; wr = wr->next) {
+			rc::RecvWr r;
+			r.wr_id = wr->wr_id;
+			r.sg_list = reinterpret_cast<const rc::Sge *>(wr->sg_list);
+			r.num_sge = wr->num_sge;
+			int err = (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > max_sge)
+					  ? EINVAL
+					  : e.post_srq_recv(engine, r);
+			if (err) {
+				if (bad)
+					*bad = wr;
+				return err;
+			}
 		}
-		RecvWqe &w = ring[(head + count) % ring.size()];
-		w.wr_id = wr->wr_id;
-		w.num_sge = static_cast<uint32_t>(wr->num_sge);
-		for (int i = 0; i < wr->num_sge; i++)
-			w.sge[i] = wr->sg_list[i];
-		count++;
-	}
-	return 0;
-}
-
-bool SoftSrq::pop(RecvWqe *out)
-{
-	bool limit_event = false;
-	{
-		std::lock_guard<std::mutex> lock(mu);
-		if (!count)
-			return false;
-		*out = ring[head];
-		head = (head + 1) % ring.size();
-		count--;
-		if (limit && count < limit) {
-			limit = 0; // one event per arming
-			limit_event = true;
-		}
-	}
-	if (limit_event) {
-		ibv_async_event ev{};
-		ev.element.srq = &ibv;
-		ev.event_type = IBV_EVENT_SRQ_LIMIT_REACHED;
-		verbs::post_async_event(ibv.context, ev);
-	}
-	return true;
+		return 0;
+	});
 }
 
 ibv_srq *SoftContext::create_srq(ibv_pd *pd, ibv_srq_init_attr *attr)
 {
 	ibv_srq_attr &a = attr->attr;
 	if (!owns(pd) || a.max_wr < 1 || a.max_wr > static_cast<uint32_t>(kMaxSrqWr) ||
-	    a.max_sge > static_cast<uint32_t>(kMaxSge)) {
+	    a.max_sge > static_cast<uint32_t>(kMaxSge) || a.srq_limit > a.max_wr) {
 		errno = EINVAL;
+		return nullptr;
+	}
+	int err = 0;
+	Hub *h = hub(&err);
+	if (!h) {
+		errno = err;
 		return nullptr;
 	}
 	auto *s = new SoftSrq;
 	s->ctx = this;
+	s->hub = h;
 	s->max_wr = a.max_wr;
 	s->max_sge = a.max_sge ? a.max_sge : 1;
-	s->ring.resize(a.max_wr);
+	err = h->transport().with_engine([&](rc::Engine &e, uint64_t) {
+		return e.create_srq(pd->handle, s->max_wr, s->max_sge, a.srq_limit, &s->engine, &s->srqn);
+	});
+	if (err) {
+		delete s;
+		errno = err;
+		return nullptr;
+	}
 	verbs::init_srq_fields(s, &vctx.context, pd, attr->srq_context);
+	h->add_srq(s->srqn, &s->ibv);
 	a.max_wr = s->max_wr; // report what was granted
 	a.max_sge = s->max_sge;
 	reinterpret_cast<SoftPd *>(pd)->users++;
@@ -249,25 +240,15 @@ int SoftContext::modify_srq(ibv_srq *srq, ibv_srq_attr *attr, int mask)
 	if (srq->context != &vctx.context)
 		return EINVAL;
 	SoftSrq *s = SoftSrq::from(srq);
-	std::lock_guard<std::mutex> lock(s->mu);
-	uint32_t new_max = (mask & IBV_SRQ_MAX_WR) ? attr->max_wr : s->max_wr;
-	// Validate both changes before applying either (IBA 11.2.3.3: limit <= max_wr).
-	if ((mask & IBV_SRQ_MAX_WR) &&
-	    (new_max < 1 || new_max > static_cast<uint32_t>(kMaxSrqWr) || new_max < s->count))
+	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
 		return EINVAL;
-	if ((mask & IBV_SRQ_LIMIT) && attr->srq_limit > new_max)
-		return EINVAL;
-	if (mask & IBV_SRQ_MAX_WR) {
-		std::vector<RecvWqe> ring(new_max);
-		for (size_t i = 0; i < s->count; i++)
-			ring[i] = s->ring[(s->head + i) % s->ring.size()];
-		s->ring.swap(ring);
-		s->head = 0;
-		s->max_wr = new_max;
-	}
-	if (mask & IBV_SRQ_LIMIT)
-		s->limit = attr->srq_limit;
-	return 0;
+	// Resizing an SRQ is not supported (docs/verbs.md); asking for the current size is fine.
+	if ((mask & IBV_SRQ_MAX_WR) && attr->max_wr != s->max_wr)
+		return EOPNOTSUPP;
+	if (!(mask & IBV_SRQ_LIMIT))
+		return 0;
+	return s->hub->transport().with_engine(
+		[&](rc::Engine &e, uint64_t) { return e.modify_srq(s->engine, attr->srq_limit); });
 }
 
 int SoftContext::query_srq(ibv_srq *srq, ibv_srq_attr *attr)
@@ -275,10 +256,9 @@ int SoftContext::query_srq(ibv_srq *srq, ibv_srq_attr *attr)
 	if (srq->context != &vctx.context)
 		return EINVAL;
 	SoftSrq *s = SoftSrq::from(srq);
-	std::lock_guard<std::mutex> lock(s->mu);
 	attr->max_wr = s->max_wr;
 	attr->max_sge = s->max_sge;
-	attr->srq_limit = s->limit;
+	attr->srq_limit = s->hub->transport().with_engine([&](rc::Engine &, uint64_t) { return s->engine->limit; });
 	return 0;
 }
 
@@ -287,6 +267,10 @@ int SoftContext::destroy_srq(ibv_srq *srq)
 	if (srq->context != &vctx.context)
 		return EINVAL;
 	SoftSrq *s = SoftSrq::from(srq);
+	int err = s->hub->transport().with_engine([&](rc::Engine &e, uint64_t) { return e.destroy_srq(s->engine); });
+	if (err)
+		return err; // EBUSY: a QP still uses it
+	s->hub->remove_srq(s->srqn);
 	reinterpret_cast<SoftPd *>(srq->pd)->users--;
 	verbs::destroy_sync_fields(&srq->mutex, &srq->cond);
 	delete s;

@@ -1,5 +1,6 @@
 // Soft provider: discovery, device and port attributes, GID table, context, PD, AH.
 #include "providers/soft/soft.h"
+#include "providers/soft/soft_qp.h"
 
 #include <arpa/inet.h>
 
@@ -95,6 +96,8 @@ verbs::ContextBase *SoftDevice::open()
 	ops.post_srq_recv = [](ibv_srq *srq, ibv_recv_wr *wr, ibv_recv_wr **bad) {
 		return SoftSrq::from(srq)->post(wr, bad);
 	};
+	ops.post_send = soft_post_send;
+	ops.post_recv = soft_post_recv;
 	return ctx;
 }
 
@@ -214,6 +217,8 @@ int SoftContext::query_gid_entry(uint32_t port, uint32_t index, ibv_gid_entry *e
 
 void SoftContext::close()
 {
+	if (hub_)
+		Hub::release(hub_);
 	pthread_mutex_destroy(&vctx.context.mutex);
 	delete this;
 }
@@ -260,6 +265,12 @@ ibv_ah *SoftContext::create_ah(ibv_pd *pd, const ibv_ah_attr *attr)
 	ah->ibv.pd = pd;
 	ah->attr = *attr;
 	ah->source = *src;
+	// The engine's form of the address (UD sends carry a pointer to it while queued).
+	std::memcpy(ah->av.dgid, attr->grh.dgid.raw, 16);
+	src->to_gid(ah->av.sgid);
+	ah->av.flow_label = attr->grh.flow_label;
+	ah->av.hop_limit = attr->grh.hop_limit ? attr->grh.hop_limit : 64;
+	ah->av.traffic_class = attr->grh.traffic_class;
 	const uint8_t *g = attr->grh.dgid.raw;
 	static const uint8_t v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 	if (std::memcmp(g, v4_prefix, 12) == 0) {

@@ -158,7 +158,9 @@ void UdpTransport::wake() {
 void UdpTransport::transmit(const rc::TxPacket& p) {
   if (tx_count_ == kBatch) flush_tx();
   TxSlot& s = tx_[tx_count_];
-  size_t hlen = write_transport_headers(p.pkt, s.hdr);
+  roce::Packet hdr = p.pkt;
+  hdr.payload_len = p.payload_len;  // sets PadCnt
+  size_t hlen = write_transport_headers(hdr, s.hdr);
   uint8_t pad = pad_for(p.payload_len);
 
   s.sock = socket_for(p.av->sgid);

@@ -1,0 +1,399 @@
+// QPs of the soft provider: verbs calls translated to the transport engine, under its lock.
+#include "providers/soft/soft_qp.h"
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace melon::soft {
+
+static_assert(sizeof(ibv_sge) == sizeof(rc::Sge) && offsetof(ibv_sge, lkey) == offsetof(rc::Sge, lkey),
+              "ibv_sge and rc::Sge share a layout, so scatter/gather lists pass through uncopied");
+static_assert(int(IBV_WR_SEND_WITH_INV) == int(rc::WrOpcode::send_with_inv) &&
+              int(IBV_WC_RECV_RDMA_WITH_IMM) == int(rc::WcOpcode::recv_rdma_with_imm) &&
+              int(IBV_WC_RNR_RETRY_EXC_ERR) == int(rc::WcStatus::rnr_retry_exc_err) &&
+              int(IBV_QP_DEST_QPN) == int(rc::kAttrDestQpn) && int(IBV_ACCESS_REMOTE_ATOMIC) == int(rc::kRemoteAtomic),
+              "the engine uses verbs' numeric values");
+
+constexpr uint32_t kMaxQpWr = 16384;
+constexpr uint32_t kMaxInline = 1024;
+constexpr uint8_t kMaxRdAtomic = 128;
+
+// ---- hub ----------------------------------------------------------------------------------------
+
+namespace {
+std::mutex g_hubs_mu;
+std::map<SoftDevice*, Hub*>& hubs() {
+  static auto* m = new std::map<SoftDevice*, Hub*>;  // never destroyed: progress threads may outlive statics
+  return *m;
+}
+}  // namespace
+
+Hub::Hub(SoftDevice* dev) : dev_(dev) {
+  std::vector<LocalAddress> addrs;
+  for (const IpAddr& a : dev->spec().addrs) {
+    LocalAddress l{};
+    a.to_gid(l.gid);
+    l.scope_id = a.scope_id;
+    addrs.push_back(l);
+  }
+  if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
+  transport_.reset(new UdpTransport(addrs, static_cast<rc::Memory&>(*this), static_cast<rc::EventSink*>(this)));
+}
+
+Hub* Hub::acquire(SoftDevice* dev, int* err) {
+  std::lock_guard<std::mutex> g(g_hubs_mu);
+  Hub*& h = hubs()[dev];
+  if (!h) {
+    auto* n = new Hub(dev);
+    if (int e = n->transport_->start()) {
+      delete n;
+      *err = e;
+      return nullptr;
+    }
+    h = n;
+  }
+  ++h->refs_;
+  return h;
+}
+
+void Hub::release(Hub* hub) {
+  std::lock_guard<std::mutex> g(g_hubs_mu);
+  if (--hub->refs_ > 0) return;
+  hubs().erase(hub->dev_);
+  hub->transport_->stop();
+  delete hub;
+}
+
+void Hub::add_qp(uint32_t qpn, ibv_qp* qp) {
+  std::lock_guard<std::mutex> g(map_mu_);
+  qps_[qpn] = qp;
+}
+void Hub::remove_qp(uint32_t qpn) {
+  std::lock_guard<std::mutex> g(map_mu_);
+  qps_.erase(qpn);
+}
+void Hub::add_srq(uint32_t srqn, ibv_srq* srq) {
+  std::lock_guard<std::mutex> g(map_mu_);
+  srqs_[srqn] = srq;
+}
+void Hub::remove_srq(uint32_t srqn) {
+  std::lock_guard<std::mutex> g(map_mu_);
+  srqs_.erase(srqn);
+}
+
+uint8_t* Hub::local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t access) {
+  void* host = nullptr;
+  return dev_->mrs().resolve_by_pd_handle(lkey, pd, addr, len, access, &host) == MrStatus::Ok
+             ? static_cast<uint8_t*>(host)
+             : nullptr;
+}
+
+uint8_t* Hub::remote(uint32_t pd, uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) {
+  return local(pd, rkey, va, len, access);
+}
+
+void Hub::qp_event(uint32_t qpn, rc::AsyncEvent ev) {
+  if (ev == rc::AsyncEvent::cq_err) return;  // the CQ reports its own overrun
+  std::lock_guard<std::mutex> g(map_mu_);
+  auto it = qps_.find(qpn);
+  if (it == qps_.end()) return;
+  ibv_async_event e{};
+  e.element.qp = it->second;
+  e.event_type = ibv_event_type(ev);
+  verbs::post_async_event(it->second->context, e);
+}
+
+void Hub::srq_event(uint32_t srqn, rc::AsyncEvent ev) {
+  std::lock_guard<std::mutex> g(map_mu_);
+  auto it = srqs_.find(srqn);
+  if (it == srqs_.end()) return;
+  ibv_async_event e{};
+  e.element.srq = it->second;
+  e.event_type = ibv_event_type(ev);
+  verbs::post_async_event(it->second->context, e);
+}
+
+bool CqForward::push(const rc::Wc& w) {
+  ibv_wc wc{};
+  wc.wr_id = w.wr_id;
+  wc.status = ibv_wc_status(w.status);
+  wc.opcode = ibv_wc_opcode(w.opcode);
+  wc.vendor_err = w.vendor_err;
+  wc.byte_len = w.byte_len;
+  if (w.wc_flags & rc::kWcWithInv)
+    wc.invalidated_rkey = w.imm;
+  else if (w.wc_flags & rc::kWcWithImm)
+    wc.imm_data = htonl(w.imm);
+  wc.qp_num = w.qp_num;
+  wc.src_qp = w.src_qp;
+  wc.wc_flags = w.wc_flags;
+  wc.pkey_index = w.pkey_index;
+  return cq->push(wc, w.solicited);
+}
+
+// ---- context ------------------------------------------------------------------------------------
+
+Hub* SoftContext::hub(int* err) {
+  std::lock_guard<std::mutex> g(hub_mu_);
+  if (!hub_) hub_ = Hub::acquire(dev_, err);
+  return hub_;
+}
+
+ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
+  auto fail = [](int e) -> ibv_qp* {
+    errno = e;
+    return nullptr;
+  };
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (attr->comp_mask & ~known) return fail(EOPNOTSUPP);  // XRC, RSS, create flags, ...
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !owns(attr->pd)) return fail(EINVAL);
+  rc::QpType type;
+  switch (attr->qp_type) {
+    case IBV_QPT_RC: type = rc::QpType::rc; break;
+    case IBV_QPT_UC: type = rc::QpType::uc; break;
+    case IBV_QPT_UD: type = rc::QpType::ud; break;
+    default: return fail(EOPNOTSUPP);  // RAW_PACKET, XRC, DRIVER
+  }
+  if (!owns(attr->send_cq) || !owns(attr->recv_cq)) return fail(EINVAL);
+  if (attr->srq && attr->srq->context != &vctx.context) return fail(EINVAL);
+  ibv_qp_cap& cap = attr->cap;
+  if (cap.max_send_wr > kMaxQpWr || cap.max_send_sge > uint32_t(kMaxSge) || cap.max_inline_data > kMaxInline ||
+      (!attr->srq && (cap.max_recv_wr > kMaxQpWr || cap.max_recv_sge > uint32_t(kMaxSge))))
+    return fail(EINVAL);
+  int err = 0;
+  Hub* h = hub(&err);
+  if (!h) return fail(err);
+
+  auto* qp = new SoftQp;
+  qp->ctx = this;
+  qp->hub = h;
+  qp->scq.cq = SoftCq::from(attr->send_cq);
+  qp->rcq.cq = SoftCq::from(attr->recv_cq);
+  rc::QpInit init;
+  init.type = type;
+  init.pd = attr->pd->handle;
+  init.send_cq = &qp->scq;
+  init.recv_cq = &qp->rcq;
+  init.srq = attr->srq ? SoftSrq::from(attr->srq)->engine : nullptr;
+  init.sq_sig_all = attr->sq_sig_all != 0;
+  // Grant at least one of everything, and inline up to what was asked (rounded to 64 bytes).
+  cap.max_send_wr = cap.max_send_wr ? cap.max_send_wr : 1;
+  cap.max_send_sge = cap.max_send_sge ? cap.max_send_sge : 1;
+  cap.max_inline_data = (cap.max_inline_data + 63) / 64 * 64;
+  if (attr->srq) {
+    cap.max_recv_wr = cap.max_recv_sge = 0;
+  } else {
+    cap.max_recv_wr = cap.max_recv_wr ? cap.max_recv_wr : 1;
+    cap.max_recv_sge = cap.max_recv_sge ? cap.max_recv_sge : 1;
+  }
+  init.cap.max_send_wr = cap.max_send_wr;
+  init.cap.max_recv_wr = cap.max_recv_wr;
+  init.cap.max_send_sge = cap.max_send_sge;
+  init.cap.max_recv_sge = cap.max_recv_sge;
+  init.cap.max_inline_data = cap.max_inline_data;
+  err = h->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.create_qp(init, &qp->qpn); });
+  if (err) {
+    delete qp;
+    return fail(err);
+  }
+  verbs::init_qp_fields(qp, &vctx.context, attr);
+  ibv_qp& q = qp->ibv.qp_base;
+  q.qp_num = qp->qpn;
+  q.handle = qp->qpn;
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+    if (int e = verbs::init_qp_ex_ops(qp, attr->send_ops_flags)) {
+      h->transport().with_engine([&](rc::Engine& en, uint64_t) { return en.destroy_qp(qp->qpn); });
+      delete qp;
+      return fail(e);
+    }
+  }
+  qp->init.qp_context = attr->qp_context;
+  qp->init.send_cq = attr->send_cq;
+  qp->init.recv_cq = attr->recv_cq;
+  qp->init.srq = attr->srq;
+  qp->init.cap = cap;
+  qp->init.qp_type = attr->qp_type;
+  qp->init.sq_sig_all = attr->sq_sig_all;
+  h->add_qp(qp->qpn, &q);
+  reinterpret_cast<SoftPd*>(attr->pd)->users++;
+  qp->scq.cq->users++;
+  qp->rcq.cq->users++;
+  return &q;
+}
+
+int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
+  if (ibqp->context != &vctx.context) return EINVAL;
+  SoftQp* qp = SoftQp::from(ibqp);
+  // No alternate paths (APM) or rate limits on a soft device.
+  if (mask & (IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_RATE_LIMIT)) return EINVAL;
+  if ((mask & IBV_QP_PORT) && a->port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > kMaxRdAtomic) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > kMaxRdAtomic) return EINVAL;
+  if ((mask & IBV_QP_ACCESS_FLAGS) &&
+      (a->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                              IBV_ACCESS_REMOTE_ATOMIC)))
+    return EINVAL;
+  rc::QpAttr r;
+  r.qp_state = rc::QpState(a->qp_state);
+  r.cur_qp_state = rc::QpState(a->cur_qp_state);
+  r.path_mtu = uint8_t(a->path_mtu);
+  r.qkey = a->qkey;
+  r.rq_psn = a->rq_psn;
+  r.sq_psn = a->sq_psn;
+  r.dest_qp_num = a->dest_qp_num;
+  r.qp_access_flags = a->qp_access_flags;
+  r.pkey_index = a->pkey_index;
+  r.max_rd_atomic = a->max_rd_atomic;
+  r.max_dest_rd_atomic = a->max_dest_rd_atomic;
+  r.min_rnr_timer = a->min_rnr_timer;
+  r.timeout = a->timeout;
+  r.retry_cnt = a->retry_cnt;
+  r.rnr_retry = a->rnr_retry;
+  if (mask & IBV_QP_AV) {
+    const ibv_ah_attr& ah = a->ah_attr;
+    if (!ah.is_global || ah.grh.flow_label > 0xfffff) return EINVAL;  // RoCE needs the GRH
+    const IpAddr* src = qp->ctx->device()->gid_address(ah.grh.sgid_index);
+    if (!src) return EINVAL;
+    std::memcpy(r.av.dgid, ah.grh.dgid.raw, 16);
+    src->to_gid(r.av.sgid);
+    r.av.flow_label = ah.grh.flow_label;
+    r.av.hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
+    r.av.traffic_class = ah.grh.traffic_class;
+  }
+  uint32_t emask = uint32_t(mask) & ~uint32_t(IBV_QP_PORT);
+  if (mask & IBV_QP_PORT) emask |= rc::kAttrPort;
+  int err = qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t now) {
+    return e.modify_qp(qp->qpn, r, emask, now);
+  });
+  if (!err && (mask & IBV_QP_STATE)) ibqp->state = a->qp_state;
+  return err;
+}
+
+int SoftContext::query_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask, ibv_qp_init_attr* init) {
+  if (ibqp->context != &vctx.context) return EINVAL;
+  SoftQp* qp = SoftQp::from(ibqp);
+  rc::QpAttr r;
+  int err = qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.query_qp(qp->qpn, &r, nullptr); });
+  if (err) return err;
+  (void)mask;  // everything is cheap to report
+  std::memset(a, 0, sizeof *a);
+  a->qp_state = ibv_qp_state(r.qp_state);
+  a->cur_qp_state = ibv_qp_state(r.cur_qp_state);
+  a->path_mtu = ibv_mtu(r.path_mtu);
+  a->path_mig_state = IBV_MIG_MIGRATED;
+  a->qkey = r.qkey;
+  a->rq_psn = r.rq_psn;
+  a->sq_psn = r.sq_psn;
+  a->dest_qp_num = r.dest_qp_num;
+  a->qp_access_flags = r.qp_access_flags;
+  a->cap = qp->init.cap;
+  a->ah_attr.is_global = 1;
+  a->ah_attr.port_num = 1;
+  std::memcpy(a->ah_attr.grh.dgid.raw, r.av.dgid, 16);
+  a->ah_attr.grh.flow_label = r.av.flow_label;
+  a->ah_attr.grh.hop_limit = r.av.hop_limit;
+  a->ah_attr.grh.traffic_class = r.av.traffic_class;
+  a->pkey_index = r.pkey_index;
+  a->sq_draining = r.sq_draining;
+  a->max_rd_atomic = r.max_rd_atomic;
+  a->max_dest_rd_atomic = r.max_dest_rd_atomic;
+  a->min_rnr_timer = r.min_rnr_timer;
+  a->port_num = 1;
+  a->timeout = r.timeout;
+  a->retry_cnt = r.retry_cnt;
+  a->rnr_retry = r.rnr_retry;
+  *init = qp->init;
+  return 0;
+}
+
+int SoftContext::destroy_qp(ibv_qp* ibqp) {
+  if (ibqp->context != &vctx.context) return EINVAL;
+  SoftQp* qp = SoftQp::from(ibqp);
+  qp->hub->remove_qp(qp->qpn);
+  qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.destroy_qp(qp->qpn); });
+  reinterpret_cast<SoftPd*>(ibqp->pd)->users--;
+  qp->scq.cq->users--;
+  qp->rcq.cq->users--;
+  verbs::release_qp_ex_ops(qp);
+  verbs::destroy_sync_fields(&ibqp->mutex, &ibqp->cond);
+  delete qp;
+  return 0;
+}
+
+// ---- data path ----------------------------------------------------------------------------------
+
+int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  SoftQp* qp = SoftQp::from(ibqp);
+  return qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t now) {
+    for (; wr; wr = wr->next) {
+      rc::SendWr w;
+      w.wr_id = wr->wr_id;
+      w.opcode = rc::WrOpcode(wr->opcode);
+      w.send_flags = wr->send_flags;
+      w.sg_list = reinterpret_cast<const rc::Sge*>(wr->sg_list);
+      w.num_sge = wr->num_sge;
+      int err = 0;
+      switch (wr->opcode) {
+        case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_RDMA_WRITE_WITH_IMM: w.imm = ntohl(wr->imm_data); break;
+        case IBV_WR_SEND_WITH_INV: w.invalidate_rkey = wr->invalidate_rkey; break;
+        default: break;
+      }
+      switch (wr->opcode) {
+        case IBV_WR_RDMA_WRITE:
+        case IBV_WR_RDMA_WRITE_WITH_IMM:
+        case IBV_WR_RDMA_READ:
+          w.remote_addr = wr->wr.rdma.remote_addr;
+          w.rkey = wr->wr.rdma.rkey;
+          break;
+        case IBV_WR_ATOMIC_CMP_AND_SWP:
+        case IBV_WR_ATOMIC_FETCH_AND_ADD:
+          w.remote_addr = wr->wr.atomic.remote_addr;
+          w.rkey = wr->wr.atomic.rkey;
+          w.compare_add = wr->wr.atomic.compare_add;
+          w.swap = wr->wr.atomic.swap;
+          break;
+        case IBV_WR_SEND:
+        case IBV_WR_SEND_WITH_IMM:
+        case IBV_WR_SEND_WITH_INV: break;
+        default: err = EINVAL;  // LOCAL_INV, BIND_MW, TSO, DRIVER1: not on a soft device
+      }
+      if (ibqp->qp_type == IBV_QPT_UD) {
+        if (!wr->wr.ud.ah || wr->wr.ud.ah->context != ibqp->context) err = EINVAL;
+        else {
+          w.ah = &reinterpret_cast<SoftAh*>(wr->wr.ud.ah)->av;
+          w.remote_qpn = wr->wr.ud.remote_qpn;
+          w.remote_qkey = wr->wr.ud.remote_qkey;
+        }
+      }
+      if (!err) err = e.post_send(qp->qpn, w, now);
+      if (err) {
+        if (bad) *bad = wr;
+        return err;
+      }
+    }
+    return 0;
+  });
+}
+
+int soft_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  SoftQp* qp = SoftQp::from(ibqp);
+  return qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t) {
+    for (; wr; wr = wr->next) {
+      rc::RecvWr r;
+      r.wr_id = wr->wr_id;
+      r.sg_list = reinterpret_cast<const rc::Sge*>(wr->sg_list);
+      r.num_sge = wr->num_sge;
+      int err = e.post_recv(qp->qpn, r);
+      if (err) {
+        if (bad) *bad = wr;
+        return err;
+      }
+    }
+    return 0;
+  });
+}
+
+}  // namespace melon::soft
