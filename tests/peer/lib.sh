@@ -379,7 +379,7 @@ peer_wait() {
   local i=$1 id=$2 limit=${3:-$((PEER_JOB_TIMEOUT + 30))}
   local d=$PEER_RUN/g$i/share/jobs/$id t0=$SECONDS
   [ -d "$d" ] || { peer_die "no job $id in guest $i"; return 1; }
-  while [ ! -f "$d/rc" ]; do
+  while [ ! -s "$d/rc" ]; do
     peer_guest_alive "$i" || { peer_log "guest $i is gone"; peer_console "$i" >&2; return 255; }
     (( SECONDS - t0 > limit )) && { peer_log "job $id in guest $i: no answer after $limit s"; return 124; }
     sleep 0.05
@@ -392,7 +392,7 @@ peer_wait() {
 }
 
 # peer_done <guest> <id>: 0 when the job has finished (peer_wait then returns at once).
-peer_done() { [ -f "$PEER_RUN/g$1/share/jobs/$2/rc" ]; }
+peer_done() { [ -s "$PEER_RUN/g$1/share/jobs/$2/rc" ]; }
 # peer_job_output <guest> <id>: what a running job has printed so far (stdout then stderr).
 peer_job_output() { cat "$PEER_RUN/g$1/share/jobs/$2/out" "$PEER_RUN/g$1/share/jobs/$2/err" 2>/dev/null; }
 
