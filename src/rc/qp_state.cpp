@@ -44,7 +44,7 @@ int EngineImpl::modify(Qp& qp, const QpAttr& a, uint32_t mask, uint64_t now) {
   if ((mask & kAttrRnrRetry) && a.rnr_retry > 7) return EINVAL;
   if ((mask & kAttrMinRnrTimer) && a.min_rnr_timer > 31) return EINVAL;
   if ((mask & kAttrDestQpn) && a.dest_qp_num > roce::kPsnMask) return EINVAL;
-  if ((mask & kAttrMaxDestRdAtomic) && a.max_dest_rd_atomic > 64) return EINVAL;
+
 
   if (to != QpState::reset && to != QpState::err) {
     const Transition* t = nullptr;

@@ -74,7 +74,7 @@ ibv_devinfo_v)
   expect $'phys_state:\t+LINK_UP \\(5\\)'
   expect $'max_qp_rd_atom:\t+128'
   expect $'num_comp_vectors:\t+1'
-  [ "$(grep -c 'PORT_ACTIVE (4)' "$out")" -eq 2 ] || fail "both ports ACTIVE"
+  [ "$(grep -c 'PORT_ACTIVE (4)' "$out")" -eq 3 ] || fail "every port ACTIVE"
   ;;
 ibv_devinfo_compat_paths)
   # An extended context too small to reach query_port/query_device_ex: ibv_devinfo falls back to
@@ -160,10 +160,11 @@ perftest_*)
   # Every result row: a size, an iteration count, and positive numbers after them.
   rows=$(awk '/^ *#bytes/{t=1; next} t && /^ *[0-9]+ +[0-9]+ /{print}' "$out")
   [ -n "$rows" ] || fail "no result rows"
-  echo "$rows" | awk '{ for (i = 3; i <= NF; i++) if ($i + 0 <= 0 && $i != "0.000000") bad = 1 } END { exit bad }' \
-    || fail "a result row has a zero or negative figure"
+  # Sane numbers: bandwidth tests a positive average (a receiving server may print peak 0),
+  # latency tests a positive minimum no larger than the average.
   case $bin in
     *_bw) echo "$rows" | awk '{ if ($4 + 0 <= 0) exit 1 }' || fail "zero bandwidth" ;;
+    *_lat) echo "$rows" | awk '{ if ($3 + 0 <= 0 || $3 + 0 > $6 + 0) exit 1 }' || fail "bad latency figures" ;;
   esac
   case "$opts" in
     *-a*) [ "$(echo "$rows" | sort -u | wc -l)" -ge 6 ] || fail "-a: expected a row per size" ;;
