@@ -177,7 +177,10 @@ struct Endpoint {
     w.wr_id = id;
     w.sg_list = &s;
     w.num_sge = 1;
-    if (ibv_post_recv(qp, &w, &bad)) die("ibv_post_recv");
+    if (int rc = ibv_post_recv(qp, &w, &bad)) {
+      errno = rc;
+      die("ibv_post_recv");
+    }
   }
 };
 
@@ -293,7 +296,10 @@ Result run_cell(int fd, Endpoint& e, const Dest& peer, Op op, uint32_t size, uin
       w.wr.rdma.remote_addr = peer.addr + (op == kRead ? 0 : kBuf);
       w.wr.rdma.rkey = peer.rkey;
     }
-    if (ibv_post_send(e.qp, &w, &bad)) die("ibv_post_send");
+    if (int rc = ibv_post_send(e.qp, &w, &bad)) {
+      errno = rc;
+      die("ibv_post_send");
+    }
   };
 
   bool ok = true;
@@ -309,25 +315,20 @@ Result run_cell(int fd, Endpoint& e, const Dest& peer, Op op, uint32_t size, uin
     if (atomic) ok &= *e.atomic_result() == atomic_start + i;  // each op saw the previous one's result
   }
   res.usec = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / lat_iters;
-  // Bandwidth: a window of kDepth/2 outstanding, every 8th signaled.
+  // Bandwidth: up to kDepth - 8 WRs in flight, every 8th signaled (a completion retires the WRs
+  // posted before it, which is how the send queue frees up).
   uint32_t bw_iters = atomic ? 0 : iters - lat_iters;
   t0 = Clock::now();
-  uint32_t posted = 0, outstanding = 0;
-  while (posted < bw_iters) {
-    while (posted < bw_iters && outstanding < kDepth / 2) {
+  uint32_t posted = 0, retired = 0;
+  while (retired < bw_iters) {
+    while (posted < bw_iters && posted - retired < kDepth - 8) {
       bool sig = (posted % 8 == 7) || posted + 1 == bw_iters;
       post(lat_iters + posted, sig);
       ++posted;
-      outstanding += sig;
     }
-    if (outstanding) {
-      ok &= e.wait(1);
-      --outstanding;
-    }
-  }
-  while (outstanding) {
-    ok &= e.wait(1);
-    --outstanding;
+    std::vector<ibv_wc> wcs;
+    ok &= e.wait(1, &wcs);
+    for (auto& wc : wcs) retired = uint32_t(wc.wr_id) - lat_iters + 1;
   }
   double sec = std::chrono::duration<double>(Clock::now() - t0).count();
   if (bw_iters) res.gbps = double(size) * bw_iters * 8 / sec / 1e9;
