@@ -47,7 +47,7 @@ protected:
 	{
 		setenv("MELON_SOFT_AUTO", "0", 1);
 		setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
-		setenv("MELON_SOFT_DEVICES", "qx0=127.0.0.2", 1);
+		setenv("MELON_SOFT_DEVICES", "qx0=127.0.1.4", 1);
 		list = ibv_get_device_list(nullptr);
 		ASSERT_NE(list, nullptr);
 		ASSERT_NE(list[0], nullptr);

@@ -48,7 +48,7 @@ protected:
 	{
 		setenv("MELON_SOFT_AUTO", "0", 1);
 		setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
-		setenv("MELON_SOFT_DEVICES", "t0=127.0.0.2,t1=127.0.0.3,t6=::1/mtu=1500", 1);
+		setenv("MELON_SOFT_DEVICES", "t0=127.0.1.2,t1=127.0.1.3,t6=::1/mtu=1500", 1);
 		list = ibv_get_device_list(&n);
 		ASSERT_NE(list, nullptr);
 		dev = find_device(list, "t0");
@@ -251,7 +251,7 @@ TEST_F(SoftVerbs, GidTableHoldsRoceV2Entries)
 {
 	ibv_gid_entry e{};
 	ASSERT_EQ(ibv_query_gid_ex(ctx, 1, 0, &e, 0), 0);
-	const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 2};
+	const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 1, 2};
 	EXPECT_EQ(std::memcmp(e.gid.raw, mapped, 16), 0);
 	EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);
 	EXPECT_EQ(e.gid_index, 0u);
@@ -312,7 +312,7 @@ TEST_F(SoftVerbs, SysfsIsSynthesised)
 	ASSERT_GT(ibv_read_sysfs_file(dev->ibdev_path, "ports/1/gid_attrs/types/0", b, sizeof(b)), 0);
 	EXPECT_STREQ(b, "RoCE v2");
 	ASSERT_GT(ibv_read_sysfs_file(dev->ibdev_path, "ports/1/gids/0", b, sizeof(b)), 0);
-	EXPECT_STREQ(b, "0000:0000:0000:0000:0000:ffff:7f00:0002");
+	EXPECT_STREQ(b, "0000:0000:0000:0000:0000:ffff:7f00:0102");
 	ASSERT_GT(ibv_read_sysfs_file(dev->ibdev_path, "ports/1/state", b, sizeof(b)), 0);
 	EXPECT_STREQ(b, "4: ACTIVE");
 	errno = 0;
@@ -838,13 +838,13 @@ TEST_F(SoftVerbs, AddressHandlesNeedAGrhAndAValidSourceGid)
 	a.is_global = 1;
 	a.grh.sgid_index = 0;
 	a.grh.hop_limit = 64;
-	const uint8_t peer[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 3};
+	const uint8_t peer[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 1, 3};
 	std::memcpy(a.grh.dgid.raw, peer, 16);
 	ibv_ah *ah = ibv_create_ah(pd, &a);
 	ASSERT_NE(ah, nullptr);
 	auto *sah = reinterpret_cast<soft::SoftAh *>(ah);
-	EXPECT_EQ(sah->dest.str(), "127.0.0.3");
-	EXPECT_EQ(sah->source.str(), "127.0.0.2");
+	EXPECT_EQ(sah->dest.str(), "127.0.1.3");
+	EXPECT_EQ(sah->source.str(), "127.0.1.2");
 	EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);
 	EXPECT_EQ(ibv_destroy_ah(ah), 0);
 
@@ -875,7 +875,7 @@ TEST_F(SoftVerbs, AddressHandleFromAReceivedRoceV2Ipv4Message)
 	uint8_t *ip = reinterpret_cast<uint8_t *>(&grh) + 20;
 	ip[0] = 0x45;
 	ip[1] = 0x10; // DSCP/ECN
-	const uint8_t src[4] = {127, 0, 0, 9}, dst[4] = {127, 0, 0, 2};
+	const uint8_t src[4] = {127, 0, 0, 9}, dst[4] = {127, 0, 1, 2};
 	std::memcpy(ip + 12, src, 4);
 	std::memcpy(ip + 16, dst, 4);
 	ibv_wc wc{};
