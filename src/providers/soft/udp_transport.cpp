@@ -314,7 +314,11 @@ void UdpTransport::run() {
       ts.tv_nsec = long(wait % 1000000000ull);
       tsp = &ts;
     }
+#if defined(__linux__)
     int r = ppoll(fds.data(), fds.size(), tsp, nullptr);
+#else
+    int r = poll(fds.data(), nfds_t(fds.size()), tsp ? int((uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec) + 999999) / 1000000) : -1);
+#endif
     if (r < 0 && errno != EINTR) break;
     if (fds[nsock].revents & POLLIN) {
       char buf[64];

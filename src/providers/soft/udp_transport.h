@@ -15,6 +15,14 @@
 
 #include "rc/engine.h"
 
+#if !defined(__linux__)
+// sendmmsg/recvmmsg are Linux's; elsewhere the same batches go out one sendmsg at a time.
+struct mmsghdr {
+  msghdr msg_hdr;
+  unsigned msg_len;
+};
+#endif
+
 namespace melon::soft {
 
 struct TransportStats {
