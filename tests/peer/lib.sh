@@ -419,15 +419,22 @@ peer_counter() { peer_run "$1" "cat /sys/class/infiniband/rxe0/ports/1/hw_counte
 # the host side's), as the captures in tests/data were taken. peer_capture_stop ends it.
 peer_capture_start() {
   local file=$1 filter=${2:-udp port 4791 or tcp port 18515}
-  ip netns exec "$PEER_NS" tcpdump -q -n -i br0 -s 9216 -B 32768 -U -w "$file" "$filter" \
+  ip netns exec "$PEER_NS" tcpdump -q -n -i br0 -s 9216 -B 32768 -U --immediate-mode -w "$file" "$filter" \
     2>"$PEER_RUN/capture.log" &
-  PEER_CAPTURE_PID=$!
+  PEER_CAPTURE_PID=$! PEER_CAPTURE_FILE=$file
   local k
   for ((k = 0; k < 50; k++)); do grep -q 'listening on' "$PEER_RUN/capture.log" 2>/dev/null && return 0; sleep 0.1; done
   peer_log "tcpdump did not start: $(cat "$PEER_RUN/capture.log")"; return 1
 }
 peer_capture_stop() {
   [ -n "${PEER_CAPTURE_PID:-}" ] || return 0
+  # tcpdump drops what it has not yet read from the kernel when signalled: first let the file stop growing.
+  local k a b=-1
+  for ((k = 0; k < 30; k++)); do
+    a=$(stat -c %s "$PEER_CAPTURE_FILE" 2>/dev/null || echo 0)
+    [ "$a" = "$b" ] && break
+    b=$a; sleep 0.3
+  done
   kill -INT "$PEER_CAPTURE_PID" 2>/dev/null; wait "$PEER_CAPTURE_PID" 2>/dev/null
   PEER_CAPTURE_PID=
   tail -3 "$PEER_RUN/capture.log" >&2
