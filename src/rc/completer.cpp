@@ -121,6 +121,7 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
       qp.una_psn = psn;
       if (type == AckType::rnr_nak) {
         ++qp.counters.rnr_naks_received;
+        if (qp.rnr_deadline && !progressed) return;  // a duplicate of the NAK being waited out
         if (qp.attr.rnr_retry != 7) {
           if (qp.rnr_left == 0) {
             complete_send(qp, w, WcStatus::rnr_retry_exc_err);
@@ -139,6 +140,11 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
         // Packets already in flight behind an RNR-NAKed one draw a sequence NAK for the same PSN
         // (rxe-rc-rnr.pcap); the RNR back-off already covers them, and only rnr_retry may count.
         if (qp.rnr_deadline) return;
+        // One retry per NAKed PSN: a duplicated or reordered copy of a NAK already acted on
+        // must not cost another retry (only new information does).
+        if (!progressed && qp.seq_nak_pending && qp.seq_nak_psn == psn) return;
+        qp.seq_nak_pending = true;
+        qp.seq_nak_psn = psn;
         if (progressed) qp.retry_left = qp.attr.retry_cnt;
         if (qp.retry_left == 0) {
           complete_send(qp, w, WcStatus::retry_exc_err);
@@ -259,13 +265,16 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
 
   if (progressed) {
     qp.implied_nak_pending = false;
+    qp.seq_nak_pending = false;
     qp.retry_left = qp.attr.retry_cnt;
     qp.rnr_left = qp.attr.rnr_retry;
-    if (qp.sq_count == 0) {
+    // The oldest unacknowledged PSN: the head WQE's first one (or later, after a partial ACK), or
+    // the next to send when nothing started is outstanding (else the window would stay shut).
+    const SendWqe* h = qp.sq_count ? &qp.sq[qp.sq_index(qp.sq_head)] : nullptr;
+    if (!h || !h->started) {
       qp.una_psn = qp.next_psn;
-    } else {
-      const SendWqe& h = qp.sq[qp.sq_index(qp.sq_head)];
-      if (h.started && psn_diff(h.first_psn, qp.una_psn) > 0) qp.una_psn = h.first_psn;
+    } else if (psn_diff(h->first_psn, qp.una_psn) > 0) {
+      qp.una_psn = h->first_psn;
     }
     arm_retrans(qp, now);
   }
@@ -282,7 +291,10 @@ void EngineImpl::on_timer(Qp& qp, uint64_t now) {
     qp.retrans_deadline = 0;
     if (!qp.sq_count) return;
     SendWqe& w = qp.sq[qp.sq_index(qp.sq_head)];
-    if (!w.started) return;
+    if (!w.started) {  // nothing on the wire: just move on
+      requester_progress(qp, now);
+      return;
+    }
     ++qp.counters.timeouts;
     if (qp.retry_left == 0) {
       complete_send(qp, w, WcStatus::retry_exc_err);
@@ -293,6 +305,7 @@ void EngineImpl::on_timer(Qp& qp, uint64_t now) {
     ++qp.counters.retransmits;
     qp.read_gap_pending = false;
     qp.implied_nak_pending = false;
+    qp.seq_nak_pending = false;
     rewind(qp, w.wr.opcode == WrOpcode::rdma_read ? w.read_next_psn : qp.una_psn);
     arm_retrans(qp, now);
     requester_progress(qp, now);

@@ -74,6 +74,8 @@ class Qp {
   uint32_t read_gap_psn = 0;
   bool implied_nak_pending = false;  // rewound for an ACK that covered an unanswered READ/atomic
   uint32_t implied_nak_psn = 0;      // ... that WQE's first PSN
+  bool seq_nak_pending = false;      // went back to seq_nak_psn for a PSN sequence NAK
+  uint32_t seq_nak_psn = 0;
   bool sq_drained_event_pending = false;
 
   // ---- receive side (responder)
