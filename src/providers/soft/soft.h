@@ -216,12 +216,13 @@ public:
 
 	// The device's transport, started on first use (QP or SRQ) and held until close.
 	Hub *hub(int *err);
+	Hub *hub_if_started() const { return hub_.load(std::memory_order_acquire); }
 	bool owns(const ibv_pd *pd) const { return pd && pd->context == &vctx.context; }
 	bool owns(const ibv_cq *cq) const { return cq && cq->context == &vctx.context; }
 
 private:
 	SoftDevice *dev_;
-	Hub *hub_ = nullptr;
+	std::atomic<Hub *> hub_{nullptr};
 	std::mutex hub_mu_;
 };
 

@@ -85,7 +85,15 @@ verbs::ContextBase *SoftDevice::open()
 		return nullptr;
 	}
 	ibv_context_ops &ops = ctx->vctx.context.ops;
-	ops.poll_cq = [](ibv_cq *cq, int n, ibv_wc *wc) { return SoftCq::from(cq)->poll(n, wc); };
+	ops.poll_cq = [](ibv_cq *cq, int n, ibv_wc *wc) {
+		SoftCq *c = SoftCq::from(cq);
+		int got = c->poll(n, wc);
+		// An empty CQ: do the progress thread's work here rather than wait for it to be scheduled.
+		if (got == 0)
+			if (Hub *h = c->ctx->hub_if_started(); h && h->transport().poll_progress())
+				got = c->poll(n, wc);
+		return got;
+	};
 	ops.req_notify_cq = [](ibv_cq *cq, int solicited_only) {
 		SoftCq *c = SoftCq::from(cq);
 		std::lock_guard<std::mutex> lock(c->mu);

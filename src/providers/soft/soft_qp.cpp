@@ -137,7 +137,7 @@ bool CqForward::push(const rc::Wc& w) {
 
 Hub* SoftContext::hub(int* err) {
   std::lock_guard<std::mutex> g(hub_mu_);
-  if (!hub_) hub_ = Hub::acquire(dev_, err);
+  if (!hub_) hub_.store(Hub::acquire(dev_, err), std::memory_order_release);
   return hub_;
 }
 

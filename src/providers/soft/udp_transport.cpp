@@ -236,7 +236,9 @@ void UdpTransport::after_engine_call() {
   if (d < armed_deadline_) wake();
 }
 
-void UdpTransport::receive_batch(size_t sock) {
+int UdpTransport::receive_batch(size_t sock) {
+  // Called with mu_ held: the receive buffers are shared with poll_progress(), and taking the
+  // datagrams under the lock keeps them in arrival order whoever reads them.
   const Socket& k = socks_[sock];
   for (int i = 0; i < kBatch; ++i) {
     rx_iov_[i] = {rx_buf_.data() + size_t(i) * kRxBuf, kRxBuf};
@@ -257,8 +259,7 @@ void UdpTransport::receive_batch(size_t sock) {
   }
   if (n == 0) n = -1;
 #endif
-  if (n <= 0) return;
-  std::lock_guard<std::mutex> g(mu_);
+  if (n <= 0) return 0;
   uint64_t now = now_ns();
   for (int i = 0; i < n; ++i) {
     const uint8_t* pkt = rx_buf_.data() + size_t(i) * kRxBuf;
@@ -287,6 +288,21 @@ void UdpTransport::receive_batch(size_t sock) {
   }
   engine_.tick(now);
   flush_tx();
+  return n;
+}
+
+bool UdpTransport::poll_progress() {
+  if (!running_ || !mu_.try_lock()) return false;  // the progress thread is at it already
+  int got = 0;
+  for (size_t s = 0; s < socks_.size(); ++s)
+    if (socks_[s].fd >= 0) got += receive_batch(s);
+  uint64_t now = now_ns();
+  if (engine_.next_deadline() <= now) {
+    engine_.tick(now);
+    flush_tx();
+  }
+  mu_.unlock();
+  return got > 0;
 }
 
 void UdpTransport::run() {
@@ -328,9 +344,8 @@ void UdpTransport::run() {
     for (size_t s = 0; s < nsock; ++s) {
       if (!(fds[s].revents & POLLIN)) continue;
       for (int i = 0; i < 16; ++i) {  // drain a burst, but look at timers in between
-        uint64_t before = stats_.rx_packets + stats_.rx_bad_icrc + stats_.rx_malformed;
-        receive_batch(which[s]);
-        if (stats_.rx_packets + stats_.rx_bad_icrc + stats_.rx_malformed == before) break;
+        std::lock_guard<std::mutex> g(mu_);
+        if (receive_batch(which[s]) <= 0) break;
       }
     }
     std::lock_guard<std::mutex> g(mu_);

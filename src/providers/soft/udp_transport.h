@@ -61,6 +61,11 @@ class UdpTransport final : private rc::Link {
     return f(engine_, now_ns());
   }
 
+  // Receive and process whatever has arrived, from the caller's thread (an application polling
+  // an empty CQ), so a busy-polling process needs no thread hand-off. False if nothing came or
+  // the progress thread holds the engine.
+  bool poll_progress();
+
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
 
@@ -69,7 +74,7 @@ class UdpTransport final : private rc::Link {
   void flush_tx();
   void after_engine_call();
   void run();
-  void receive_batch(size_t sock);
+  int receive_batch(size_t sock);  // with mu_ held
   void wake();
   size_t socket_for(const uint8_t sgid[16]) const;
 
