@@ -34,15 +34,16 @@ sleep 0.5
 tcp_bw=$(iperf3 -c 127.0.0.1 -p 5299 -t 5 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8 / 1e6)')
 
 # --- latency: 8-byte SEND ping-pong vs UDP ping-pong ---
-rdma_lat=$(pair ib_send_lat -s 8 -n 20000 | awk '/^ *8 /{print $6}')   # t_avg [usec]
-sockperf sr -i 127.0.0.1 -p 11111 > /dev/null 2>&1 &
+rdma_lat=$(pair ib_send_lat -s 8 -n 20000 | awk '/^ *8 /{print $6}')   # t_avg [usec], half a round trip
+sockperf server -i 127.0.0.1 -p 11111 > /dev/null 2>&1 &
 sleep 0.5
-udp_lat=$(sockperf pp -i 127.0.0.1 -p 11111 -m 8 -t 5 2>&1 | awk '/avg-latency/{for (i = 1; i <= NF; i++) if ($i ~ /^avg-latency=/) {split($i, a, "="); print a[2]}}')
-# sockperf reports half the round trip, as perftest's *_lat does.
+# sockperf's smallest message is 14 bytes (its own header); it also reports half a round trip.
+udp_lat=$(sockperf ping-pong -i 127.0.0.1 -p 11111 -m 14 -t 5 2>&1 | sed 's/\x1b\[[0-9;]*m//g' |
+          awk -F'avg-latency=' '/avg-latency=/{split($2, a, " "); print a[1]}')
 
 printf '%-44s %12s %12s %8s\n' "comparison" "soft RoCE" "kernel" "ratio"
 printf '%-44s %9.1f MB/s %9.1f MB/s %8.3f\n' "ib_write_bw 64 KiB vs iperf3 TCP (MB/s)" "$rdma_bw" "$tcp_bw" \
   "$(python3 -c "print($rdma_bw / $tcp_bw)")"
-printf '%-44s %10.2f us %10.2f us %8.3f\n' "ib_send_lat 8 B vs sockperf UDP (us, one way)" "$rdma_lat" "$udp_lat" \
+printf '%-44s %10.2f us %10.2f us %8.3f\n' "ib_send_lat 8 B vs sockperf UDP 14 B (us)" "$rdma_lat" "$udp_lat" \
   "$(python3 -c "print($rdma_lat / $udp_lat)")"
 echo "rerun: ./melon bench   (machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
