@@ -26,22 +26,6 @@ WcOpcode wc_opcode_for(WrOpcode op) {
   }
 }
 
-// Copies READ response payload to byte offset `off` of the WQE's local segments.
-void scatter_local(SendWqe& w, uint32_t off, const uint8_t* src, uint32_t len) {
-  for (int i = 0; i < w.nseg && len; ++i) {
-    auto& s = w.seg[i];
-    if (off >= s.len) {
-      off -= s.len;
-      continue;
-    }
-    uint32_t n = s.len - off < len ? s.len - off : len;
-    memcpy(s.ptr + off, src, n);
-    src += n;
-    len -= n;
-    off = 0;
-  }
-}
-
 WcStatus status_for_nak(uint8_t code) {
   switch (NakCode(code)) {
     case NakCode::invalid_request: return WcStatus::rem_inv_req_err;
@@ -199,7 +183,7 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
         to_error(qp);
         return;
       }
-      scatter_local(w, off, p.payload, p.payload_len);
+      copy_to_segments(w.seg, w.nseg, off, p.payload, p.payload_len);
       w.read_next_psn = psn_add(psn, 1);
       qp.una_psn = w.read_next_psn;
       progressed = true;

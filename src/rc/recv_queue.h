@@ -49,6 +49,9 @@ class RecvQueue {
 // Resolves and stores a receive WR; false (EINVAL) if it has too many SGEs.
 bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge, Memory& mem, uint32_t pd);
 
+// Copies `len` bytes to byte offset `off` of a list of segments (the caller checked the total).
+void copy_to_segments(const RecvWqe::Seg* seg, int nseg, uint32_t off, const uint8_t* src, uint32_t len);
+
 // Copies `len` bytes to byte offset `off` of the WQE's scatter list; false if it doesn't fit.
 bool scatter(const RecvWqe& w, uint32_t off, const uint8_t* src, uint32_t len);
 

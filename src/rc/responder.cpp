@@ -29,10 +29,9 @@ bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge, Memory& mem, 
   return true;
 }
 
-bool scatter(const RecvWqe& w, uint32_t off, const uint8_t* src, uint32_t len) {
-  if (uint64_t(off) + len > w.length) return false;
-  for (int i = 0; i < w.nseg && len; ++i) {
-    const auto& s = w.seg[i];
+void copy_to_segments(const RecvWqe::Seg* seg, int nseg, uint32_t off, const uint8_t* src, uint32_t len) {
+  for (int i = 0; i < nseg && len; ++i) {
+    const auto& s = seg[i];
     if (off >= s.len) {
       off -= s.len;
       continue;
@@ -43,6 +42,11 @@ bool scatter(const RecvWqe& w, uint32_t off, const uint8_t* src, uint32_t len) {
     len -= n;
     off = 0;
   }
+}
+
+bool scatter(const RecvWqe& w, uint32_t off, const uint8_t* src, uint32_t len) {
+  if (uint64_t(off) + len > w.length) return false;
+  copy_to_segments(w.seg, w.nseg, off, src, len);
   return true;
 }
 
