@@ -3,7 +3,8 @@
 # a provider (today: the soft provider on 10.77.0.1), against stock tools on Linux Soft-RoCE (rxe) in a
 # qemu guest (10.77.0.2), in both directions, then a loss test with netem in the guest.
 #
-# Usage: gate.sh [--provider soft] [--mtu 1500|4200] [--results FILE] <dir with our libibverbs.so.1>
+# Usage: gate.sh [--provider soft] [--mtu 1500|4200] [--results FILE] [--capture FILE.pcap] <libdir>
+# <libdir> holds our libibverbs.so.1; --capture records br0 (RoCEv2 and the tools' TCP) for the whole run.
 # (tools/melonctl gate linux-peer is the front end.) Exit 0 all passed, 1 a check failed, 77 skipped
 # (this machine cannot run guests). PEER_GATE_MTU=4200 is the old way to pick the MTU.
 # PEER_GATE_ONLY=<regex> runs only the exchanges whose "tool direction" matches (for debugging).
@@ -14,12 +15,13 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 provider=soft
 mtu=${PEER_GATE_MTU:-1500}
-results=
+results= capture=
 while [ $# -gt 0 ]; do
   case $1 in
     --provider) provider=$2; shift 2 ;;
     --mtu) mtu=$2; shift 2 ;;
     --results) results=$2; shift 2 ;;
+    --capture) capture=$2; shift 2 ;;
     -*) echo "gate.sh: unknown option $1"; exit 2 ;;
     *) break ;;
   esac
@@ -69,6 +71,8 @@ peer_image || { echo "FAIL: cannot build the guest image"; exit 1; }
 peer_up 1 "$mtu" || { echo "FAIL: guest did not boot"; exit 1; }
 boot_s=$((SECONDS - t0))
 provider_setup || exit 1
+if [ -n "$capture" ]; then peer_capture_start "$capture" || echo "warning: no capture"; fi
+counters() { peer_run 1 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . *' 2>&1 | tr '\n' ' '; }
 
 ours() {  # ours CMD...: a stock tool on the host side of the namespace, on our library and provider
   peer_host env "${OUR_ENV[@]}" timeout -k 3 "${EX_TIMEOUT:-60}" "$@"
@@ -142,6 +146,7 @@ run_case() {
   "$fn" "$how" "$@"
   local secs=$((SECONDS - t)) result=PASS note=${checks_failed[*]:-}
   if [ ${#checks_failed[@]} -gt 0 ]; then
+    echo "rxe0 counters after the failure: $(counters)"
     local x=${XFAIL["$label $how $mtu"]:-${XFAIL["$label $how *"]:-}}
     if [ -n "$x" ]; then result=XFAIL; note="expected failure (known bug: $x): $note"
     else result=FAIL; failures=$((failures + 1)); fi
@@ -174,6 +179,7 @@ perf() {  # perf <how> <tool> <size> <iters> <extra args for both ends>
   local how=$1 tool=$2 size=$3 n=$4 extra=$5
   exchange "$how" "$tool -d rxe0 -x 1 -F -n $n -m $pmtu $extra" "$tool -d $OUR_DEV -x $OUR_GID -F -n $n -m $pmtu $extra"
   common "$tool" 1
+  check "$tool: both ends use path MTU $pmtu" [ "$(grep -Ec "^ *Mtu +: $pmtu\[B\]" <<<"$host_out"$'\n'"$guest_out")" = 2 ]
   local row="^[[:space:]]*$size[[:space:]]+$n[[:space:]]+([0-9.]+[[:space:]]+)+[0-9.]*[1-9][0-9.]*[[:space:]]*\$"
   check "$tool: result row '$size $n ...' with nonzero figures" has "$host_out"$'\n'"$guest_out" "$row"
   check "$tool: no error printed" bash -c '! grep -Eqi "error|failed|Couldn.t" <<<"$1"' _ "$host_out"$'\n'"$guest_out"
@@ -220,9 +226,15 @@ netem_off() { peer_run 1 "tc qdisc del dev eth0 root" >/dev/null 2>&1; }
 loss_case() {  # loss_case <how> <tool>
   local how=$1 tool=$2
   if ! out=$(netem_on 2>&1); then check "netem in the guest ($out)" false; return; fi
+  local c0; c0=$(counters)
   EX_TIMEOUT=90 exchange "$how" "$tool -d rxe0 -x 1 -F -n 200 -s 8192 -m $pmtu" \
     "$tool -d $OUR_DEV -x $OUR_GID -F -n 200 -s 8192 -m $pmtu"
   local st; st=$(netem_stats); echo "$st"
+  # What rxe saw of our recovery (informational; the figures are random): re-issued READs arrive as
+  # duplicate_request, our sequence-error NAKs as rcvd_seq_err, and so on.
+  local c1; c1=$(counters)
+  echo "rxe0 counter changes: $(join -t: <(tr ' ' '\n' <<<"$c0" | sort) <(tr ' ' '\n' <<<"$c1" | sort) |
+    awk -F: '$3 != $2 { printf "%s +%d ", $1, $3 - $2 }')"
   netem_off
   common "$tool" 1
   check "$tool: result row '8192 200 ...'" has "$host_out"$'\n'"$guest_out" '^[[:space:]]*8192[[:space:]]+200[[:space:]]+([0-9.]+[[:space:]]+)+[0-9.]*[1-9][0-9.]*[[:space:]]*$'
