@@ -210,40 +210,56 @@ for how in guest-server host-server; do
 done
 
 # ---------------------------------------------------------------------------------------------------
-# Loss: netem on the guest's eth0 egress, RoCEv2 (UDP 4791) only, as for the -loss captures: what the
-# guest sends is lost, delayed, reordered and duplicated before the bridge. Our side must recover:
-# as responder (guest writes: our NAKs, its go-back-N), as requester (our writes lose ACKs; our reads
-# lose responses and re-issue).
+# Loss: netem in the guest, on RoCEv2 (UDP 4791) only; the host kernel has no sch_netem.
+#   out: on eth0's egress, as for the -loss captures: what rxe sends is lost, delayed, reordered and
+#        duplicated before the bridge. Our side recovers as responder (rxe writes: our NAKs, its
+#        go-back-N) and as requester (our writes lose ACKs; our reads lose responses and re-issue).
+#   in:  on eth0's ingress, redirected through ifb0: what OUR side sends is impaired before rxe sees
+#        it (our WRITEs lost: rxe NAKs, we go back; our READ requests lost: our timer; our ACKs and
+#        READ responses lost: rxe retries and we answer the duplicates).
 NETEM=${PEER_GATE_NETEM:-loss 3% delay 5ms reorder 10% 50% duplicate 2%}
-netem_on() {
-  peer_run 1 "modprobe -a sch_prio sch_netem cls_u32 2>/dev/null; tc qdisc del dev eth0 root 2>/dev/null;
-    tc qdisc add dev eth0 root handle 1: prio &&
-    tc qdisc add dev eth0 parent 1:3 handle 30: netem $NETEM &&
-    tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:3"
+U32_ROCE='u32 match ip protocol 17 0xff match ip dport 4791 0xffff'
+netem_on() {  # netem_on out|in
+  local setup
+  if [ "$1" = out ]; then
+    setup="tc qdisc add dev eth0 root handle 1: prio &&
+      tc qdisc add dev eth0 parent 1:3 handle 30: netem $NETEM &&
+      tc filter add dev eth0 parent 1: protocol ip prio 1 $U32_ROCE flowid 1:3"
+  else
+    setup="ip link show ifb0 >/dev/null 2>&1 || ip link add ifb0 type ifb; ip link set ifb0 up &&
+      tc qdisc add dev eth0 handle ffff: ingress &&
+      tc filter add dev eth0 parent ffff: protocol ip prio 1 $U32_ROCE action mirred egress redirect dev ifb0 &&
+      tc qdisc add dev ifb0 root handle 30: netem $NETEM"
+  fi
+  peer_run 1 "modprobe -a sch_prio sch_netem sch_ingress cls_u32 act_mirred ifb 2>/dev/null
+    tc qdisc del dev eth0 root 2>/dev/null; tc qdisc del dev eth0 ingress 2>/dev/null
+    tc qdisc del dev ifb0 root 2>/dev/null; $setup"
 }
-netem_stats() { peer_run 1 "tc -s qdisc show dev eth0 | grep -A2 netem" 2>&1; }
-netem_off() { peer_run 1 "tc qdisc del dev eth0 root" >/dev/null 2>&1; }
-loss_case() {  # loss_case <how> <tool>
-  local how=$1 tool=$2
-  if ! out=$(netem_on 2>&1); then check "netem in the guest ($out)" false; return; fi
+netem_stats() { peer_run 1 "tc -s qdisc show dev eth0; tc -s qdisc show dev ifb0 2>/dev/null" 2>&1 | grep -A2 netem; }
+netem_off() { peer_run 1 "tc qdisc del dev eth0 root; tc qdisc del dev eth0 ingress; tc qdisc del dev ifb0 root" >/dev/null 2>&1; }
+loss_case() {  # loss_case <how> <tool> <out|in>
+  local how=$1 tool=$2 where=$3
+  if ! out=$(netem_on "$where" 2>&1); then check "netem in the guest ($out)" false; return; fi
   local c0; c0=$(counters)
   EX_TIMEOUT=90 exchange "$how" "$tool -d rxe0 -x 1 -F -n 200 -s 8192 -m $pmtu" \
     "$tool -d $OUR_DEV -x $OUR_GID -F -n 200 -s 8192 -m $pmtu"
   local st; st=$(netem_stats); echo "$st"
-  # What rxe saw of our recovery (informational; the figures are random): re-issued READs arrive as
-  # duplicate_request, our sequence-error NAKs as rcvd_seq_err, and so on.
+  # What rxe saw of the recovery (informational; the figures are random): re-issued READs arrive as
+  # duplicate_request, our sequence-error NAKs as rcvd_seq_err, rxe's timeouts as completer_retry_err.
   local c1; c1=$(counters)
   echo "rxe0 counter changes: $(join -t: <(tr ' ' '\n' <<<"$c0" | sort) <(tr ' ' '\n' <<<"$c1" | sort) |
     awk -F: '$3 != $2 { printf "%s +%d ", $1, $3 - $2 }')"
   netem_off
   common "$tool" 1
   check "$tool: result row '8192 200 ...'" has "$host_out"$'\n'"$guest_out" '^[[:space:]]*8192[[:space:]]+200[[:space:]]+([0-9.]+[[:space:]]+)+[0-9.]*[1-9][0-9.]*[[:space:]]*$'
-  local dropped; dropped=$(sed -n 's/.*dropped \([0-9]*\).*/\1/p' <<<"$st" | head -1)
+  local dropped; dropped=$(sed -n 's/.*dropped \([0-9]*\).*/\1/p' <<<"$st" | sort -n | tail -1)
   check "netem dropped packets (${dropped:-?})" [ "${dropped:-0}" -gt 0 ]
 }
-for how in guest-server host-server; do
-  run_case "ib_write_bw +netem" "$how" loss_case ib_write_bw
-  run_case "ib_read_bw +netem" "$how" loss_case ib_read_bw
+for where in out in; do
+  for how in guest-server host-server; do
+    run_case "ib_write_bw +netem rxe-$where" "$how" loss_case ib_write_bw "$where"
+    run_case "ib_read_bw +netem rxe-$where" "$how" loss_case ib_read_bw "$where"
+  done
 done
 
 peer_down

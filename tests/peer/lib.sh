@@ -32,7 +32,7 @@ PEER_GUEST_PACKAGES=(rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-u
 # Kernel modules copied into the root file system (with their dependencies); the rest of the
 # 390 MB module tree stays out of the image.
 PEER_ROOT_MODULES=(rdma_rxe crc32_generic crc32-pclmul rdma_ucm ib_umad ib_uverbs virtio_net 9p 9pnet_virtio
-                   sch_netem sch_prio sch_tbf sch_htb cls_u32 cls_basic act_mirred ifb veth)
+                   sch_netem sch_prio sch_tbf sch_htb sch_ingress cls_u32 cls_basic act_mirred ifb veth)
 # Modules the initramfs loads to mount the root file system.
 PEER_INITRD_MODULES=(virtio_pci virtio_blk ext4)
 
