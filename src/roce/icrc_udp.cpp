@@ -111,7 +111,7 @@ bool icrc_check_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len, u
   // bytes up to the end of the id and everything after it follows.
   size_t after = 8 + kIpv4HeaderSize + kUdpHeaderSize + body - 14;
   for (int pass = 0; pass < 2; ++pass) {
-    bool df = pass == 0;  // RoCE senders set DF; try it first
+    bool df = pass == 0;  // RoCE senders set DF: that case first
     uint32_t d = wire ^ icrc_with_id(hdr, 0, df, roce, body);
     for (int k = 0; k < 17; ++k)
       if (after >> k & 1) d = apply(s.inv_pow[k], d);
