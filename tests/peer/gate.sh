@@ -7,6 +7,8 @@
 # <libdir> holds our libibverbs.so.1; --capture records br0 (RoCEv2 and the tools' TCP) for the whole run.
 # (tools/melonctl gate linux-peer is the front end.) Exit 0 all passed, 1 a check failed, 77 skipped
 # (this machine cannot run guests). PEER_GATE_MTU=4200 is the old way to pick the MTU.
+# --extended adds more perftest modes (UC/UD perftest, multi-QP, bidirectional, inline, all sizes, send/atomic
+# latency, completion events): not in CI, for hunting bugs.
 # PEER_GATE_ONLY=<regex> runs only the exchanges whose "tool direction" matches (for debugging).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -15,13 +17,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 provider=soft
 mtu=${PEER_GATE_MTU:-1500}
-results= capture=
+results='' capture='' extended=0
 while [ $# -gt 0 ]; do
   case $1 in
     --provider) provider=$2; shift 2 ;;
     --mtu) mtu=$2; shift 2 ;;
     --results) results=$2; shift 2 ;;
     --capture) capture=$2; shift 2 ;;
+    --extended) extended=1; shift ;;
     -*) echo "gate.sh: unknown option $1"; exit 2 ;;
     *) break ;;
   esac
@@ -158,7 +161,8 @@ run_case() {
 common() {  # common <tool>: both ends exit 0, rxe accepted our packets (at least $2 of them)
   check "$1: ours exit 0" [ "$host_rc" = 0 ]
   check "$1: guest exit 0" [ "$guest_rc" = 0 ]
-  check "$1: rxe rcvd_pkts +$rcvd_delta >= $2 (accepted our ICRC)" [ "$rcvd_delta" -ge "$2" ]
+  local min=${RCVD_MIN:-$2}
+  check "$1: rxe rcvd_pkts +$rcvd_delta >= $min (accepted our ICRC)" [ "$rcvd_delta" -ge "$min" ]
 }
 
 # libibverbs example pingpongs: "<n> iters in <t> seconds = <x> usec/iter" and a nonzero bandwidth.
@@ -175,13 +179,13 @@ pp() {  # pp <how> <tool> <iters> <extra args for both ends>
 }
 
 # perftest: a result row "<size> <iters> ..." whose last figure (MsgRate or a latency) is nonzero.
-perf() {  # perf <how> <tool> <size> <iters> <extra args for both ends>
-  local how=$1 tool=$2 size=$3 n=$4 extra=$5
+perf() {  # perf <how> <tool> <size> <iters> <extra args for both ends> [<iters in the result row>]
+  local how=$1 tool=$2 size=$3 n=$4 extra=$5 rown=${6:-$4}
   exchange "$how" "$tool -d rxe0 -x 1 -F -n $n -m $pmtu $extra" "$tool -d $OUR_DEV -x $OUR_GID -F -n $n -m $pmtu $extra"
   common "$tool" 1
   check "$tool: both ends use path MTU $pmtu" [ "$(grep -Ec "^ *Mtu +: $pmtu\[B\]" <<<"$host_out"$'\n'"$guest_out")" = 2 ]
-  local row="^[[:space:]]*$size[[:space:]]+$n[[:space:]]+([0-9.]+[[:space:]]+)+[0-9.]*[1-9][0-9.]*[[:space:]]*\$"
-  check "$tool: result row '$size $n ...' with nonzero figures" has "$host_out"$'\n'"$guest_out" "$row"
+  local row="^[[:space:]]*${size}[[:space:]]+${rown}[[:space:]]+([0-9.]+[[:space:]]+)+[0-9.]*[1-9][0-9.]*[[:space:]]*\$"
+  check "$tool: result row '$size $rown ...' with nonzero figures" has "$host_out"$'\n'"$guest_out" "$row"
   check "$tool: no error printed" bash -c '! grep -Eqi "error|failed|Couldn.t" <<<"$1"' _ "$host_out"$'\n'"$guest_out"
 }
 
@@ -208,6 +212,38 @@ for how in guest-server host-server; do
   run_case ib_write_lat "$how" lat_case ib_write_lat
   run_case ib_read_lat "$how" lat_case ib_read_lat
 done
+
+# --extended: more modes of the same tools, both directions.
+ext_case() { perf "$@"; }
+# One-way UC/UD with rxe sending: rxe receives nothing (no ACKs), so rcvd_pkts may stay put.
+oneway_case() { if [ "$1" = host-server ]; then RCVD_MIN=0 perf "$@"; else perf "$@"; fi; }
+pp_case() { pp "$@"; }
+if [ "$extended" = 1 ]; then
+  for how in guest-server host-server; do
+    # UC has no recovery: 4 KiB x 100 (400 packets at MTU 1024) stays inside tap1's 1000-packet queue.
+    # A 64 KiB x 100 burst from our side overflows it while the TCG guest drains it (tap1 TX dropped
+    # 5038 of 6423 in one try, br0 passed all 6400 we sent), and rxe's UC receiver then waits forever.
+    run_case "ib_send_bw -c UC" "$how" oneway_case ib_send_bw 4096 100 "-c UC -s 4096"
+    run_case "ib_write_bw -c UC" "$how" oneway_case ib_write_bw 4096 100 "-c UC -s 4096"
+    run_case "ib_send_bw -c UD" "$how" oneway_case ib_send_bw "$pmtu" 100 "-c UD -s $pmtu"
+    run_case "ib_send_bw -q 4" "$how" ext_case ib_send_bw 65536 100 "-q 4 -s 65536" 400
+    run_case "ib_write_bw -q 4" "$how" ext_case ib_write_bw 65536 100 "-q 4 -s 65536" 400
+    run_case "ib_read_bw -q 4 -o 4" "$how" ext_case ib_read_bw 65536 100 "-q 4 -o 4 -s 65536" 400
+    run_case "ib_send_bw -b" "$how" ext_case ib_send_bw 65536 100 "-b -s 65536"
+    run_case "ib_write_bw -b" "$how" ext_case ib_write_bw 65536 100 "-b -s 65536"
+    run_case "ib_read_bw -b" "$how" ext_case ib_read_bw 65536 100 "-b -s 65536"
+    run_case "ib_write_bw 1MiB" "$how" ext_case ib_write_bw 1048576 20 "-s 1048576"
+    run_case "ib_read_bw 1MiB" "$how" ext_case ib_read_bw 1048576 20 "-s 1048576"
+    run_case "ib_write_bw -a" "$how" ext_case ib_write_bw 8388608 5 "-a"
+    run_case "ib_send_lat" "$how" ext_case ib_send_lat 2 100 "-s 2"
+    run_case "ib_send_lat -I 64 4KiB" "$how" ext_case ib_send_lat 4096 100 "-s 4096"
+    run_case "ib_write_lat -I 64" "$how" ext_case ib_write_lat 64 100 "-s 64 -I 64"
+    run_case "ib_atomic_lat" "$how" ext_case ib_atomic_lat 8 100 ""
+    run_case "ib_send_bw -e" "$how" ext_case ib_send_bw 65536 100 "-e -s 65536"
+    run_case "ibv_rc_pingpong -e" "$how" pp_case ibv_rc_pingpong 50 "-e -s 4096 -m $pmtu -c"
+  done
+fi
+
 
 # ---------------------------------------------------------------------------------------------------
 # Loss: netem in the guest, on RoCEv2 (UDP 4791) only; the host kernel has no sch_netem.
