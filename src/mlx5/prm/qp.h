@@ -154,7 +154,9 @@ MELON_PRM_STRUCT(query_qp_in, 128, MELON_PRM_QUERY_QP_IN)
   A(pas, 2176, 64)
 MELON_PRM_STRUCT(query_qp_out, 2176, MELON_PRM_QUERY_QP_OUT)
 
-#define MELON_PRM_RST2INIT_QP_IN(F, S, A) \
+// RST2INIT, INIT2INIT, INIT2RTR, RTR2RTS and RTS2RTS share one layout (PRM: modify QP commands
+// with a QP context); each command is still its own named structure.
+#define MELON_PRM_QP_TRANSITION_IN(F, S, A) \
   F(opcode, 0, 16) \
   F(uid, 16, 16) \
   F(op_mod, 48, 16) \
@@ -162,77 +164,22 @@ MELON_PRM_STRUCT(query_qp_out, 2176, MELON_PRM_QUERY_QP_OUT)
   F(opt_param_mask, 128, 32) \
   F(ece, 160, 32) \
   S(qpc, 192, qpc)
-MELON_PRM_STRUCT(rst2init_qp_in, 2176, MELON_PRM_RST2INIT_QP_IN)
 
-#define MELON_PRM_RST2INIT_QP_OUT(F, S, A) \
+#define MELON_PRM_QP_TRANSITION_OUT(F, S, A) \
   F(status, 0, 8) \
   F(syndrome, 32, 32) \
   F(ece, 96, 32)
-MELON_PRM_STRUCT(rst2init_qp_out, 128, MELON_PRM_RST2INIT_QP_OUT)
 
-#define MELON_PRM_INIT2INIT_QP_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(uid, 16, 16) \
-  F(op_mod, 48, 16) \
-  F(qpn, 72, 24) \
-  F(opt_param_mask, 128, 32) \
-  F(ece, 160, 32) \
-  S(qpc, 192, qpc)
-MELON_PRM_STRUCT(init2init_qp_in, 2176, MELON_PRM_INIT2INIT_QP_IN)
-
-#define MELON_PRM_INIT2INIT_QP_OUT(F, S, A) \
-  F(status, 0, 8) \
-  F(syndrome, 32, 32) \
-  F(ece, 96, 32)
-MELON_PRM_STRUCT(init2init_qp_out, 128, MELON_PRM_INIT2INIT_QP_OUT)
-
-#define MELON_PRM_INIT2RTR_QP_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(uid, 16, 16) \
-  F(op_mod, 48, 16) \
-  F(qpn, 72, 24) \
-  F(opt_param_mask, 128, 32) \
-  F(ece, 160, 32) \
-  S(qpc, 192, qpc)
-MELON_PRM_STRUCT(init2rtr_qp_in, 2176, MELON_PRM_INIT2RTR_QP_IN)
-
-#define MELON_PRM_INIT2RTR_QP_OUT(F, S, A) \
-  F(status, 0, 8) \
-  F(syndrome, 32, 32) \
-  F(ece, 96, 32)
-MELON_PRM_STRUCT(init2rtr_qp_out, 128, MELON_PRM_INIT2RTR_QP_OUT)
-
-#define MELON_PRM_RTR2RTS_QP_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(uid, 16, 16) \
-  F(op_mod, 48, 16) \
-  F(qpn, 72, 24) \
-  F(opt_param_mask, 128, 32) \
-  F(ece, 160, 32) \
-  S(qpc, 192, qpc)
-MELON_PRM_STRUCT(rtr2rts_qp_in, 2176, MELON_PRM_RTR2RTS_QP_IN)
-
-#define MELON_PRM_RTR2RTS_QP_OUT(F, S, A) \
-  F(status, 0, 8) \
-  F(syndrome, 32, 32) \
-  F(ece, 96, 32)
-MELON_PRM_STRUCT(rtr2rts_qp_out, 128, MELON_PRM_RTR2RTS_QP_OUT)
-
-#define MELON_PRM_RTS2RTS_QP_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(uid, 16, 16) \
-  F(op_mod, 48, 16) \
-  F(qpn, 72, 24) \
-  F(opt_param_mask, 128, 32) \
-  F(ece, 160, 32) \
-  S(qpc, 192, qpc)
-MELON_PRM_STRUCT(rts2rts_qp_in, 2176, MELON_PRM_RTS2RTS_QP_IN)
-
-#define MELON_PRM_RTS2RTS_QP_OUT(F, S, A) \
-  F(status, 0, 8) \
-  F(syndrome, 32, 32) \
-  F(ece, 96, 32)
-MELON_PRM_STRUCT(rts2rts_qp_out, 128, MELON_PRM_RTS2RTS_QP_OUT)
+MELON_PRM_STRUCT(rst2init_qp_in, 2176, MELON_PRM_QP_TRANSITION_IN)
+MELON_PRM_STRUCT(rst2init_qp_out, 128, MELON_PRM_QP_TRANSITION_OUT)
+MELON_PRM_STRUCT(init2init_qp_in, 2176, MELON_PRM_QP_TRANSITION_IN)
+MELON_PRM_STRUCT(init2init_qp_out, 128, MELON_PRM_QP_TRANSITION_OUT)
+MELON_PRM_STRUCT(init2rtr_qp_in, 2176, MELON_PRM_QP_TRANSITION_IN)
+MELON_PRM_STRUCT(init2rtr_qp_out, 128, MELON_PRM_QP_TRANSITION_OUT)
+MELON_PRM_STRUCT(rtr2rts_qp_in, 2176, MELON_PRM_QP_TRANSITION_IN)
+MELON_PRM_STRUCT(rtr2rts_qp_out, 128, MELON_PRM_QP_TRANSITION_OUT)
+MELON_PRM_STRUCT(rts2rts_qp_in, 2176, MELON_PRM_QP_TRANSITION_IN)
+MELON_PRM_STRUCT(rts2rts_qp_out, 128, MELON_PRM_QP_TRANSITION_OUT)
 
 #define MELON_PRM_SQERR2RTS_QP_IN(F, S, A) \
   F(opcode, 0, 16) \
@@ -260,18 +207,9 @@ MELON_PRM_STRUCT(qp_2err_in, 128, MELON_PRM_QP_2ERR_IN)
   F(syndrome, 32, 32)
 MELON_PRM_STRUCT(qp_2err_out, 128, MELON_PRM_QP_2ERR_OUT)
 
-#define MELON_PRM_QP_2RST_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(uid, 16, 16) \
-  F(op_mod, 48, 16) \
-  F(qpn, 72, 24)
-MELON_PRM_STRUCT(qp_2rst_in, 128, MELON_PRM_QP_2RST_IN)
+MELON_PRM_STRUCT(qp_2rst_in, 128, MELON_PRM_QP_2ERR_IN)
 
-#define MELON_PRM_QP_2RST_OUT(F, S, A) \
-  F(status, 0, 8) \
-  F(syndrome, 32, 32)
-MELON_PRM_STRUCT(qp_2rst_out, 128, MELON_PRM_QP_2RST_OUT)
-
+MELON_PRM_STRUCT(qp_2rst_out, 128, MELON_PRM_QP_2ERR_OUT)
 
 #define MELON_PRM_QP_STATE(V) \
   V(RST, 0)                   \
