@@ -19,7 +19,9 @@ namespace {
 
 struct FlatMemory : Memory {
   uint8_t* local(uint32_t, uint32_t, uint64_t a, uint32_t, uint32_t) override { return reinterpret_cast<uint8_t*>(a); }
-  uint8_t* remote(uint32_t, uint32_t, uint64_t va, uint32_t, uint32_t) override { return reinterpret_cast<uint8_t*>(va); }
+  uint8_t* remote(uint32_t, uint32_t, uint64_t va, uint32_t, uint32_t) override {
+    return reinterpret_cast<uint8_t*>(va);
+  }
 };
 
 struct CountCq : Cq {
@@ -62,7 +64,9 @@ void connect(Engine& e, uint32_t qpn, uint32_t peer, uint8_t mtu) {
   a.av.sgid[10] = a.av.sgid[11] = a.av.dgid[10] = a.av.dgid[11] = 0xff;
   a.av.sgid[15] = 2;
   a.av.dgid[15] = 3;
-  e.modify_qp(qpn, a, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer, 0);
+  e.modify_qp(qpn, a,
+              kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer,
+              0);
   a.qp_state = QpState::rts;
   a.max_rd_atomic = 16;
   e.modify_qp(qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0);

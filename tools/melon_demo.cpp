@@ -88,8 +88,9 @@ struct Endpoint {
     if (ibv_query_port(ctx, 1, &port)) die("ibv_query_port");
     pd = ibv_alloc_pd(ctx);
     if (!pd) die("ibv_alloc_pd");
-    mr = ibv_reg_mr(pd, buf.data(), buf.size(),
-                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+    mr = ibv_reg_mr(
+        pd, buf.data(), buf.size(),
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
     if (!mr) die("ibv_reg_mr");
     cq = ibv_create_cq(ctx, 4 * kDepth, nullptr, nullptr, 0);
     if (!cq) die("ibv_create_cq");
@@ -331,8 +332,10 @@ Result run_cell(int fd, Endpoint& e, const Dest& peer, Op op, uint32_t size, uin
     for (auto& wc : wcs) retired = uint32_t(wc.wr_id) - lat_iters + 1;
   }
   double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (bw_iters) res.gbps = double(size) * bw_iters * 8 / sec / 1e9;
-  else res.gbps = double(atomic ? 8 : size) * lat_iters * 8 / (res.usec * lat_iters / 1e6) / 1e9;
+  if (bw_iters)
+    res.gbps = double(size) * bw_iters * 8 / sec / 1e9;
+  else
+    res.gbps = double(atomic ? 8 : size) * lat_iters * 8 / (res.usec * lat_iters / 1e6) / 1e9;
 
   if (op == kSend || op == kWriteImm) {
     Msg r;
@@ -371,9 +374,12 @@ int main(int argc, char** argv) {
   uint32_t iters = 1000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--server-dev" && i + 1 < argc) sdev = argv[++i];
-    else if (a == "--client-dev" && i + 1 < argc) cdev = argv[++i];
-    else if (a == "--iters" && i + 1 < argc) iters = uint32_t(std::atoi(argv[++i]));
+    if (a == "--server-dev" && i + 1 < argc)
+      sdev = argv[++i];
+    else if (a == "--client-dev" && i + 1 < argc)
+      cdev = argv[++i];
+    else if (a == "--iters" && i + 1 < argc)
+      iters = uint32_t(std::atoi(argv[++i]));
     else {
       std::fprintf(stderr, "usage: melon-demo [--server-dev NAME] [--client-dev NAME] [--iters N]\n");
       return 2;

@@ -9,30 +9,30 @@
 
 /* A pointer stored in a 64-bit slot, whatever the pointer width. */
 #if UINTPTR_MAX == UINT64_MAX
-#define RDMA_UAPI_PTR(_type, _name)                                                                \
-	union {                                                                                    \
-		_type _name;                                                                       \
-		__aligned_u64 _name##_data_u64;                                                    \
-	}
+#define RDMA_UAPI_PTR(_type, _name) \
+  union {                           \
+    _type _name;                    \
+    __aligned_u64 _name##_data_u64; \
+  }
 #elif UINTPTR_MAX == UINT32_MAX
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-#define RDMA_UAPI_PTR(_type, _name)                                                                \
-	union {                                                                                    \
-		struct {                                                                           \
-			__u32 _name##_reserved;                                                    \
-			_type _name;                                                               \
-		};                                                                                 \
-		__aligned_u64 _name##_data_u64;                                                    \
-	}
+#define RDMA_UAPI_PTR(_type, _name) \
+  union {                           \
+    struct {                        \
+      __u32 _name##_reserved;       \
+      _type _name;                  \
+    };                              \
+    __aligned_u64 _name##_data_u64; \
+  }
 #else
-#define RDMA_UAPI_PTR(_type, _name)                                                                \
-	union {                                                                                    \
-		struct {                                                                           \
-			_type _name;                                                               \
-			__u32 _name##_reserved;                                                    \
-		};                                                                                 \
-		__aligned_u64 _name##_data_u64;                                                    \
-	}
+#define RDMA_UAPI_PTR(_type, _name) \
+  union {                           \
+    struct {                        \
+      _type _name;                  \
+      __u32 _name##_reserved;       \
+    };                              \
+    __aligned_u64 _name##_data_u64; \
+  }
 #endif
 #else
 #error "unsupported pointer width"

@@ -176,8 +176,8 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
       bool first = op.is(kStart), last = op.is(kEnd);
       // Length rules for responses (mirrors the responder's C9-87 checks).
       uint32_t remaining = w.length - off;
-      bool bad = first != (psn == w.first_psn) || last != (psn == w.last_psn) ||
-                 (!last && p.payload_len != qp.mtu) || (last && p.payload_len != remaining);
+      bool bad = first != (psn == w.first_psn) || last != (psn == w.last_psn) || (!last && p.payload_len != qp.mtu) ||
+                 (last && p.payload_len != remaining);
       if (bad) {
         complete_send(qp, w, WcStatus::bad_resp_err);
         to_error(qp);

@@ -38,15 +38,15 @@ struct SendWr {
   uint32_t send_flags = 0;  // SendFlag
   const Sge* sg_list = nullptr;
   int num_sge = 0;
-  uint32_t imm = 0;            // host order (verbs' __be32 converted by the host)
+  uint32_t imm = 0;  // host order (verbs' __be32 converted by the host)
   uint32_t invalidate_rkey = 0;
-  uint64_t remote_addr = 0;    // RDMA and atomics
+  uint64_t remote_addr = 0;  // RDMA and atomics
   uint32_t rkey = 0;
-  uint64_t compare_add = 0;    // CMP_SWAP compare / FETCH_ADD add
+  uint64_t compare_add = 0;  // CMP_SWAP compare / FETCH_ADD add
   uint64_t swap = 0;
   const AddressVector* ah = nullptr;  // UD
-  uint32_t remote_qpn = 0;            // UD
-  uint32_t remote_qkey = 0;           // UD
+  uint32_t remote_qpn = 0;  // UD
+  uint32_t remote_qkey = 0;  // UD
 };
 
 struct RecvWr {
@@ -141,36 +141,35 @@ struct QpInit {
 struct QpAttr {
   QpState qp_state = QpState::reset;
   QpState cur_qp_state = QpState::reset;
-  uint8_t path_mtu = 3;           // ibv_mtu
+  uint8_t path_mtu = 3;  // ibv_mtu
   uint32_t qkey = 0;
   uint32_t rq_psn = 0;
   uint32_t sq_psn = 0;
   uint32_t dest_qp_num = 0;
-  uint32_t qp_access_flags = 0;   // Access
+  uint32_t qp_access_flags = 0;  // Access
   uint16_t pkey_index = 0;
   AddressVector av;
-  uint8_t max_rd_atomic = 1;      // outstanding READ/atomic as requester
-  uint8_t max_dest_rd_atomic = 1; // as responder (replay cache size)
-  uint8_t min_rnr_timer = 0;      // code we send in RNR NAKs
-  uint8_t timeout = 14;           // local ACK timeout exponent
+  uint8_t max_rd_atomic = 1;  // outstanding READ/atomic as requester
+  uint8_t max_dest_rd_atomic = 1;  // as responder (replay cache size)
+  uint8_t min_rnr_timer = 0;  // code we send in RNR NAKs
+  uint8_t timeout = 14;  // local ACK timeout exponent
   uint8_t retry_cnt = 7;
-  uint8_t rnr_retry = 7;          // 7 = retry forever
+  uint8_t rnr_retry = 7;  // 7 = retry forever
   uint8_t sq_draining = 0;
   QpCaps cap;
 };
 
 // Counters a host can show (melonctl status, tests).
 struct QpCounters {
-  uint64_t tx_packets = 0, rx_packets = 0, retransmits = 0, timeouts = 0, rnr_naks_sent = 0,
-           rnr_naks_received = 0, seq_naks_sent = 0, seq_naks_received = 0, duplicates = 0,
-           dropped = 0;
+  uint64_t tx_packets = 0, rx_packets = 0, retransmits = 0, timeouts = 0, rnr_naks_sent = 0, rnr_naks_received = 0,
+           seq_naks_sent = 0, seq_naks_received = 0, duplicates = 0, dropped = 0;
 };
 
 struct EngineConfig {
-  uint32_t first_qpn = 0x11;         // rxe starts here too
+  uint32_t first_qpn = 0x11;  // rxe starts here too
   uint32_t max_inflight_packets = 128;  // requester window per QP
-  uint32_t ack_every = 64;           // AckReq at least every N packets of a long message
-  uint32_t ack_coalesce = 16;        // responder: ACK at least every N packets without AckReq
+  uint32_t ack_every = 64;  // AckReq at least every N packets of a long message
+  uint32_t ack_coalesce = 16;  // responder: ACK at least every N packets without AckReq
   uint8_t local_port_gid_index = 0;
 };
 

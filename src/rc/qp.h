@@ -19,11 +19,11 @@ struct SendWqe {
   uint32_t length = 0;
   bool bad_lkey = false;
   // Requester progress.
-  bool started = false;     // PSNs assigned
+  bool started = false;  // PSNs assigned
   uint32_t first_psn = 0;
-  uint32_t last_psn = 0;    // first_psn + packets - 1 (READ: responses)
+  uint32_t last_psn = 0;  // first_psn + packets - 1 (READ: responses)
   uint32_t npkts = 0;
-  bool done = false;        // acknowledged / response complete
+  bool done = false;  // acknowledged / response complete
   uint32_t read_next_psn = 0;  // READ: next response PSN expected
   uint64_t atomic_result = 0;
 
@@ -57,36 +57,36 @@ class Qp {
   std::vector<SendWqe> sq;
   std::vector<uint8_t> inline_buf;  // cap.max_inline_data bytes per slot
   // Absolute WQE counters (wrap freely); the slot is sq_index(counter).
-  uint32_t sq_head = 0;   // oldest not completed
-  uint32_t sq_cur = 0;    // next WQE the requester works on
+  uint32_t sq_head = 0;  // oldest not completed
+  uint32_t sq_cur = 0;  // next WQE the requester works on
   uint32_t sq_count = 0;  // posted and not completed
   uint32_t cur_offset = 0;  // bytes of sq[sq_cur] already sent (SEND/WRITE) in this pass
-  uint32_t next_psn = 0;    // PSN of the next packet to send
-  uint32_t una_psn = 0;     // oldest unacknowledged PSN
+  uint32_t next_psn = 0;  // PSN of the next packet to send
+  uint32_t una_psn = 0;  // oldest unacknowledged PSN
   uint32_t pkts_since_ackreq = 0;
   uint32_t rd_atomic_outstanding = 0;
   uint8_t retry_left = 7;
   uint8_t rnr_left = 7;
   uint64_t retrans_deadline = 0;  // 0 = not armed
-  uint64_t rnr_deadline = 0;      // requester paused until then (RNR back-off)
-  bool read_reissue = false;      // sq[sq_cur] is a READ being re-issued from next_psn
+  uint64_t rnr_deadline = 0;  // requester paused until then (RNR back-off)
+  bool read_reissue = false;  // sq[sq_cur] is a READ being re-issued from next_psn
   bool read_gap_pending = false;  // a READ was re-issued from read_gap_psn for a response gap
   uint32_t read_gap_psn = 0;
   bool implied_nak_pending = false;  // rewound for an ACK that covered an unanswered READ/atomic
-  uint32_t implied_nak_psn = 0;      // ... that WQE's first PSN
-  bool seq_nak_pending = false;      // went back to seq_nak_psn for a PSN sequence NAK
+  uint32_t implied_nak_psn = 0;  // ... that WQE's first PSN
+  bool seq_nak_pending = false;  // went back to seq_nak_psn for a PSN sequence NAK
   uint32_t seq_nak_psn = 0;
   bool sq_drained_event_pending = false;
 
   // ---- receive side (responder)
   RecvQueue rq;
-  uint32_t epsn = 0;     // expected PSN
+  uint32_t epsn = 0;  // expected PSN
   uint32_t msn = 0;
-  bool nak_sent = false; // PSN sequence NAK sent; silent until the expected PSN arrives
+  bool nak_sent = false;  // PSN sequence NAK sent; silent until the expected PSN arrives
   // Message in progress.
   bool in_send = false;  // between SEND_FIRST and SEND_LAST
   bool in_write = false;
-  bool have_wqe = false; // recv WQE taken for the message in progress
+  bool have_wqe = false;  // recv WQE taken for the message in progress
   RecvWqe cur_wqe;
   uint32_t recv_offset = 0;
   uint8_t* write_ptr = nullptr;  // RDMA WRITE destination, resolved from the RETH

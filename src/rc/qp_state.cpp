@@ -14,11 +14,15 @@ struct Transition {
   uint32_t required[3];  // by QP type: RC, UC, UD
 };
 
-constexpr uint32_t kRcRtr = kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
+constexpr uint32_t kRcRtr =
+    kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
 constexpr uint32_t kRcRts = kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
 
 constexpr Transition kTransitions[] = {
-    {QpState::reset, QpState::init, {kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, kAttrPkeyIndex | kAttrPort | kAttrQkey}},
+    {QpState::reset,
+     QpState::init,
+     {kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags,
+      kAttrPkeyIndex | kAttrPort | kAttrQkey}},
     {QpState::init, QpState::init, {0, 0, 0}},
     {QpState::init, QpState::rtr, {kRcRtr, kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn, 0}},
     {QpState::rtr, QpState::rts, {kRcRts, kAttrSqPsn, kAttrSqPsn}},
@@ -44,7 +48,6 @@ int EngineImpl::modify(Qp& qp, const QpAttr& a, uint32_t mask, uint64_t now) {
   if ((mask & kAttrRnrRetry) && a.rnr_retry > 7) return EINVAL;
   if ((mask & kAttrMinRnrTimer) && a.min_rnr_timer > 31) return EINVAL;
   if ((mask & kAttrDestQpn) && a.dest_qp_num > roce::kPsnMask) return EINVAL;
-
 
   if (to != QpState::reset && to != QpState::err) {
     const Transition* t = nullptr;

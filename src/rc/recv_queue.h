@@ -18,7 +18,7 @@ struct RecvWqe {
   } seg[kMaxSge];
   int nseg = 0;
   uint32_t length = 0;  // sum of seg lengths
-  bool bad = false;     // an lkey failed to resolve: completes with IBV_WC_LOC_PROT_ERR when used
+  bool bad = false;  // an lkey failed to resolve: completes with IBV_WC_LOC_PROT_ERR when used
 };
 
 class RecvQueue {

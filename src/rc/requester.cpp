@@ -34,9 +34,7 @@ uint8_t segment_opcode(QpType t, WrOpcode op, uint32_t i, uint32_t n) {
   bool first = i == 0, last = i + 1 == n;
   BaseOp b;
   switch (op) {
-    case WrOpcode::send:
-      b = first && last ? kSendOnly : first ? kSendFirst : last ? kSendLast : kSendMiddle;
-      break;
+    case WrOpcode::send: b = first && last ? kSendOnly : first ? kSendFirst : last ? kSendLast : kSendMiddle; break;
     case WrOpcode::send_with_imm:
       b = first && last ? kSendOnlyImm : first ? kSendFirst : last ? kSendLastImm : kSendMiddle;
       break;
@@ -89,8 +87,7 @@ void EngineImpl::fill_tx_common(const Qp& qp, TxPacket& tx, uint8_t opcode, uint
 int EngineImpl::post_send(Qp& qp, const SendWr& wr, uint64_t now) {
   if (qp.state == QpState::reset || qp.state == QpState::init || qp.state == QpState::rtr) return EINVAL;
   if (!opcode_allowed(qp.init.type, wr.opcode)) return EINVAL;
-  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > qp.init.cap.max_send_sge || wr.num_sge > SendWqe::kMaxSge)
-    return EINVAL;
+  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > qp.init.cap.max_send_sge || wr.num_sge > SendWqe::kMaxSge) return EINVAL;
   if (wr.num_sge && !wr.sg_list) return EINVAL;
   uint64_t length = 0;
   for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
@@ -194,8 +191,8 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
       w.started = true;
       w.first_psn = qp.next_psn;
       w.npkts = w.wr.opcode == WrOpcode::rdma_read ? packets_for(w.length, qp.mtu)
-                : w.is_read_or_atomic()          ? 1
-                                                 : packets_for(w.length, qp.mtu);
+                : w.is_read_or_atomic()            ? 1
+                                                   : packets_for(w.length, qp.mtu);
       w.last_psn = psn_add(w.first_psn, int32_t(w.npkts - 1));
       w.read_next_psn = w.first_psn;
       if (w.is_read_or_atomic()) ++qp.rd_atomic_outstanding;

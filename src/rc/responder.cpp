@@ -133,8 +133,8 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
     to_error(qp);
   };
 
-  if (qp.state != QpState::rtr && qp.state != QpState::rts && qp.state != QpState::sqd &&
-      qp.state != QpState::sqe) return drop();
+  if (qp.state != QpState::rtr && qp.state != QpState::rts && qp.state != QpState::sqd && qp.state != QpState::sqe)
+    return drop();
 
   // ---- UD: one packet per message, Q_Key checked, GRH first (IBA 10.2.5, 11.4.1.2).
   if (type == QpType::ud) {
@@ -194,8 +194,8 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
       if (!r || r->atomic) return drop();
       uint64_t skip = uint64_t(psn_diff(psn, r->first_psn)) * qp.mtu;
       if (p.reth.va != r->va + skip || uint64_t(p.reth.dma_len) + skip > r->len) return drop();
-      uint8_t* src = p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteRead)
-                                    : nullptr;
+      uint8_t* src =
+          p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteRead) : nullptr;
       if (p.reth.dma_len && !src) return drop();
       send_read_responses(*this, qp, src, p.reth.dma_len, r->first_psn, uint32_t(psn_diff(psn, r->first_psn)),
                           read_packets(r->len, qp.mtu));
@@ -203,8 +203,10 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
     }
     if (op.is(kAtomic)) {
       Resource* r = find_resource(qp, psn);
-      if (r && r->atomic && r->first_psn == psn) send_atomic_ack(*this, qp, psn, r->orig);
-      else drop();
+      if (r && r->atomic && r->first_psn == psn)
+        send_atomic_ack(*this, qp, psn, r->orig);
+      else
+        drop();
       return;
     }
     send_ack(qp, syndrome_ack(), psn_add(qp.epsn, -1));
@@ -269,8 +271,8 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
       if (!(qp.attr.qp_access_flags & kRemoteWrite)) return rc ? nak(NakCode::remote_access_error) : drop();
       qp.write_total = p.reth.dma_len;
       qp.write_offset = 0;
-      qp.write_ptr = p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteWrite)
-                                    : nullptr;
+      qp.write_ptr =
+          p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteWrite) : nullptr;
       if (p.reth.dma_len && !qp.write_ptr) {
         if (rc) return nak(NakCode::remote_access_error);
         qp.uc_drop = true;
@@ -290,8 +292,8 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
   } else if (op.is(kReadReq)) {
     if (!(qp.attr.qp_access_flags & kRemoteRead)) return nak(NakCode::remote_access_error);
     if (qp.resources.empty()) return nak(NakCode::invalid_request);  // max_dest_rd_atomic 0
-    uint8_t* src = p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteRead)
-                                  : nullptr;
+    uint8_t* src =
+        p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteRead) : nullptr;
     if (p.reth.dma_len && !src) return nak(NakCode::remote_access_error);
     uint32_t n = p.reth.dma_len == 0 ? 1 : (p.reth.dma_len + qp.mtu - 1) / qp.mtu;
     Resource& r = new_resource(qp);

@@ -17,7 +17,6 @@ size_t frame_from_tx(const TxPacket& tx, uint8_t* out);
 
 // Checks IP/UDP and the ICRC of a received frame; on success sets `ip`, `roce` and `roce_len`
 // (BTH .. ICRC) ready for Engine::receive.
-roce::ParseError frame_to_rx(const uint8_t* frame, size_t len, roce::IpUdp& ip, const uint8_t** roce,
-                             size_t* roce_len);
+roce::ParseError frame_to_rx(const uint8_t* frame, size_t len, roce::IpUdp& ip, const uint8_t** roce, size_t* roce_len);
 
 }  // namespace melon::rc

@@ -12,11 +12,24 @@ inline uint32_t load_be32(const uint8_t* p) {
 }
 inline uint64_t load_be64(const uint8_t* p) { return uint64_t(load_be32(p)) << 32 | load_be32(p + 4); }
 
-inline void store_be16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v >> 8); p[1] = uint8_t(v); }
-inline void store_be24(uint8_t* p, uint32_t v) { p[0] = uint8_t(v >> 16); p[1] = uint8_t(v >> 8); p[2] = uint8_t(v); }
-inline void store_be32(uint8_t* p, uint32_t v) {
-  p[0] = uint8_t(v >> 24); p[1] = uint8_t(v >> 16); p[2] = uint8_t(v >> 8); p[3] = uint8_t(v);
+inline void store_be16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
 }
-inline void store_be64(uint8_t* p, uint64_t v) { store_be32(p, uint32_t(v >> 32)); store_be32(p + 4, uint32_t(v)); }
+inline void store_be24(uint8_t* p, uint32_t v) {
+  p[0] = uint8_t(v >> 16);
+  p[1] = uint8_t(v >> 8);
+  p[2] = uint8_t(v);
+}
+inline void store_be32(uint8_t* p, uint32_t v) {
+  p[0] = uint8_t(v >> 24);
+  p[1] = uint8_t(v >> 16);
+  p[2] = uint8_t(v >> 8);
+  p[3] = uint8_t(v);
+}
+inline void store_be64(uint8_t* p, uint64_t v) {
+  store_be32(p, uint32_t(v >> 32));
+  store_be32(p + 4, uint32_t(v));
+}
 
 }  // namespace melon::roce

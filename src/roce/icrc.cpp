@@ -18,14 +18,14 @@ void mask_ip_udp(uint8_t* h, const uint8_t* ip_udp, size_t hdr_len) {
   memcpy(h, ip_udp, hdr_len);
   size_t udp;
   if ((h[0] >> 4) == 4) {
-    h[1] = 0xff;           // TOS
-    h[8] = 0xff;           // TTL
+    h[1] = 0xff;  // TOS
+    h[8] = 0xff;  // TTL
     h[10] = h[11] = 0xff;  // header checksum
     udp = size_t(h[0] & 0xf) * 4;
   } else {
-    h[0] |= 0x0f;          // traffic class and flow label
+    h[0] |= 0x0f;  // traffic class and flow label
     h[1] = h[2] = h[3] = 0xff;
-    h[7] = 0xff;           // hop limit
+    h[7] = 0xff;  // hop limit
     udp = kIpv6HeaderSize;
   }
   if (udp + kUdpHeaderSize <= hdr_len) h[udp + 6] = h[udp + 7] = 0xff;  // UDP checksum

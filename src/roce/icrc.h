@@ -30,7 +30,10 @@ uint32_t icrc_of_frame(const uint8_t* ip, size_t len);
 bool icrc_frame_ok(const uint8_t* ip, size_t len_with_icrc);
 
 inline void store_icrc(uint8_t* p, uint32_t v) {
-  p[0] = uint8_t(v); p[1] = uint8_t(v >> 8); p[2] = uint8_t(v >> 16); p[3] = uint8_t(v >> 24);
+  p[0] = uint8_t(v);
+  p[1] = uint8_t(v >> 8);
+  p[2] = uint8_t(v >> 16);
+  p[3] = uint8_t(v >> 24);
 }
 inline uint32_t load_icrc(const uint8_t* p) {
   return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;

@@ -41,7 +41,7 @@ constexpr uint32_t raw_crc_of_id(uint16_t id) {
 
 struct Solver {
   Mat inv_pow[17];  // (zero byte)^-(2^k)
-  uint32_t row[16]; // id bit b = parity(row[b] & v) for v in the image of raw_crc_of_id
+  uint32_t row[16];  // id bit b = parity(row[b] & v) for v in the image of raw_crc_of_id
   bool ready = false;
 };
 

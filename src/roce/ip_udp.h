@@ -18,15 +18,15 @@ struct IpUdp {
   bool v6 = false;
   uint8_t src[16] = {};
   uint8_t dst[16] = {};
-  uint8_t tclass = 0;       // IPv4 TOS (DSCP/ECN) or IPv6 traffic class
-  uint8_t ttl = 64;         // TTL or hop limit
-  uint16_t ip_id = 0;       // IPv4 identification
-  bool df = true;           // IPv4 don't-fragment
+  uint8_t tclass = 0;  // IPv4 TOS (DSCP/ECN) or IPv6 traffic class
+  uint8_t ttl = 64;  // TTL or hop limit
+  uint16_t ip_id = 0;  // IPv4 identification
+  bool df = true;  // IPv4 don't-fragment
   uint32_t flow_label = 0;  // IPv6 flow label (20 bits)
   uint16_t sport = 0xc000;
   uint16_t dport = kRoceV2Port;
-  uint16_t udp_len = 0;     // UDP header + payload, from the wire
-  uint8_t hdr_len = 0;      // IP + UDP header bytes, from the wire
+  uint16_t udp_len = 0;  // UDP header + payload, from the wire
+  uint8_t hdr_len = 0;  // IP + UDP header bytes, from the wire
 };
 
 bool gid_is_v4_mapped(const uint8_t gid[16]);

@@ -10,21 +10,36 @@ namespace melon::roce {
 
 struct Bth {
   uint8_t opcode = 0;
-  bool se = false;       // solicited event
-  bool mig = false;      // MigReq
-  uint8_t pad = 0;       // pad count 0..3
-  uint8_t tver = 0;      // transport header version; 0
+  bool se = false;  // solicited event
+  bool mig = false;  // MigReq
+  uint8_t pad = 0;  // pad count 0..3
+  uint8_t tver = 0;  // transport header version; 0
   uint16_t pkey = 0xffff;
   bool fecn = false, becn = false;  // RoCEv2 reuses two of the reserved bits for ECN feedback
   uint32_t dest_qp = 0;  // 24 bits
   bool ack_req = false;
-  uint32_t psn = 0;      // 24 bits
+  uint32_t psn = 0;  // 24 bits
 };
 
-struct Reth { uint64_t va = 0; uint32_t rkey = 0; uint32_t dma_len = 0; };
-struct Aeth { uint8_t syndrome = 0; uint32_t msn = 0; };
-struct AtomicEth { uint64_t va = 0; uint32_t rkey = 0; uint64_t swap_add = 0; uint64_t compare = 0; };
-struct Deth { uint32_t qkey = 0; uint32_t src_qp = 0; };
+struct Reth {
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint32_t dma_len = 0;
+};
+struct Aeth {
+  uint8_t syndrome = 0;
+  uint32_t msn = 0;
+};
+struct AtomicEth {
+  uint64_t va = 0;
+  uint32_t rkey = 0;
+  uint64_t swap_add = 0;
+  uint64_t compare = 0;
+};
+struct Deth {
+  uint32_t qkey = 0;
+  uint32_t src_qp = 0;
+};
 
 // One packet's transport part. Fields for headers the opcode does not carry are ignored.
 struct Packet {
@@ -34,8 +49,8 @@ struct Packet {
   AtomicEth atomic;
   Aeth aeth;
   uint64_t atomic_orig = 0;  // AtomicAckETH
-  uint32_t imm = 0;          // ImmDt, host order (verbs hands it on in network order)
-  uint32_t ieth_rkey = 0;    // IETH
+  uint32_t imm = 0;  // ImmDt, host order (verbs hands it on in network order)
+  uint32_t ieth_rkey = 0;  // IETH
   const uint8_t* payload = nullptr;
   uint32_t payload_len = 0;
 
@@ -44,13 +59,13 @@ struct Packet {
 
 enum class ParseError : uint8_t {
   ok = 0,
-  too_short,        // shorter than BTH + headers + ICRC
-  bad_opcode,       // reserved or unsupported opcode
-  bad_version,      // BTH TVer != 0
-  bad_pad,          // pad bytes on an opcode without payload
-  bad_length,       // payload on an opcode without one, or a length not a multiple of 4
-  bad_ip,           // IP header malformed, wrong version, or not UDP
-  bad_udp,          // UDP length inconsistent or destination port not 4791
+  too_short,  // shorter than BTH + headers + ICRC
+  bad_opcode,  // reserved or unsupported opcode
+  bad_version,  // BTH TVer != 0
+  bad_pad,  // pad bytes on an opcode without payload
+  bad_length,  // payload on an opcode without one, or a length not a multiple of 4
+  bad_ip,  // IP header malformed, wrong version, or not UDP
+  bad_udp,  // UDP length inconsistent or destination port not 4791
   bad_icrc,
 };
 const char* parse_error_name(ParseError e);

@@ -22,8 +22,7 @@
 
 #define MELON_MTX_D ((long)sizeof(pthread_mutex_t) - 40) /* 0 on x86_64 glibc */
 #define MELON_CND_D ((long)sizeof(pthread_cond_t) - 48)
-#define MELON_OFF(s, f, v) \
-	MELON_STATIC_ASSERT((long)offsetof(struct s, f) == (long)(v), "offset of " #s "." #f)
+#define MELON_OFF(s, f, v) MELON_STATIC_ASSERT((long)offsetof(struct s, f) == (long)(v), "offset of " #s "." #f)
 #define MELON_SIZE(s, v) MELON_STATIC_ASSERT((long)sizeof(struct s) == (long)(v), "size of " #s)
 #define MELON_USIZE(s, v) MELON_STATIC_ASSERT((long)sizeof(union s) == (long)(v), "size of " #s)
 
@@ -81,10 +80,10 @@ MELON_OFF(ibv_context, mutex, 280);
 MELON_OFF(ibv_context, abi_compat, 320 + MELON_MTX_D);
 
 /* struct verbs_context (648): ops at negative offsets from &context (which is at 320) */
-#define MELON_VOFF(f, neg) \
-	MELON_STATIC_ASSERT((long)offsetof(struct verbs_context, f) - \
-				    (long)offsetof(struct verbs_context, context) == -(long)(neg), \
-			    "verbs_context." #f " at -" #neg)
+#define MELON_VOFF(f, neg)                                                                                     \
+  MELON_STATIC_ASSERT(                                                                                         \
+      (long)offsetof(struct verbs_context, f) - (long)offsetof(struct verbs_context, context) == -(long)(neg), \
+      "verbs_context." #f " at -" #neg)
 MELON_SIZE(verbs_context, 648 + MELON_MTX_D);
 MELON_OFF(verbs_context, context, 320);
 MELON_VOFF(query_port, 320);

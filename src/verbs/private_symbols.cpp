@@ -13,42 +13,39 @@
 
 #include <cerrno>
 
-extern "C" int melon_query_gid_type(struct ibv_context *context, unsigned char port_num,
-				    unsigned int index, int *type);
+extern "C" int melon_query_gid_type(struct ibv_context* context, unsigned char port_num, unsigned int index, int* type);
 
 #define MELON_STR2(x) #x
 #define MELON_STR(x) MELON_STR2(x)
 
-extern "C" __attribute__((visibility("default"))) int
-melon_pabi_query_gid_type(struct ibv_context *context, unsigned char port_num, unsigned int index,
-			  int *type)
-{
-	return melon_query_gid_type(context, port_num, index, type);
+extern "C" __attribute__((visibility("default"))) int melon_pabi_query_gid_type(struct ibv_context* context,
+                                                                                unsigned char port_num,
+                                                                                unsigned int index, int* type) {
+  return melon_query_gid_type(context, port_num, index, type);
 }
-__asm__(".symver melon_pabi_query_gid_type, ibv_query_gid_type@@IBVERBS_PRIVATE_" MELON_STR(
-	MELON_IBVERBS_PABI));
+__asm__(".symver melon_pabi_query_gid_type, ibv_query_gid_type@@IBVERBS_PRIVATE_" MELON_STR(MELON_IBVERBS_PABI));
 
 // Extra private ABI numbers (other distributions): non-default aliases of the same function.
-#define MELON_PABI_ALIAS(n)                                                                        \
-	extern "C" __attribute__((visibility("default"), alias("melon_pabi_query_gid_type"))) int \
-	melon_pabi_query_gid_type_##n(struct ibv_context *, unsigned char, unsigned int, int *); \
-	__asm__(".symver melon_pabi_query_gid_type_" #n ", ibv_query_gid_type@IBVERBS_PRIVATE_" #n);
+#define MELON_PABI_ALIAS(n)                                                                                         \
+  extern "C"                                                                                                        \
+      __attribute__((visibility("default"), alias("melon_pabi_query_gid_type"))) int melon_pabi_query_gid_type_##n( \
+          struct ibv_context*, unsigned char, unsigned int, int*);                                                  \
+  __asm__(".symver melon_pabi_query_gid_type_" #n ", ibv_query_gid_type@IBVERBS_PRIVATE_" #n);
 MELON_IBVERBS_EXTRA_PABI_LIST(MELON_PABI_ALIAS)
 
 #if MELON_IBVERBS_PRIVATE_STUBS
-#define MELON_PRIV_INT(name)                                                                       \
-	extern "C" __attribute__((visibility("default"))) int name()                              \
-	{                                                                                          \
-		errno = EOPNOTSUPP;                                                                \
-		return EOPNOTSUPP;                                                                 \
-	}
-#define MELON_PRIV_PTR(name)                                                                       \
-	extern "C" __attribute__((visibility("default"))) void *name()                            \
-	{                                                                                          \
-		errno = EOPNOTSUPP;                                                                \
-		return nullptr;                                                                    \
-	}
-#define MELON_PRIV_VOID(name) extern "C" __attribute__((visibility("default"))) void name() {}
+#define MELON_PRIV_INT(name)                                     \
+  extern "C" __attribute__((visibility("default"))) int name() { \
+    errno = EOPNOTSUPP;                                          \
+    return EOPNOTSUPP;                                           \
+  }
+#define MELON_PRIV_PTR(name)                                       \
+  extern "C" __attribute__((visibility("default"))) void* name() { \
+    errno = EOPNOTSUPP;                                            \
+    return nullptr;                                                \
+  }
+#define MELON_PRIV_VOID(name) \
+  extern "C" __attribute__((visibility("default"))) void name() {}
 #include "verbs/private_stubs.inc"
 
 // A data object in rdma-core (a bool), and must stay one: importers copy-relocate it.

@@ -24,43 +24,41 @@ class Device;
 // ---- objects whose generic behaviour (events, acknowledgements) the library implements ----------
 
 struct ContextBase {
-	verbs_context vctx;           // application sees &vctx.context
-	ContextOps *ops = nullptr;    // the provider's implementation of this context
-	Device *device = nullptr;
-	struct AsyncQueue *async = nullptr; // library-owned; see post_async_event()
+  verbs_context vctx;  // application sees &vctx.context
+  ContextOps* ops = nullptr;  // the provider's implementation of this context
+  Device* device = nullptr;
+  struct AsyncQueue* async = nullptr;  // library-owned; see post_async_event()
 
-	static ContextBase *from(ibv_context *ctx)
-	{
-		return reinterpret_cast<ContextBase *>(reinterpret_cast<char *>(ctx) -
-						       offsetof(verbs_context, context));
-	}
-	ibv_context *ibv() { return &vctx.context; }
+  static ContextBase* from(ibv_context* ctx) {
+    return reinterpret_cast<ContextBase*>(reinterpret_cast<char*>(ctx) - offsetof(verbs_context, context));
+  }
+  ibv_context* ibv() { return &vctx.context; }
 };
 
 // Every CQ is an ibv_cq_ex (its first fields are ibv_cq), so both creation calls share one object.
 struct CqBase {
-	ibv_cq_ex ibv;
-	uint32_t comp_events_delivered = 0;  // guarded by ibv.mutex; compared with comp_events_completed
-	uint32_t async_events_delivered = 0; // guarded by ibv.mutex
+  ibv_cq_ex ibv;
+  uint32_t comp_events_delivered = 0;  // guarded by ibv.mutex; compared with comp_events_completed
+  uint32_t async_events_delivered = 0;  // guarded by ibv.mutex
 
-	static CqBase *from(ibv_cq *cq) { return reinterpret_cast<CqBase *>(cq); }
-	ibv_cq *cq() { return reinterpret_cast<ibv_cq *>(&ibv); }
+  static CqBase* from(ibv_cq* cq) { return reinterpret_cast<CqBase*>(cq); }
+  ibv_cq* cq() { return reinterpret_cast<ibv_cq*>(&ibv); }
 };
 
 struct SrqBase {
-	ibv_srq ibv;
-	uint32_t async_events_delivered = 0; // guarded by ibv.mutex
-	static SrqBase *from(ibv_srq *srq) { return reinterpret_cast<SrqBase *>(srq); }
+  ibv_srq ibv;
+  uint32_t async_events_delivered = 0;  // guarded by ibv.mutex
+  static SrqBase* from(ibv_srq* srq) { return reinterpret_cast<SrqBase*>(srq); }
 };
 
 struct WrBatch;
 
 struct QpBase {
-	ibv_qp_ex ibv; // ibv.qp_base is the ibv_qp
-	uint32_t async_events_delivered = 0; // guarded by ibv.qp_base.mutex
-	bool extended = false;               // created with send_ops_flags: ibv_qp_to_qp_ex works
-	WrBatch *batch = nullptr;            // state of the generic wr_* builders (init_qp_ex_ops)
-	static QpBase *from(ibv_qp *qp) { return reinterpret_cast<QpBase *>(qp); }
+  ibv_qp_ex ibv;  // ibv.qp_base is the ibv_qp
+  uint32_t async_events_delivered = 0;  // guarded by ibv.qp_base.mutex
+  bool extended = false;  // created with send_ops_flags: ibv_qp_to_qp_ex works
+  WrBatch* batch = nullptr;  // state of the generic wr_* builders (init_qp_ex_ops)
+  static QpBase* from(ibv_qp* qp) { return reinterpret_cast<QpBase*>(qp); }
 };
 
 // ---- what a provider implements -------------------------------------------------------------------
@@ -69,111 +67,108 @@ struct QpBase {
 // NULL is never valid) and returns an errno value (0 = success) or, for creators, the object or
 // nullptr with errno set. Default implementations report EOPNOTSUPP.
 class ContextOps {
-public:
-	virtual ~ContextOps() = default;
+ public:
+  virtual ~ContextOps() = default;
 
-	virtual int query_device_ex(ibv_device_attr_ex *attr) = 0; // fills all 400 bytes
-	virtual int query_port(uint8_t port, ibv_port_attr *attr) = 0;
-	virtual int query_gid_entry(uint32_t port, uint32_t index, ibv_gid_entry *entry) = 0;
-	virtual int query_pkey(uint8_t port, int index, __be16 *pkey);
+  virtual int query_device_ex(ibv_device_attr_ex* attr) = 0;  // fills all 400 bytes
+  virtual int query_port(uint8_t port, ibv_port_attr* attr) = 0;
+  virtual int query_gid_entry(uint32_t port, uint32_t index, ibv_gid_entry* entry) = 0;
+  virtual int query_pkey(uint8_t port, int index, __be16* pkey);
 
-	virtual ibv_pd *alloc_pd();
-	virtual int dealloc_pd(ibv_pd *pd);
-	virtual ibv_mr *reg_mr(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned access);
-	virtual int rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, size_t length,
-			     unsigned access);
-	virtual int dereg_mr(ibv_mr *mr);
+  virtual ibv_pd* alloc_pd();
+  virtual int dealloc_pd(ibv_pd* pd);
+  virtual ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
+  virtual int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned access);
+  virtual int dereg_mr(ibv_mr* mr);
 
-	virtual ibv_cq_ex *create_cq(const ibv_cq_init_attr_ex *attr);
-	virtual int resize_cq(ibv_cq *cq, int cqe);
-	virtual int destroy_cq(ibv_cq *cq);
+  virtual ibv_cq_ex* create_cq(const ibv_cq_init_attr_ex* attr);
+  virtual int resize_cq(ibv_cq* cq, int cqe);
+  virtual int destroy_cq(ibv_cq* cq);
 
-	virtual ibv_srq *create_srq(ibv_pd *pd, ibv_srq_init_attr *attr);
-	virtual int modify_srq(ibv_srq *srq, ibv_srq_attr *attr, int mask);
-	virtual int query_srq(ibv_srq *srq, ibv_srq_attr *attr);
-	virtual int destroy_srq(ibv_srq *srq);
+  virtual ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr);
+  virtual int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask);
+  virtual int query_srq(ibv_srq* srq, ibv_srq_attr* attr);
+  virtual int destroy_srq(ibv_srq* srq);
 
-	virtual ibv_qp *create_qp(ibv_qp_init_attr_ex *attr);
-	virtual int modify_qp(ibv_qp *qp, ibv_qp_attr *attr, int mask);
-	virtual int query_qp(ibv_qp *qp, ibv_qp_attr *attr, int mask, ibv_qp_init_attr *init);
-	virtual int destroy_qp(ibv_qp *qp);
+  virtual ibv_qp* create_qp(ibv_qp_init_attr_ex* attr);
+  virtual int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask);
+  virtual int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init);
+  virtual int destroy_qp(ibv_qp* qp);
 
-	virtual ibv_ah *create_ah(ibv_pd *pd, const ibv_ah_attr *attr);
-	virtual int destroy_ah(ibv_ah *ah);
+  virtual ibv_ah* create_ah(ibv_pd* pd, const ibv_ah_attr* attr);
+  virtual int destroy_ah(ibv_ah* ah);
 
-	virtual int attach_mcast(ibv_qp *qp, const ibv_gid *gid, uint16_t lid);
-	virtual int detach_mcast(ibv_qp *qp, const ibv_gid *gid, uint16_t lid);
+  virtual int attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid);
+  virtual int detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid);
 
-	// Called once from ibv_close_device after the library has released its own resources.
-	virtual void close() = 0;
+  // Called once from ibv_close_device after the library has released its own resources.
+  virtual void close() = 0;
 };
 
 // One device as listed by ibv_get_device_list. Never freed while the process runs: applications
 // may keep ibv_device pointers after ibv_free_device_list.
 class Device {
-public:
-	virtual ~Device() = default;
+ public:
+  virtual ~Device() = default;
 
-	// Stable identity: a rediscovered device with the same identity is the same device.
-	virtual std::string identity() const = 0;
-	virtual const char *name() const = 0;
-	virtual __be64 node_guid() const = 0; // network byte order
-	virtual const char *board_id() const = 0;
-	// Open a context: allocate a derived ContextBase+ContextOps and call init_context() on it.
-	virtual ContextBase *open() = 0;
+  // Stable identity: a rediscovered device with the same identity is the same device.
+  virtual std::string identity() const = 0;
+  virtual const char* name() const = 0;
+  virtual __be64 node_guid() const = 0;  // network byte order
+  virtual const char* board_id() const = 0;
+  // Open a context: allocate a derived ContextBase+ContextOps and call init_context() on it.
+  virtual ContextBase* open() = 0;
 
-	ibv_device ibdev{};  // filled by the library when the device is registered
-	int index = -1;      // ibv_get_device_index
+  ibv_device ibdev{};  // filled by the library when the device is registered
+  int index = -1;  // ibv_get_device_index
 };
 
 class Provider {
-public:
-	virtual ~Provider() = default;
-	virtual const char *name() const = 0;
-	// Current devices. The library keeps earlier objects whose identity() is unchanged.
-	virtual std::vector<std::unique_ptr<Device>> discover() = 0;
+ public:
+  virtual ~Provider() = default;
+  virtual const char* name() const = 0;
+  // Current devices. The library keeps earlier objects whose identity() is unchanged.
+  virtual std::vector<std::unique_ptr<Device>> discover() = 0;
 };
 
 // Register a compiled-in provider (static initialisation; see MELON_VERBS_PROVIDER).
-void register_provider(Provider *provider);
+void register_provider(Provider* provider);
 
-#define MELON_VERBS_PROVIDER(type)                                                                 \
-	namespace {                                                                                \
-	struct type##_registrar {                                                                  \
-		type##_registrar()                                                                 \
-		{                                                                                  \
-			static type instance;                                                      \
-			::melon::verbs::register_provider(&instance);                              \
-		}                                                                                  \
-	} type##_registrar_instance;                                                               \
-	}
+#define MELON_VERBS_PROVIDER(type)                  \
+  namespace {                                       \
+  struct type##_registrar {                         \
+    type##_registrar() {                            \
+      static type instance;                         \
+      ::melon::verbs::register_provider(&instance); \
+    }                                               \
+  } type##_registrar_instance;                      \
+  }
 
 // ---- library services for providers --------------------------------------------------------------
 
 // Fill the verbs_context (sz, abi_compat, op slots, async fd) of a freshly allocated context and
 // link it to `ops` and `dev`. Returns an errno value.
-int init_context(ContextBase *base, ContextOps *ops, Device *dev);
+int init_context(ContextBase* base, ContextOps* ops, Device* dev);
 
 // Initialise / tear down the application-visible synchronisation fields of an object.
-void init_cq_fields(CqBase *cq, ibv_context *ctx, ibv_comp_channel *channel, void *cq_context,
-		    int cqe);
-void init_srq_fields(SrqBase *srq, ibv_context *ctx, ibv_pd *pd, void *srq_context);
-void init_qp_fields(QpBase *qp, ibv_context *ctx, const ibv_qp_init_attr_ex *attr);
-void destroy_sync_fields(pthread_mutex_t *mutex, pthread_cond_t *cond);
+void init_cq_fields(CqBase* cq, ibv_context* ctx, ibv_comp_channel* channel, void* cq_context, int cqe);
+void init_srq_fields(SrqBase* srq, ibv_context* ctx, ibv_pd* pd, void* srq_context);
+void init_qp_fields(QpBase* qp, ibv_context* ctx, const ibv_qp_init_attr_ex* attr);
+void destroy_sync_fields(pthread_mutex_t* mutex, pthread_cond_t* cond);
 
 // The ibv_qp_ex "new post send" builders, implemented on top of the context's post_send (each
 // wr_* call records an ibv_send_wr; wr_complete posts the chain). For a provider whose native
 // interface is ibv_post_send. Sets qp->extended. EOPNOTSUPP if send_ops_flags asks for an
 // operation that has no ibv_send_wr form (IBV_QP_EX_WITH_ATOMIC_WRITE). Release on destroy.
-int init_qp_ex_ops(QpBase *qp, uint64_t send_ops_flags);
-void release_qp_ex_ops(QpBase *qp);
+int init_qp_ex_ops(QpBase* qp, uint64_t send_ops_flags);
+void release_qp_ex_ops(QpBase* qp);
 
 // Queue an asynchronous event on the context's async fd. Safe from any thread.
-void post_async_event(ibv_context *ctx, const ibv_async_event &event);
+void post_async_event(ibv_context* ctx, const ibv_async_event& event);
 
 // Queue a completion event for `cq` on its completion channel (no-op without one). The provider
 // calls this when an armed CQ receives a completion (IBA 11.4.2.2 "request completion
 // notification"). Safe from any thread.
-void signal_comp_channel(ibv_cq *cq);
+void signal_comp_channel(ibv_cq* cq);
 
-} // namespace melon::verbs
+}  // namespace melon::verbs

@@ -12,7 +12,7 @@ namespace melon::test {
 struct PcapPacket {
   uint64_t ts_us = 0;
   std::vector<uint8_t> data;  // starting at the Ethernet header
-  size_t index = 0;           // 1-based frame number, as tshark counts
+  size_t index = 0;  // 1-based frame number, as tshark counts
 };
 
 inline std::vector<PcapPacket> read_pcap(const std::string& path) {
@@ -53,9 +53,12 @@ inline const uint8_t* roce_ip(const PcapPacket& p, size_t* ip_len) {
   size_t ip = 14;
   const uint8_t* h = d.data() + ip;
   size_t udp;
-  if (et == 0x0800 && h[9] == 17) udp = ip + (h[0] & 0xf) * 4;
-  else if (et == 0x86dd && h[6] == 17) udp = ip + 40;
-  else return nullptr;
+  if (et == 0x0800 && h[9] == 17)
+    udp = ip + (h[0] & 0xf) * 4;
+  else if (et == 0x86dd && h[6] == 17)
+    udp = ip + 40;
+  else
+    return nullptr;
   if (udp + 8 > d.size()) return nullptr;
   if (uint16_t(d[udp + 2] << 8 | d[udp + 3]) != 4791) return nullptr;
   *ip_len = d.size() - ip;
@@ -63,14 +66,12 @@ inline const uint8_t* roce_ip(const PcapPacket& p, size_t* ip_len) {
 }
 
 inline std::vector<std::string> capture_files() {
-  return {"rxe-rc-send.pcap", "rxe-rc-send-only.pcap", "rxe-rc-write.pcap", "rxe-rc-read.pcap",
-          "rxe-rc-atomic.pcap", "rxe-rc-atomic-cmpswap.pcap", "rxe-ud-send.pcap", "rxe-rdmacm-rping.pcap",
-          "rxe-rc-write-loss.pcap", "rxe-rc-read-loss.pcap", "rxe-rc-rnr.pcap", "rxe-rc-send-mtu4096.pcap",
-          "rxe-rc-write-mtu4096.pcap", "rxe-rc-write-imm.pcap", "rxe-rc-send-imm.pcap", "rxe-uc-send.pcap"};
+  return {"rxe-rc-send.pcap",          "rxe-rc-send-only.pcap",      "rxe-rc-write.pcap",    "rxe-rc-read.pcap",
+          "rxe-rc-atomic.pcap",        "rxe-rc-atomic-cmpswap.pcap", "rxe-ud-send.pcap",     "rxe-rdmacm-rping.pcap",
+          "rxe-rc-write-loss.pcap",    "rxe-rc-read-loss.pcap",      "rxe-rc-rnr.pcap",      "rxe-rc-send-mtu4096.pcap",
+          "rxe-rc-write-mtu4096.pcap", "rxe-rc-write-imm.pcap",      "rxe-rc-send-imm.pcap", "rxe-uc-send.pcap"};
 }
 
-inline std::string capture_path(const std::string& name) {
-  return std::string(MELON_TEST_DATA) + "/captures/" + name;
-}
+inline std::string capture_path(const std::string& name) { return std::string(MELON_TEST_DATA) + "/captures/" + name; }
 
 }  // namespace melon::test

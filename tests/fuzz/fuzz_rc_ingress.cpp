@@ -92,8 +92,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     a.timeout = 1;
     a.retry_cnt = 2;
     a.rnr_retry = 2;
-    m = types[i] == QpType::rc ? kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic
-                               : kAttrState | kAttrSqPsn;
+    m = types[i] == QpType::rc
+            ? kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic
+            : kAttrState | kAttrSqPsn;
     if (e.modify_qp(qpn[i], a, m, now)) abort();
     for (int r = 0; r < 4; ++r) {
       Sge s{uint64_t(uintptr_t(mem.local_buf.data())) + uint64_t(r) * 2048, 2048, 1};

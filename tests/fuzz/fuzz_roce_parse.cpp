@@ -36,8 +36,8 @@ namespace {
   fprintf(stderr, "fuzz_roce_parse: invariant broken: %s\n", what);
   abort();
 }
-#define CHECK(cond) \
-  do {              \
+#define CHECK(cond)           \
+  do {                        \
     if (!(cond)) fail(#cond); \
   } while (0)
 
@@ -67,8 +67,8 @@ bool same_packet(const Packet& a, const Packet& b, bool compare_pad) {
 }
 
 bool same_ip_udp(const IpUdp& a, const IpUdp& b) {
-  if (a.v6 != b.v6 || memcmp(a.src, b.src, 16) || memcmp(a.dst, b.dst, 16) || a.tclass != b.tclass ||
-      a.ttl != b.ttl || a.sport != b.sport || a.dport != b.dport)
+  if (a.v6 != b.v6 || memcmp(a.src, b.src, 16) || memcmp(a.dst, b.dst, 16) || a.tclass != b.tclass || a.ttl != b.ttl ||
+      a.sport != b.sport || a.dport != b.dport)
     return false;
   if (a.v6) return a.flow_label == b.flow_label;
   return a.ip_id == b.ip_id && a.df == b.df;
@@ -89,10 +89,10 @@ ParseError check_transport(const uint8_t* p, size_t len, Packet& pkt) {
   CHECK(write_transport_headers(q, hdr) == op.hdr_len);
   uint8_t mask[256];
   memset(mask, 0xff, op.hdr_len);
-  mask[4] = 0xc0;                                              // BTH resv6a: only FECN/BECN are read
-  mask[8] = 0x80;                                              // BTH resv7: only AckReq is read
-  if (!pad_aligned(pkt)) mask[1] = 0xcf;                       // pad count: rebuilt from the length
-  if (op.has(kDeth)) mask[op.offset_of(kDeth) + 4] = 0;         // DETH reserved byte
+  mask[4] = 0xc0;  // BTH resv6a: only FECN/BECN are read
+  mask[8] = 0x80;  // BTH resv7: only AckReq is read
+  if (!pad_aligned(pkt)) mask[1] = 0xcf;  // pad count: rebuilt from the length
+  if (op.has(kDeth)) mask[op.offset_of(kDeth) + 4] = 0;  // DETH reserved byte
   if (op.has(kCnpPad)) memset(mask + op.offset_of(kCnpPad), 0, header_size(kCnpPad));
   for (size_t i = 0; i < op.hdr_len; ++i) CHECK(((hdr[i] ^ p[i]) & mask[i]) == 0);
   return e;
@@ -142,9 +142,9 @@ void check_frame(const uint8_t* data, size_t size) {
     CHECK(write_ip_udp(iu, roce_len, h) == iu.hdr_len);
     for (size_t i = 0; i < iu.hdr_len; ++i) {
       uint8_t m = 0xff;
-      if (!iu.v6 && i == 6) m = 0x7f;                   // IPv4 reserved flag bit
-      if (!iu.v6 && (i == 10 || i == 11)) m = 0;        // IPv4 header checksum: not checked on receive
-      if (i == ip_hdr + 6 || i == ip_hdr + 7) m = 0;    // UDP checksum: 0 on the wire, not checked
+      if (!iu.v6 && i == 6) m = 0x7f;  // IPv4 reserved flag bit
+      if (!iu.v6 && (i == 10 || i == 11)) m = 0;  // IPv4 header checksum: not checked on receive
+      if (i == ip_hdr + 6 || i == ip_hdr + 7) m = 0;  // UDP checksum: 0 on the wire, not checked
       CHECK(((h[i] ^ data[i]) & m) == 0);
     }
     if (!iu.v6) {  // and the IPv4 checksum we write is right

@@ -39,13 +39,13 @@ constexpr uint32_t kClient = 0x0a4d0003;  // 10.77.0.3
 // Capture loading
 
 struct Frame {
-  size_t index = 0;    // tshark frame number
+  size_t index = 0;  // tshark frame number
   uint64_t ts_ns = 0;  // pcap timestamp
   IpUdp ip;
   uint32_t src = 0, dst = 0;  // IPv4, host order
   std::vector<uint8_t> ipbytes;  // IP header .. ICRC
-  std::vector<uint8_t> roce;     // BTH .. ICRC
-  Packet p;                      // parsed from `roce` (payload points into it)
+  std::vector<uint8_t> roce;  // BTH .. ICRC
+  Packet p;  // parsed from `roce` (payload points into it)
   const OpInfo& op() const { return p.info(); }
 };
 
@@ -71,9 +71,7 @@ std::vector<Frame> load(const std::string& name) {
   return out;
 }
 
-bool is_rc_request(const Frame& f) {
-  return op_transport(f.p.bth.opcode) == Transport::rc && f.op().is(kRequest);
-}
+bool is_rc_request(const Frame& f) { return op_transport(f.p.bth.opcode) == Transport::rc && f.op().is(kRequest); }
 bool is_rc_response(const Frame& f) {
   return op_transport(f.p.bth.opcode) == Transport::rc && f.op().is(kAck | kReadResp | kAtomicAck);
 }
@@ -99,7 +97,9 @@ class ReplayMemory : public Memory {
       if (r.key == key && va >= r.base && va + len <= r.base + r.size()) return r.data() + (va - r.base);
     return nullptr;
   }
-  uint8_t* local(uint32_t, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t) override { return at(lkey, addr, len); }
+  uint8_t* local(uint32_t, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t) override {
+    return at(lkey, addr, len);
+  }
   uint8_t* remote(uint32_t, uint32_t rkey, uint64_t va, uint32_t len, uint32_t) override {
     ++remote_calls;
     return at(rkey, va, len);
@@ -122,8 +122,8 @@ struct Out {
   uint64_t orig = 0;
   uint32_t dest_qp = 0;
   Reth reth;
-  size_t after = 0;     // ours: capture frame number of the packet fed last; rxe: its own frame number
-  uint64_t at_ns = 0;   // when it was sent (ours: the `now` of the call that sent it)
+  size_t after = 0;  // ours: capture frame number of the packet fed last; rxe: its own frame number
+  uint64_t at_ns = 0;  // when it was sent (ours: the `now` of the call that sent it)
   std::vector<uint8_t> hdr;  // BTH + extended headers as they go on the wire
 };
 
@@ -174,8 +174,7 @@ std::string describe(const Out& o) {
   s << op_info(o.opcode).name << " psn=" << o.psn << " syn=0x" << std::hex << unsigned(o.syndrome) << std::dec
     << " msn=" << o.msn << " len=" << o.len;
   if (o.opcode == make_opcode(Transport::rc, kAtomicAcknowledge)) s << " orig=0x" << std::hex << o.orig << std::dec;
-  if (op_info(o.opcode).has(kReth))
-    s << " va=0x" << std::hex << o.reth.va << std::dec << " dmalen=" << o.reth.dma_len;
+  if (op_info(o.opcode).has(kReth)) s << " va=0x" << std::hex << o.reth.va << std::dec << " dmalen=" << o.reth.dma_len;
   s << " (frame " << o.after << ")";
   return s.str();
 }
@@ -189,8 +188,8 @@ struct ResponderSetup {
 };
 
 struct ResponderRun {
-  std::vector<Out> ours;       // what our engine sent
-  std::vector<Out> rxe;        // what rxe sent (the capture's responses in this direction)
+  std::vector<Out> ours;  // what our engine sent
+  std::vector<Out> rxe;  // what rxe sent (the capture's responses in this direction)
   std::vector<Wc> recv_wcs;
   std::vector<const Frame*> requests;
   QpCounters counters;
@@ -198,7 +197,9 @@ struct ResponderRun {
   uint64_t dropped = 0;
   size_t atomic_targets = 0;  // distinct atomic VAs (each seeded once from rxe)
   // Per atomic VA: the seeded value and the value after the replay.
-  struct AtomicTarget { uint64_t va, before, after; };
+  struct AtomicTarget {
+    uint64_t va, before, after;
+  };
   std::vector<AtomicTarget> atomics;
 };
 
@@ -214,8 +215,9 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
   if (run.requests.empty() || rsp.empty()) return run;
   const uint32_t my_qpn = run.requests[0]->p.bth.dest_qp;
   const uint32_t peer_qpn = rsp[0]->p.bth.dest_qp;  // RC packets carry no source QP: the other direction's BTH
-  for (const Frame* f : rsp) run.rxe.push_back(out_of(f->p, f->p.payload_len)), run.rxe.back().after = f->index,
-                                run.rxe.back().hdr.assign(f->roce.begin(), f->roce.begin() + f->op().hdr_len);
+  for (const Frame* f : rsp)
+    run.rxe.push_back(out_of(f->p, f->p.payload_len)),
+        run.rxe.back().after = f->index, run.rxe.back().hdr.assign(f->roce.begin(), f->roce.begin() + f->op().hdr_len);
 
   // Memory: the rkey(s) the requests use, covering every VA they touch; atomics seeded from rxe.
   ReplayMemory mem;
@@ -224,12 +226,17 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
   for (const Frame* f : run.requests) {
     uint64_t va = 0, len = 0;
     uint32_t key = 0;
-    if (f->op().has(kReth)) va = f->p.reth.va, len = f->p.reth.dma_len, key = f->p.reth.rkey;
-    else if (f->op().has(kAtomicEth)) va = f->p.atomic.va, len = 8, key = f->p.atomic.rkey;
-    else continue;
+    if (f->op().has(kReth))
+      va = f->p.reth.va, len = f->p.reth.dma_len, key = f->p.reth.rkey;
+    else if (f->op().has(kAtomicEth))
+      va = f->p.atomic.va, len = 8, key = f->p.atomic.rkey;
+    else
+      continue;
     auto it = span.find(key);
-    if (it == span.end()) span[key] = {va, va + len};
-    else it->second = {std::min(it->second.first, va), std::max(it->second.second, va + len)};
+    if (it == span.end())
+      span[key] = {va, va + len};
+    else
+      it->second = {std::min(it->second.first, va), std::max(it->second.second, va + len)};
   }
   for (auto& [key, r] : span) {
     uint64_t lo = r.first & ~uint64_t(4095);
@@ -253,7 +260,8 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
   // Receive buffers: one WQE per message that needs one (SEND, WRITE with immediate), plus spare.
   size_t wqes = 2;
   for (const Frame* f : run.requests)
-    if ((f->op().is(kSend) && f->op().is(kStart)) || (f->op().is(kWrite) && f->op().is(kImm) && f->op().is(kEnd))) ++wqes;
+    if ((f->op().is(kSend) && f->op().is(kStart)) || (f->op().is(kWrite) && f->op().is(kImm) && f->op().is(kEnd)))
+      ++wqes;
   constexpr uint32_t kLkey = 0x1000, kBufSize = 32768;
   constexpr uint64_t kBufBase = 0x7f0000000000;
   mem.add(kLkey, kBufBase, uint64_t(kBufSize) * wqes);
@@ -285,16 +293,16 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
   a.rq_psn = run.requests[0]->p.bth.psn;
   a.max_dest_rd_atomic = cfg.max_dest_rd_atomic;
   a.min_rnr_timer = 12;
-  EXPECT_EQ(eng.modify_qp(qpn, a,
-                          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic |
-                              kAttrMinRnrTimer,
-                          0),
-            0);
+  EXPECT_EQ(
+      eng.modify_qp(
+          qpn, a,
+          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer, 0),
+      0);
   a.qp_state = QpState::rts;
   a.sq_psn = 0;
   a.max_rd_atomic = 16;
-  EXPECT_EQ(eng.modify_qp(qpn, a,
-                          kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0),
+  EXPECT_EQ(eng.modify_qp(
+                qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0),
             0);
   std::vector<Sge> sges(wqes);
   for (size_t i = 0; i < wqes; ++i) {
@@ -606,19 +614,19 @@ RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_
   a.rq_psn = 0;
   a.max_dest_rd_atomic = 16;
   a.min_rnr_timer = 12;
-  EXPECT_EQ(eng.modify_qp(qpn, a,
-                          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic |
-                              kAttrMinRnrTimer,
-                          0),
-            0);
+  EXPECT_EQ(
+      eng.modify_qp(
+          qpn, a,
+          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer, 0),
+      0);
   a.qp_state = QpState::rts;
   a.sq_psn = reqs[0]->p.bth.psn;
   a.timeout = 14;  // perftest's default, the ~67 ms timer of the captures
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = max_rd_atomic;
-  EXPECT_EQ(eng.modify_qp(qpn, a,
-                          kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0),
+  EXPECT_EQ(eng.modify_qp(
+                qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0),
             0);
 
   const uint64_t t0 = reqs[0]->ts_ns;
@@ -680,7 +688,8 @@ TEST(RequesterReplay, RcRnrResendsFromNakedPsnAfterRnrTimer) {
     ++rnr_naks;
     SCOPED_TRACE("RNR NAK frame " + std::to_string(f->index));
     // The first thing we send after this RNR NAK: the NAKed PSN, after the RNR timer, from the timer.
-    auto it = std::find_if(run.sent.begin(), run.sent.end(), [&](const Sent& s) { return s.o.at_ns >= f->ts_ns && s.o.after >= f->index; });
+    auto it = std::find_if(run.sent.begin(), run.sent.end(),
+                           [&](const Sent& s) { return s.o.at_ns >= f->ts_ns && s.o.after >= f->index; });
     ASSERT_NE(it, run.sent.end());
     EXPECT_EQ(it->o.psn, f->p.bth.psn);
     EXPECT_GE(it->o.at_ns, f->ts_ns + rnr_ns);
@@ -715,9 +724,7 @@ struct ReadIssue {
   uint32_t len;
   size_t frame;  // capture frame (rxe) / frame being processed (ours)
   bool timer;
-  bool operator<(const ReadIssue& o) const {
-    return std::tie(psn, va, len) < std::tie(o.psn, o.va, o.len);
-  }
+  bool operator<(const ReadIssue& o) const { return std::tie(psn, va, len) < std::tie(o.psn, o.va, o.len); }
 };
 
 std::string str(const ReadIssue& r, uint32_t p0, uint64_t va0) {
@@ -784,7 +791,8 @@ const ReadLoss& read_loss() {
     bool timer = f.ts_ns - last_srv_ns >= 60000000;
     if (timer && !in_timer_batch) ++r.timer_batches;
     in_timer_batch = timer;
-    if (f.p.reth.va != first->p.reth.va && !timer) r.rxe.push_back({f.p.bth.psn, f.p.reth.va, f.p.reth.dma_len, f.index, timer});
+    if (f.p.reth.va != first->p.reth.va && !timer)
+      r.rxe.push_back({f.p.bth.psn, f.p.reth.va, f.p.reth.dma_len, f.index, timer});
   }
   r.fresh = issued.size();
   if (!first) return r;
@@ -889,8 +897,8 @@ TEST(RequesterReplay, RcReadLossLostLastResponseIsAGap) {
   // With both bugs fixed, the partial re-issues are rxe's, in order, one per gap.
   ASSERT_EQ(r.ours.size(), r.rxe.size());
   for (size_t i = 0; i < r.rxe.size(); ++i)
-    EXPECT_TRUE(same_issue(r.rxe[i], r.ours[i])) << i << ": rxe " << str(r.rxe[i], r.p0, r.va0) << ", ours "
-                                                 << str(r.ours[i], r.p0, r.va0);
+    EXPECT_TRUE(same_issue(r.rxe[i], r.ours[i]))
+        << i << ": rxe " << str(r.rxe[i], r.p0, r.va0) << ", ours " << str(r.ours[i], r.p0, r.va0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -901,7 +909,7 @@ namespace {
 struct UnreliableRun {
   std::vector<Out> tx;
   std::vector<Wc> wcs;
-  std::vector<const Frame*> msgs;   // the frame that ends each message (UD: each datagram)
+  std::vector<const Frame*> msgs;  // the frame that ends each message (UD: each datagram)
   std::vector<std::vector<uint8_t>> bufs;  // receive buffer contents, by wr_id
   QpCounters counters;
   uint64_t dropped = 0;
@@ -949,9 +957,10 @@ UnreliableRun run_unreliable(const std::vector<Frame>& frames, uint32_t sender_i
   a.qp_state = QpState::init;
   a.qp_access_flags = kLocalWrite | kRemoteWrite;
   a.qkey = 0x11111111;
-  EXPECT_EQ(eng.modify_qp(qpn, a,
-                          kAttrState | kAttrPkeyIndex | kAttrPort | (type == QpType::ud ? kAttrQkey : kAttrAccessFlags), 0),
-            0);
+  EXPECT_EQ(
+      eng.modify_qp(qpn, a,
+                    kAttrState | kAttrPkeyIndex | kAttrPort | (type == QpType::ud ? kAttrQkey : kAttrAccessFlags), 0),
+      0);
   a.qp_state = QpState::rtr;
   gid_from_ipv4(a.av.dgid, sender_ip);
   gid_from_ipv4(a.av.sgid, in[0]->dst);
@@ -1071,7 +1080,8 @@ TEST(ResponderReplay, RcReadLossPartialReissueIsAContinuation) {
   std::vector<std::string> diffs;
   for (size_t i = 0; i < frames.size(); ++i) {
     const Frame& q = frames[i];
-    if (q.src != kClient || q.p.bth.opcode != make_opcode(Transport::rc, kReadRequest) || q.p.reth.va == first->p.reth.va)
+    if (q.src != kClient || q.p.bth.opcode != make_opcode(Transport::rc, kReadRequest) ||
+        q.p.reth.va == first->p.reth.va)
       continue;
     const Frame* theirs = nullptr;
     for (size_t k = i + 1; k < frames.size() && !theirs; ++k)

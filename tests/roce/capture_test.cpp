@@ -48,7 +48,11 @@ void check_capture_into(const std::string& file, Stats& st) {
     uint8_t ff[8];
     std::memset(ff, 0xff, 8);
     std::vector<uint8_t> masked(ip, ip + frame - kIcrcSize);
-    if (!iu.v6) { masked[1] = 0xff; masked[8] = 0xff; masked[10] = masked[11] = 0xff; }
+    if (!iu.v6) {
+      masked[1] = 0xff;
+      masked[8] = 0xff;
+      masked[10] = masked[11] = 0xff;
+    }
     masked[iu.hdr_len - 2] = masked[iu.hdr_len - 1] = 0xff;
     masked[iu.hdr_len + 4] = 0xff;
     EXPECT_EQ(crc32_table_update(crc32_table_update(0, ff, 8), masked.data(), masked.size()), wire);

@@ -67,8 +67,8 @@ Case make_case(size_t i, uint8_t opcode, uint8_t syndrome) {
   c.pkt.deth = {0x80010000u + uint32_t(i), 0xabcdef - uint32_t(i)};
   c.pkt.reth = {0xfedcba9876543210ull + (uint64_t(i) << 12), 0x80000000u | uint32_t(i * 0x1234567),
                 0x80001000u + uint32_t(i)};
-  c.pkt.atomic = {0xff00ee00dd00cc00ull + uint64_t(i) * 8, 0xc0000000u + uint32_t(i),
-                  0x8877665544332211ull + i, 0xf0e1d2c3b4a59687ull ^ i};
+  c.pkt.atomic = {0xff00ee00dd00cc00ull + uint64_t(i) * 8, 0xc0000000u + uint32_t(i), 0x8877665544332211ull + i,
+                  0xf0e1d2c3b4a59687ull ^ i};
   c.pkt.aeth = {syndrome, 0xfffff0u - uint32_t(i)};
   c.pkt.atomic_orig = 0xdeadbeefcafef00dull + i;
   c.pkt.imm = 0xabcdef00u | uint32_t(i);
@@ -101,8 +101,13 @@ std::vector<Case> all_cases() {
     cases.push_back(make_case(cases.size(), uint8_t(opcode), syndrome_ack()));
   }
   // Every kind of AETH syndrome, on ACKNOWLEDGE, plus a NAK on a READ response and ATOMIC_ACK.
-  const uint8_t syndromes[] = {syndrome_ack(0), syndrome_ack(17), syndrome_rnr(0), syndrome_rnr(12), syndrome_rnr(31),
-                               syndrome_nak(NakCode::psn_seq_error), syndrome_nak(NakCode::invalid_request),
+  const uint8_t syndromes[] = {syndrome_ack(0),
+                               syndrome_ack(17),
+                               syndrome_rnr(0),
+                               syndrome_rnr(12),
+                               syndrome_rnr(31),
+                               syndrome_nak(NakCode::psn_seq_error),
+                               syndrome_nak(NakCode::invalid_request),
                                syndrome_nak(NakCode::remote_access_error),
                                syndrome_nak(NakCode::remote_operational_error),
                                syndrome_nak(NakCode::invalid_rd_request)};
@@ -141,16 +146,49 @@ std::string pcap_file(const std::vector<Case>& cases) {
 
 // The fields we ask tshark for, in column order.
 const char* const kFields[] = {
-    "frame.number", "infiniband.bth.opcode", "infiniband.bth.se", "infiniband.bth.m",
-    "infiniband.bth.padcnt", "infiniband.bth.tver", "infiniband.bth.p_key", "infiniband.bth.destqp",
-    "infiniband.bth.a", "infiniband.bth.psn", "infiniband.deth.q_key", "infiniband.deth.srcqp",
-    "infiniband.reth.va", "infiniband.reth.r_key", "infiniband.reth.dmalen", "infiniband.atomiceth.swapdt",
-    "infiniband.atomiceth.cmpdt", "infiniband.aeth.syndrome", "infiniband.aeth.syndrome.opcode",
-    "infiniband.aeth.syndrome.credit_count", "infiniband.aeth.syndrome.timer",
-    "infiniband.aeth.syndrome.error_code", "infiniband.aeth.msn", "infiniband.atomicacketh.origremdt",
-    "infiniband.immdt", "infiniband.ieth", "infiniband.invariant.crc", "data.data", "ip.len", "ip.dsfield",
-    "ip.ttl", "ip.id", "ip.flags.df", "ip.checksum.status", "ipv6.plen", "ipv6.tclass", "ipv6.flow", "ipv6.hlim",
-    "udp.srcport", "udp.dstport", "udp.length", "infiniband.vendor", "_ws.malformed",
+    "frame.number",
+    "infiniband.bth.opcode",
+    "infiniband.bth.se",
+    "infiniband.bth.m",
+    "infiniband.bth.padcnt",
+    "infiniband.bth.tver",
+    "infiniband.bth.p_key",
+    "infiniband.bth.destqp",
+    "infiniband.bth.a",
+    "infiniband.bth.psn",
+    "infiniband.deth.q_key",
+    "infiniband.deth.srcqp",
+    "infiniband.reth.va",
+    "infiniband.reth.r_key",
+    "infiniband.reth.dmalen",
+    "infiniband.atomiceth.swapdt",
+    "infiniband.atomiceth.cmpdt",
+    "infiniband.aeth.syndrome",
+    "infiniband.aeth.syndrome.opcode",
+    "infiniband.aeth.syndrome.credit_count",
+    "infiniband.aeth.syndrome.timer",
+    "infiniband.aeth.syndrome.error_code",
+    "infiniband.aeth.msn",
+    "infiniband.atomicacketh.origremdt",
+    "infiniband.immdt",
+    "infiniband.ieth",
+    "infiniband.invariant.crc",
+    "data.data",
+    "ip.len",
+    "ip.dsfield",
+    "ip.ttl",
+    "ip.id",
+    "ip.flags.df",
+    "ip.checksum.status",
+    "ipv6.plen",
+    "ipv6.tclass",
+    "ipv6.flow",
+    "ipv6.hlim",
+    "udp.srcport",
+    "udp.dstport",
+    "udp.length",
+    "infiniband.vendor",
+    "_ws.malformed",
 };
 
 // Wireshark's payload heuristics (RPC-over-RDMA, iSER, SMB Direct, ...) would claim some of our
@@ -184,7 +222,8 @@ std::vector<std::map<std::string, std::string>> run_tshark(const std::string& pc
       // A field that occurs more than once: the first, except for vendor data, where Wireshark 4.0
       // shows a short piece first and then everything after the BTH.
       size_t comma = std::string(kFields[k]) == "infiniband.vendor" ? col.rfind(',') : col.find(',');
-      if (comma != std::string::npos) col = std::string(kFields[k]) == "infiniband.vendor" ? col.substr(comma + 1) : col.substr(0, comma);
+      if (comma != std::string::npos)
+        col = std::string(kFields[k]) == "infiniband.vendor" ? col.substr(comma + 1) : col.substr(0, comma);
       row[kFields[k++]] = col;
     }
     rows.push_back(row);
@@ -219,7 +258,8 @@ std::string hex_be32(uint32_t v) {
 }
 std::string bytes_field(std::string s) {
   std::string o;
-  for (char ch : s) if (ch != ':') o += char(tolower(ch));
+  for (char ch : s)
+    if (ch != ':') o += char(tolower(ch));
   return o;
 }
 
@@ -354,19 +394,21 @@ TEST(Tshark, EveryOpcodeAndSyndromeDecodesToTheFieldsWeMeant) {
     for (const char* f : kFields) {
       std::string got = rows[i][f];
       std::string f_s = f;
-      bool bytes = f_s == "infiniband.immdt" || f_s == "infiniband.ieth" || f_s == "data.data" ||
-                   f_s == "infiniband.vendor";
+      bool bytes =
+          f_s == "infiniband.immdt" || f_s == "infiniband.ieth" || f_s == "data.data" || f_s == "infiniband.vendor";
       got = bytes ? bytes_field(got) : f_s == "_ws.malformed" ? got : num(got);
       if (got != want[f]) {
         ++mismatches;
         ADD_FAILURE() << "frame " << i + 1 << " (" << c.what << ", opcode 0x" << std::hex << int(c.pkt.bth.opcode)
-                      << std::dec << (c.ip.v6 ? ", IPv6" : ", IPv4") << "): " << f << " is '" << got
-                      << "', we meant '" << want[f] << "'";
+                      << std::dec << (c.ip.v6 ? ", IPv6" : ", IPv4") << "): " << f << " is '" << got << "', we meant '"
+                      << want[f] << "'";
       }
     }
   }
-  if (mismatches == 0) unlink(path.c_str());
-  else ADD_FAILURE() << "pcap kept for inspection: " << path;
+  if (mismatches == 0)
+    unlink(path.c_str());
+  else
+    ADD_FAILURE() << "pcap kept for inspection: " << path;
 }
 
 // The oracle itself must be able to disagree: a packet whose RETH we damage after building is

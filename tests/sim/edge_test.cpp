@@ -333,7 +333,8 @@ TEST_P(RemoteAccess, ViolationCompletesWithRemAccessErrMovesQpToErrAndFlushesThe
   // B sent a NAK with Remote Access Error (IBA 9.7.5.2.4, Table 44 code 2).
   bool nak = false;
   for (const Seen& x : tx_)
-    if (x.from == b_ && x.is(melon::roce::kAcknowledge) && x.syndrome == melon::roce::syndrome_nak(melon::roce::NakCode::remote_access_error))
+    if (x.from == b_ && x.is(melon::roce::kAcknowledge) &&
+        x.syndrome == melon::roce::syndrome_nak(melon::roce::NakCode::remote_access_error))
       nak = true;
   EXPECT_TRUE(nak);
   EXPECT_EQ(target.buf, before) << "nothing of the failed or flushed WRs may reach B's memory";
@@ -451,7 +452,8 @@ TEST_F(Edge, NeverMoreThanMaxRdAtomicReadsOrAtomicsOutstandingOnTheWire) {
   for (int i = 0; i < 24; ++i) {
     bool atomic = i % 3 == 2;
     sg[size_t(i)] = Sge{sink.va(size_t(i) * 2048), atomic ? 8u : 2000u, sink.lkey};
-    SendWr wr = make_wr(atomic ? WrOpcode::atomic_fetch_and_add : WrOpcode::rdma_read, uint64_t(i + 1), &sg[size_t(i)], 1);
+    SendWr wr =
+        make_wr(atomic ? WrOpcode::atomic_fetch_and_add : WrOpcode::rdma_read, uint64_t(i + 1), &sg[size_t(i)], 1);
     wr.remote_addr = target.va(size_t(i) * 2048);
     wr.rkey = target.rkey;
     wr.compare_add = 1;

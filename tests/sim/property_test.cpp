@@ -44,31 +44,30 @@ using namespace melon::sim;
 
 constexpr size_t kMiB = 1 << 20;
 constexpr size_t kMaxMsg = kMiB;
-constexpr size_t kTargetZone = 2 * kMiB;     // RDMA WRITE / READ area of a target region
-constexpr size_t kAtomicSlots = 512;          // 8-byte atomic slots after the zone
+constexpr size_t kTargetZone = 2 * kMiB;  // RDMA WRITE / READ area of a target region
+constexpr size_t kAtomicSlots = 512;  // 8-byte atomic slots after the zone
 constexpr size_t kTargetSize = kTargetZone + kAtomicSlots * 8;
-constexpr size_t kSinkSize = 2 * kMiB + 64 * 1024;   // READ and atomic results, per batch
-constexpr size_t kRecvSize = 2 * kMiB + 64 * 1024;   // receive buffers, per batch
-constexpr size_t kSrcSize = kMiB + 64 * 1024;        // gather source, never written
-constexpr size_t kScratchSize = 64 * 1024;           // inline sources, scribbled after posting
-constexpr size_t kInvPool = 160;                     // rkeys SEND_WITH_INV may invalidate per batch
+constexpr size_t kSinkSize = 2 * kMiB + 64 * 1024;  // READ and atomic results, per batch
+constexpr size_t kRecvSize = 2 * kMiB + 64 * 1024;  // receive buffers, per batch
+constexpr size_t kSrcSize = kMiB + 64 * 1024;  // gather source, never written
+constexpr size_t kScratchSize = 64 * 1024;  // inline sources, scribbled after posting
+constexpr size_t kInvPool = 160;  // rkeys SEND_WITH_INV may invalidate per batch
 constexpr uint32_t kPd = 7;
 
 struct RunConfig {
   const char* name;
   uint64_t seed;
   int lanes;
-  uint64_t wrs;      // work requests in this run (before MELON_SIM_SCALE)
+  uint64_t wrs;  // work requests in this run (before MELON_SIM_SCALE)
   Faults faults;
   bool v6;
-  double p_big;      // share of WRs of 64 KiB .. 1 MiB
-  double p_medium;   // share of 4 KiB .. 64 KiB
+  double p_big;  // share of WRs of 64 KiB .. 1 MiB
+  double p_medium;  // share of 4 KiB .. 64 KiB
 };
 
 struct Totals {
-  uint64_t wrs = 0, signaled = 0, recvs = 0, bytes = 0, frames = 0, lost = 0, duplicated = 0,
-           reordered = 0, corrupted = 0, retransmits = 0, timeouts = 0, seq_naks = 0, rnr_naks = 0,
-           duplicates = 0;
+  uint64_t wrs = 0, signaled = 0, recvs = 0, bytes = 0, frames = 0, lost = 0, duplicated = 0, reordered = 0,
+           corrupted = 0, retransmits = 0, timeouts = 0, seq_naks = 0, rnr_naks = 0, duplicates = 0;
   uint64_t by_op[10] = {};
   double wall_s = 0, virtual_s = 0;
 };
@@ -93,9 +92,9 @@ WcOpcode wc_opcode_for(WrOpcode op) {
 }
 
 const char* op_name(WrOpcode op) {
-  static const char* names[] = {"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ",
-                                "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW",
-                                "SEND_WITH_INV"};
+  static const char* names[] = {
+      "RDMA_WRITE",         "RDMA_WRITE_WITH_IMM",  "SEND",      "SEND_WITH_IMM", "RDMA_READ",
+      "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW",       "SEND_WITH_INV"};
   return names[int(op)];
 }
 
@@ -172,8 +171,7 @@ class PropertyRun {
   std::string setup();
   void generate(Lane& lane, int s);
   void gen_one(Lane& lane, int s);
-  void split_local(Region* r, size_t base, uint32_t total, uint32_t max_sge, std::vector<Sge>& out,
-                   size_t* used);
+  void split_local(Region* r, size_t base, uint32_t total, uint32_t max_sge, std::vector<Sge>& out, size_t* used);
   std::string post_one(Lane& lane, int s);
   bool poll_all();
   std::string check_batch();
@@ -304,9 +302,14 @@ void PropertyRun::gen_one(Lane& lane, int s) {
   PendingWr p;
   SendWr& wr = p.wr;
   wr.wr_id = (uint64_t(s) << 56) | me.next_wr_id++;
-  static const WrOpcode ops[] = {WrOpcode::send, WrOpcode::send_with_imm, WrOpcode::send_with_inv,
-                                 WrOpcode::rdma_write, WrOpcode::rdma_write_with_imm, WrOpcode::rdma_read,
-                                 WrOpcode::atomic_cmp_and_swp, WrOpcode::atomic_fetch_and_add};
+  static const WrOpcode ops[] = {WrOpcode::send,
+                                 WrOpcode::send_with_imm,
+                                 WrOpcode::send_with_inv,
+                                 WrOpcode::rdma_write,
+                                 WrOpcode::rdma_write_with_imm,
+                                 WrOpcode::rdma_read,
+                                 WrOpcode::atomic_cmp_and_swp,
+                                 WrOpcode::atomic_fetch_and_add};
   static const int weights[] = {20, 10, 5, 20, 10, 20, 7, 8};
   std::discrete_distribution<int> pick(std::begin(weights), std::end(weights));
   WrOpcode op = ops[pick(gen_)];
@@ -644,9 +647,8 @@ std::string PropertyRun::diagnose() {
                sd.expect_send.empty() ? "" : sd.expect_send.front().what.c_str(),
                (unsigned long long)(c ? c->tx_packets : 0), (unsigned long long)(c ? c->rx_packets : 0),
                (unsigned long long)(c ? c->retransmits : 0), (unsigned long long)(c ? c->timeouts : 0),
-               (unsigned long long)(c ? c->seq_naks_received : 0),
-               (unsigned long long)(c ? c->rnr_naks_received : 0), (unsigned long long)(c ? c->duplicates : 0),
-               (unsigned long long)(c ? c->dropped : 0));
+               (unsigned long long)(c ? c->seq_naks_received : 0), (unsigned long long)(c ? c->rnr_naks_received : 0),
+               (unsigned long long)(c ? c->duplicates : 0), (unsigned long long)(c ? c->dropped : 0));
       d += buf;
     }
   }
@@ -706,7 +708,8 @@ std::string PropertyRun::run(uint64_t wrs) {
     bool done = sim_.run_until(all_done, limit);
     if (!failure_.empty()) return failure_ + diagnose();
     if (!sim_.errors().empty()) return fail("simulator: " + sim_.errors().front()) + diagnose();
-    if (!done) return fail("batch " + std::to_string(batch_) + " stalled at t=" + std::to_string(sim_.now())) + diagnose();
+    if (!done)
+      return fail("batch " + std::to_string(batch_) + " stalled at t=" + std::to_string(sim_.now())) + diagnose();
     if (!check_batch().empty()) return failure_ + " (batch " + std::to_string(batch_) + ")";
   }
   // Stragglers (duplicates, late retransmissions) must not produce anything more.
@@ -741,11 +744,12 @@ TEST_P(SimProperty, RandomTrafficCompletesInOrderAndMemoryMatchesShadowModel) {
   const RunConfig& cfg = GetParam();
   uint64_t seed = test_seed(cfg.seed);
   uint64_t wrs = uint64_t(double(cfg.wrs) * sim_scale());
-  printf("[sim] run %s: seed %llu (replay: MELON_SIM_SEED=%llu --gtest_filter='*%s'), %llu WRs, loss %.1f%% dup %.1f%% "
-         "reorder %.1f%% corrupt %.1f%%, %s\n",
-         cfg.name, (unsigned long long)seed, (unsigned long long)seed, cfg.name, (unsigned long long)wrs,
-         cfg.faults.loss * 100, cfg.faults.dup * 100, cfg.faults.reorder * 100, cfg.faults.corrupt * 100,
-         cfg.v6 ? "IPv6" : "IPv4");
+  printf(
+      "[sim] run %s: seed %llu (replay: MELON_SIM_SEED=%llu --gtest_filter='*%s'), %llu WRs, loss %.1f%% dup %.1f%% "
+      "reorder %.1f%% corrupt %.1f%%, %s\n",
+      cfg.name, (unsigned long long)seed, (unsigned long long)seed, cfg.name, (unsigned long long)wrs,
+      cfg.faults.loss * 100, cfg.faults.dup * 100, cfg.faults.reorder * 100, cfg.faults.corrupt * 100,
+      cfg.v6 ? "IPv6" : "IPv4");
   auto t0 = std::chrono::steady_clock::now();
   PropertyRun run(cfg, seed);
   std::string failure = run.run(wrs);
@@ -763,15 +767,15 @@ TEST_P(SimProperty, RandomTrafficCompletesInOrderAndMemoryMatchesShadowModel) {
       }
     }
   }
-  printf("[sim] run %s: %llu WRs (%llu signaled, %llu receives, %.1f MiB), %llu frames, %llu lost, %llu duplicated, "
-         "%llu reordered, %llu corrupted (%llu rejected), %llu retransmits, %llu timeouts, %llu seq NAKs, %llu RNR NAKs, "
-         "%llu duplicates seen; %.3f s virtual, %.1f s wall\n",
-         cfg.name, (unsigned long long)run.posted(), (unsigned long long)run.signaled(),
-         (unsigned long long)run.recvs(), double(run.bytes()) / kMiB, (unsigned long long)st.frames,
-         (unsigned long long)st.lost, (unsigned long long)st.duplicated, (unsigned long long)st.reordered,
-         (unsigned long long)st.corrupted, (unsigned long long)st.corrupt_rejected, (unsigned long long)retx,
-         (unsigned long long)timeouts, (unsigned long long)seq, (unsigned long long)rnr, (unsigned long long)dups,
-         double(run.sim().now()) / 1e9, wall);
+  printf(
+      "[sim] run %s: %llu WRs (%llu signaled, %llu receives, %.1f MiB), %llu frames, %llu lost, %llu duplicated, "
+      "%llu reordered, %llu corrupted (%llu rejected), %llu retransmits, %llu timeouts, %llu seq NAKs, %llu RNR NAKs, "
+      "%llu duplicates seen; %.3f s virtual, %.1f s wall\n",
+      cfg.name, (unsigned long long)run.posted(), (unsigned long long)run.signaled(), (unsigned long long)run.recvs(),
+      double(run.bytes()) / kMiB, (unsigned long long)st.frames, (unsigned long long)st.lost,
+      (unsigned long long)st.duplicated, (unsigned long long)st.reordered, (unsigned long long)st.corrupted,
+      (unsigned long long)st.corrupt_rejected, (unsigned long long)retx, (unsigned long long)timeouts,
+      (unsigned long long)seq, (unsigned long long)rnr, (unsigned long long)dups, double(run.sim().now()) / 1e9, wall);
   g_totals.wrs += run.posted();
   g_totals.signaled += run.signaled();
   g_totals.recvs += run.recvs();
@@ -817,18 +821,19 @@ class TotalsPrinter : public testing::Environment {
  public:
   void TearDown() override {
     const Totals& t = g_totals;
-    printf("[sim] TOTAL: %llu WRs (SEND %llu, SEND_WITH_IMM %llu, SEND_WITH_INV %llu, RDMA_WRITE %llu, "
-           "RDMA_WRITE_WITH_IMM %llu, RDMA_READ %llu, CMP_SWAP %llu, FETCH_ADD %llu), %llu signaled, %llu receives, "
-           "%.1f MiB; %llu frames, %llu lost, %llu duplicated, %llu reordered, %llu corrupted; %llu retransmits, "
-           "%llu timeouts, %llu seq NAKs, %llu RNR NAKs; %.2f s virtual, %.1f s wall\n",
-           (unsigned long long)t.wrs, (unsigned long long)t.by_op[2], (unsigned long long)t.by_op[3],
-           (unsigned long long)t.by_op[9], (unsigned long long)t.by_op[0], (unsigned long long)t.by_op[1],
-           (unsigned long long)t.by_op[4], (unsigned long long)t.by_op[5], (unsigned long long)t.by_op[6],
-           (unsigned long long)t.signaled, (unsigned long long)t.recvs, double(t.bytes) / kMiB,
-           (unsigned long long)t.frames, (unsigned long long)t.lost, (unsigned long long)t.duplicated,
-           (unsigned long long)t.reordered, (unsigned long long)t.corrupted, (unsigned long long)t.retransmits,
-           (unsigned long long)t.timeouts, (unsigned long long)t.seq_naks, (unsigned long long)t.rnr_naks, t.virtual_s,
-           t.wall_s);
+    printf(
+        "[sim] TOTAL: %llu WRs (SEND %llu, SEND_WITH_IMM %llu, SEND_WITH_INV %llu, RDMA_WRITE %llu, "
+        "RDMA_WRITE_WITH_IMM %llu, RDMA_READ %llu, CMP_SWAP %llu, FETCH_ADD %llu), %llu signaled, %llu receives, "
+        "%.1f MiB; %llu frames, %llu lost, %llu duplicated, %llu reordered, %llu corrupted; %llu retransmits, "
+        "%llu timeouts, %llu seq NAKs, %llu RNR NAKs; %.2f s virtual, %.1f s wall\n",
+        (unsigned long long)t.wrs, (unsigned long long)t.by_op[2], (unsigned long long)t.by_op[3],
+        (unsigned long long)t.by_op[9], (unsigned long long)t.by_op[0], (unsigned long long)t.by_op[1],
+        (unsigned long long)t.by_op[4], (unsigned long long)t.by_op[5], (unsigned long long)t.by_op[6],
+        (unsigned long long)t.signaled, (unsigned long long)t.recvs, double(t.bytes) / kMiB,
+        (unsigned long long)t.frames, (unsigned long long)t.lost, (unsigned long long)t.duplicated,
+        (unsigned long long)t.reordered, (unsigned long long)t.corrupted, (unsigned long long)t.retransmits,
+        (unsigned long long)t.timeouts, (unsigned long long)t.seq_naks, (unsigned long long)t.rnr_naks, t.virtual_s,
+        t.wall_s);
   }
 };
 const auto* g_env = testing::AddGlobalTestEnvironment(new TotalsPrinter);

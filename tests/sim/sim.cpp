@@ -36,8 +36,7 @@ uint8_t* TestMemory::local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t l
   auto it = by_lkey_.find(lkey);
   if (it != by_lkey_.end()) {
     Region& r = *it->second;
-    if (r.pd == pd && in_bounds(r, addr, len) && !(access & ~r.access & kLocalWrite))
-      return r.data() + (addr - r.va());
+    if (r.pd == pd && in_bounds(r, addr, len) && !(access & ~r.access & kLocalWrite)) return r.data() + (addr - r.va());
   }
   ++local_denied;
   return nullptr;
@@ -112,8 +111,10 @@ void Sim::trace(const char* what, int from, int to, const std::vector<uint8_t>& 
           from >= 0 ? nodes_[from]->name.c_str() : "?", nodes_[to]->name.c_str(), oi.name ? oi.name : "?",
           p.bth.dest_qp, p.bth.psn, p.bth.ack_req ? " A" : "", p.payload_len);
   if (oi.has(roce::kAeth)) fprintf(stderr, " aeth 0x%02x msn %u", p.aeth.syndrome, p.aeth.msn);
-  if (oi.has(roce::kReth)) fprintf(stderr, " reth va 0x%llx rkey 0x%x len %u", (unsigned long long)p.reth.va, p.reth.rkey, p.reth.dma_len);
-  if (oi.has(roce::kAtomicEth)) fprintf(stderr, " atomic va 0x%llx rkey 0x%x", (unsigned long long)p.atomic.va, p.atomic.rkey);
+  if (oi.has(roce::kReth))
+    fprintf(stderr, " reth va 0x%llx rkey 0x%x len %u", (unsigned long long)p.reth.va, p.reth.rkey, p.reth.dma_len);
+  if (oi.has(roce::kAtomicEth))
+    fprintf(stderr, " atomic va 0x%llx rkey 0x%x", (unsigned long long)p.atomic.va, p.atomic.rkey);
   if (oi.has(roce::kAtomicAckEth)) fprintf(stderr, " orig 0x%llx", (unsigned long long)p.atomic_orig);
   fprintf(stderr, "\n");
 }
@@ -147,9 +148,7 @@ AddressVector Sim::av_to(int from, int to) const {
   return av;
 }
 
-uint64_t Sim::uniform(uint64_t lo, uint64_t hi) {
-  return std::uniform_int_distribution<uint64_t>(lo, hi)(rng_);
-}
+uint64_t Sim::uniform(uint64_t lo, uint64_t hi) { return std::uniform_int_distribution<uint64_t>(lo, hi)(rng_); }
 bool Sim::chance(double p) { return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
 
 void Sim::schedule(uint64_t t, Event ev) { events_.emplace(std::make_pair(t, seq_++), std::move(ev)); }
@@ -168,7 +167,6 @@ void Sim::inject(int to, const std::vector<uint8_t>& frame, uint64_t t) {
   schedule(t < now_ ? now_ : t, std::move(ev));
 }
 
-
 void Sim::transmit(int from, const TxPacket& p) {
   ++stats_.frames;
   int to = -1;
@@ -180,8 +178,9 @@ void Sim::transmit(int from, const TxPacket& p) {
   }
   if (to < 0) {
     ++stats_.unroutable;
-    if (trace_) fprintf(stderr, "[t=%llu] tx from %s: no node has the destination GID\n", (unsigned long long)now_,
-                        nodes_[from]->name.c_str());
+    if (trace_)
+      fprintf(stderr, "[t=%llu] tx from %s: no node has the destination GID\n", (unsigned long long)now_,
+              nodes_[from]->name.c_str());
     return;
   }
   Event ev;
@@ -305,8 +304,7 @@ bool Sim::step(uint64_t limit) {
       }
     }
     if (++spins_ > 100000) {
-      errors_.push_back("engine livelock: next_deadline() stays <= now after tick(now) at t=" +
-                        std::to_string(now_));
+      errors_.push_back("engine livelock: next_deadline() stays <= now after tick(now) at t=" + std::to_string(now_));
       return false;
     }
     return true;
@@ -424,12 +422,11 @@ double sim_scale() {
   return v > 0 ? v : 1.0;
 }
 
-
 std::string describe(const Wc& wc) {
   char buf[200];
   snprintf(buf, sizeof buf, "wc{wr_id=%llu status=%s opcode=%d byte_len=%u imm=0x%x flags=0x%x qp=0x%x}",
-           (unsigned long long)wc.wr_id, wc_status_name(wc.status), int(wc.opcode), wc.byte_len, wc.imm,
-           wc.wc_flags, wc.qp_num);
+           (unsigned long long)wc.wr_id, wc_status_name(wc.status), int(wc.opcode), wc.byte_len, wc.imm, wc.wc_flags,
+           wc.qp_num);
   return buf;
 }
 

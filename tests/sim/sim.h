@@ -83,13 +83,13 @@ class TestCq final : public rc::Cq {
 struct Faults {
   double loss = 0, dup = 0, reorder = 0, corrupt = 0;
   uint64_t base_delay_ns = 2000;  // one-way latency
-  uint64_t jitter_ns = 500;       // FIFO jitter (never overtakes)
-  uint64_t reorder_ns = 30000;    // extra delay range of a reordered (or duplicated) frame
+  uint64_t jitter_ns = 500;  // FIFO jitter (never overtakes)
+  uint64_t reorder_ns = 30000;  // extra delay range of a reordered (or duplicated) frame
 };
 
 struct SimStats {
-  uint64_t frames = 0;          // frames the engines transmitted
-  uint64_t delivered = 0;       // frames handed to Engine::receive
+  uint64_t frames = 0;  // frames the engines transmitted
+  uint64_t delivered = 0;  // frames handed to Engine::receive
   uint64_t lost = 0, duplicated = 0, reordered = 0, corrupted = 0;
   uint64_t corrupt_rejected = 0;  // corrupted frames frame_to_rx refused with bad_icrc
   uint64_t hook_dropped = 0, unroutable = 0, injected = 0;
@@ -101,7 +101,7 @@ struct WireFrame {
   int from = -1, to = -1;
   uint64_t time = 0;
   roce::IpUdp ip;
-  roce::Packet pkt;                    // payload points into `frame`
+  roce::Packet pkt;  // payload points into `frame`
   const std::vector<uint8_t>* frame = nullptr;
 };
 
@@ -188,7 +188,7 @@ class Sim {
   std::vector<std::string> errors_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::map<std::pair<uint64_t, uint64_t>, Event> events_;  // (time, sequence) -> event
-  std::map<std::pair<int, int>, uint64_t> fifo_tail_;      // (from, to) -> latest in-order arrival
+  std::map<std::pair<int, int>, uint64_t> fifo_tail_;  // (from, to) -> latest in-order arrival
   uint64_t seq_ = 0;
   uint64_t now_ = 0;
   uint64_t spins_ = 0;
@@ -200,7 +200,7 @@ struct QpOptions {
   rc::QpType type = rc::QpType::rc;
   uint32_t pd = 1;
   uint8_t path_mtu = 3;  // ibv_mtu
-  uint32_t sq_psn = 0;   // this side's first PSN (the peer's rq_psn)
+  uint32_t sq_psn = 0;  // this side's first PSN (the peer's rq_psn)
   uint8_t timeout = 12;
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;
@@ -223,8 +223,7 @@ struct QpEnd {
 // Creates a QP on `node` and moves it to INIT. Returns 0 or the engine's errno.
 int create_qp(Sim& sim, int node, TestCq* scq, TestCq* rcq, const QpOptions& o, uint32_t* qpn);
 // INIT -> RTR -> RTS towards (peer node, peer qpn); `peer_sq_psn` is the peer's first PSN.
-int connect_qp(Sim& sim, int node, uint32_t qpn, int peer, uint32_t peer_qpn, uint32_t peer_sq_psn,
-               const QpOptions& o);
+int connect_qp(Sim& sim, int node, uint32_t qpn, int peer, uint32_t peer_qpn, uint32_t peer_sq_psn, const QpOptions& o);
 // Both ends of an RC or UC connection: a -> b with `oa`, b -> a with `ob`.
 int connect_pair(Sim& sim, QpEnd& a, QpEnd& b, const QpOptions& oa, const QpOptions& ob);
 // Moves a QP to ERR.
@@ -237,6 +236,5 @@ uint64_t test_seed(uint64_t fallback);
 double sim_scale();
 
 std::string describe(const rc::Wc& wc);
-
 
 }  // namespace melon::sim

@@ -11,92 +11,85 @@
 namespace {
 
 class SharedLibrary : public ::testing::Test {
-protected:
-	void SetUp() override
-	{
-		setenv("MELON_SOFT_AUTO", "0", 1);
-		setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
-		setenv("MELON_SOFT_DEVICES", "dl0=127.0.0.2", 1);
-		std::string path = std::string(MELON_SHARED_LIB_DIR) + "/libibverbs.so.1";
-		h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-		ASSERT_NE(h, nullptr) << dlerror();
-	}
-	// No dlclose: the library keeps its device registry for the life of the process (apps may
-	// hold ibv_device pointers), and unloading it would make that memory look leaked.
-	void *h = nullptr;
+ protected:
+  void SetUp() override {
+    setenv("MELON_SOFT_AUTO", "0", 1);
+    setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
+    setenv("MELON_SOFT_DEVICES", "dl0=127.0.0.2", 1);
+    std::string path = std::string(MELON_SHARED_LIB_DIR) + "/libibverbs.so.1";
+    h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h, nullptr) << dlerror();
+  }
+  // No dlclose: the library keeps its device registry for the life of the process (apps may
+  // hold ibv_device pointers), and unloading it would make that memory look leaked.
+  void* h = nullptr;
 };
 
-TEST_F(SharedLibrary, SymbolsSitInRdmaCoreVersionNodes)
-{
-	struct {
-		const char *sym, *node;
-	} rows[] = {
-		{"ibv_create_comp_channel", "IBVERBS_1.0"}, {"ibv_read_sysfs_file", "IBVERBS_1.0"},
-		{"ibv_get_device_list", "IBVERBS_1.1"},     {"ibv_query_port", "IBVERBS_1.1"},
-		{"ibv_get_pkey_index", "IBVERBS_1.5"},      {"ibv_qp_to_qp_ex", "IBVERBS_1.6"},
-		{"ibv_reg_mr_iova", "IBVERBS_1.7"},         {"ibv_reg_mr_iova2", "IBVERBS_1.8"},
-		{"ibv_get_device_index", "IBVERBS_1.9"},    {"ibv_query_ece", "IBVERBS_1.10"},
-		{"_ibv_query_gid_ex", "IBVERBS_1.11"},      {"ibv_reg_dmabuf_mr", "IBVERBS_1.12"},
-		{"ibv_is_fork_initialized", "IBVERBS_1.13"},
-		{"ibv_query_qp_data_in_order", "IBVERBS_1.14"},
-		{"ibv_query_gid_type", "IBVERBS_PRIVATE_34"},
-	};
-	for (auto &r : rows)
-		EXPECT_NE(dlvsym(h, r.sym, r.node), nullptr) << r.sym << "@" << r.node;
-	// In the wrong node, a symbol must not resolve (that would hide a packaging error).
-	EXPECT_EQ(dlvsym(h, "ibv_reg_mr_iova2", "IBVERBS_1.1"), nullptr);
-	EXPECT_EQ(dlvsym(h, "ibv_query_gid_type", "IBVERBS_1.1"), nullptr);
-	// The private symbol is the DEFAULT version: an unversioned lookup finds it.
-	EXPECT_EQ(dlsym(h, "ibv_query_gid_type"), dlvsym(h, "ibv_query_gid_type", "IBVERBS_PRIVATE_34"));
-	// Internal names stay internal.
-	EXPECT_EQ(dlsym(h, "melon_query_gid_type"), nullptr);
-	EXPECT_EQ(dlsym(h, "melon_pabi_query_gid_type"), nullptr);
+TEST_F(SharedLibrary, SymbolsSitInRdmaCoreVersionNodes) {
+  struct {
+    const char *sym, *node;
+  } rows[] = {
+      {"ibv_create_comp_channel", "IBVERBS_1.0"},   {"ibv_read_sysfs_file", "IBVERBS_1.0"},
+      {"ibv_get_device_list", "IBVERBS_1.1"},       {"ibv_query_port", "IBVERBS_1.1"},
+      {"ibv_get_pkey_index", "IBVERBS_1.5"},        {"ibv_qp_to_qp_ex", "IBVERBS_1.6"},
+      {"ibv_reg_mr_iova", "IBVERBS_1.7"},           {"ibv_reg_mr_iova2", "IBVERBS_1.8"},
+      {"ibv_get_device_index", "IBVERBS_1.9"},      {"ibv_query_ece", "IBVERBS_1.10"},
+      {"_ibv_query_gid_ex", "IBVERBS_1.11"},        {"ibv_reg_dmabuf_mr", "IBVERBS_1.12"},
+      {"ibv_is_fork_initialized", "IBVERBS_1.13"},  {"ibv_query_qp_data_in_order", "IBVERBS_1.14"},
+      {"ibv_query_gid_type", "IBVERBS_PRIVATE_34"},
+  };
+  for (auto& r : rows) EXPECT_NE(dlvsym(h, r.sym, r.node), nullptr) << r.sym << "@" << r.node;
+  // In the wrong node, a symbol must not resolve (that would hide a packaging error).
+  EXPECT_EQ(dlvsym(h, "ibv_reg_mr_iova2", "IBVERBS_1.1"), nullptr);
+  EXPECT_EQ(dlvsym(h, "ibv_query_gid_type", "IBVERBS_1.1"), nullptr);
+  // The private symbol is the DEFAULT version: an unversioned lookup finds it.
+  EXPECT_EQ(dlsym(h, "ibv_query_gid_type"), dlvsym(h, "ibv_query_gid_type", "IBVERBS_PRIVATE_34"));
+  // Internal names stay internal.
+  EXPECT_EQ(dlsym(h, "melon_query_gid_type"), nullptr);
+  EXPECT_EQ(dlsym(h, "melon_pabi_query_gid_type"), nullptr);
 }
 
-TEST_F(SharedLibrary, FindsTheConfiguredDevice)
-{
-	using get_list_t = void **(*)(int *);
-	using get_name_t = const char *(*)(void *);
-	using free_list_t = void (*)(void **);
-	auto get_list = reinterpret_cast<get_list_t>(dlvsym(h, "ibv_get_device_list", "IBVERBS_1.1"));
-	auto get_name = reinterpret_cast<get_name_t>(dlvsym(h, "ibv_get_device_name", "IBVERBS_1.1"));
-	auto free_list = reinterpret_cast<free_list_t>(dlvsym(h, "ibv_free_device_list", "IBVERBS_1.1"));
-	ASSERT_TRUE(get_list && get_name && free_list);
-	int n = -1;
-	void **list = get_list(&n);
-	ASSERT_NE(list, nullptr);
-	ASSERT_EQ(n, 1);
-	EXPECT_STREQ(get_name(list[0]), "dl0");
-	free_list(list);
+TEST_F(SharedLibrary, FindsTheConfiguredDevice) {
+  using get_list_t = void** (*)(int*);
+  using get_name_t = const char* (*)(void*);
+  using free_list_t = void (*)(void**);
+  auto get_list = reinterpret_cast<get_list_t>(dlvsym(h, "ibv_get_device_list", "IBVERBS_1.1"));
+  auto get_name = reinterpret_cast<get_name_t>(dlvsym(h, "ibv_get_device_name", "IBVERBS_1.1"));
+  auto free_list = reinterpret_cast<free_list_t>(dlvsym(h, "ibv_free_device_list", "IBVERBS_1.1"));
+  ASSERT_TRUE(get_list && get_name && free_list);
+  int n = -1;
+  void** list = get_list(&n);
+  ASSERT_NE(list, nullptr);
+  ASSERT_EQ(n, 1);
+  EXPECT_STREQ(get_name(list[0]), "dl0");
+  free_list(list);
 }
 
-TEST_F(SharedLibrary, PrivateStubsLetAStockProviderLink)
-{
-	// What libmlx5/libefa import from rdma-core's private ABI (rdma-core-abi.md §1.4).
-	for (const char *sym : {"verbs_register_driver_34", "ibv_cmd_get_context", "verbs_set_ops",
-				"_verbs_init_and_alloc_context", "verbs_allow_disassociate_destroy"})
-		EXPECT_NE(dlvsym(h, sym, "IBVERBS_PRIVATE_34"), nullptr) << sym;
-	using cmd_t = int (*)();
-	auto cmd = reinterpret_cast<cmd_t>(dlvsym(h, "ibv_cmd_alloc_pd", "IBVERBS_PRIVATE_34"));
-	ASSERT_NE(cmd, nullptr);
-	EXPECT_EQ(cmd(), EOPNOTSUPP);
+TEST_F(SharedLibrary, PrivateStubsLetAStockProviderLink) {
+  // What libmlx5/libefa import from rdma-core's private ABI (rdma-core-abi.md §1.4).
+  for (const char* sym : {"verbs_register_driver_34", "ibv_cmd_get_context", "verbs_set_ops",
+                          "_verbs_init_and_alloc_context", "verbs_allow_disassociate_destroy"})
+    EXPECT_NE(dlvsym(h, sym, "IBVERBS_PRIVATE_34"), nullptr) << sym;
+  using cmd_t = int (*)();
+  auto cmd = reinterpret_cast<cmd_t>(dlvsym(h, "ibv_cmd_alloc_pd", "IBVERBS_PRIVATE_34"));
+  ASSERT_NE(cmd, nullptr);
+  EXPECT_EQ(cmd(), EOPNOTSUPP);
 }
 
-TEST(SharedLibraryVariant, OneDefaultPrivateNodePlusAliases)
-{
-	std::string path = std::string(MELON_PABI_VARIANT_DIR) + "/libibverbs.so.1";
-	void *v = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-	ASSERT_NE(v, nullptr) << dlerror();
-	void *def = dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_57");
-	ASSERT_NE(def, nullptr);
-	EXPECT_NE(dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_34"), nullptr);
-	EXPECT_NE(dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_64"), nullptr);
-	EXPECT_EQ(dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_59"), nullptr);
-	// The unversioned lookup binds the default ("@@") version: it did not get lost.
-	EXPECT_EQ(dlsym(v, "ibv_query_gid_type"), def);
-	// Built without the private stubs.
-	EXPECT_EQ(dlsym(v, "ibv_cmd_alloc_pd"), nullptr);
-	EXPECT_NE(dlvsym(v, "ibv_get_device_list", "IBVERBS_1.1"), nullptr);
+TEST(SharedLibraryVariant, OneDefaultPrivateNodePlusAliases) {
+  std::string path = std::string(MELON_PABI_VARIANT_DIR) + "/libibverbs.so.1";
+  void* v = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(v, nullptr) << dlerror();
+  void* def = dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_57");
+  ASSERT_NE(def, nullptr);
+  EXPECT_NE(dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_34"), nullptr);
+  EXPECT_NE(dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_64"), nullptr);
+  EXPECT_EQ(dlvsym(v, "ibv_query_gid_type", "IBVERBS_PRIVATE_59"), nullptr);
+  // The unversioned lookup binds the default ("@@") version: it did not get lost.
+  EXPECT_EQ(dlsym(v, "ibv_query_gid_type"), def);
+  // Built without the private stubs.
+  EXPECT_EQ(dlsym(v, "ibv_cmd_alloc_pd"), nullptr);
+  EXPECT_NE(dlvsym(v, "ibv_get_device_list", "IBVERBS_1.1"), nullptr);
 }
 
-} // namespace
+}  // namespace

@@ -6,9 +6,9 @@
 extern "C" {
 #endif
 struct melon_layout_row {
-	const char *what; /* "struct ibv_wc", "struct ibv_wc.byte_len", "IBV_WC_RECV" */
-	long long value; /* size, offset or enumerator value */
-	long long size; /* field size, or -1 */
+  const char* what; /* "struct ibv_wc", "struct ibv_wc.byte_len", "IBV_WC_RECV" */
+  long long value; /* size, offset or enumerator value */
+  long long size; /* field size, or -1 */
 };
 extern const struct melon_layout_row melon_layout_ours[];
 extern const size_t melon_layout_ours_count;

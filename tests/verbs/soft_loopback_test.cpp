@@ -107,8 +107,9 @@ class SoftLoopback : public ::testing::Test {
     at.ah_attr.port_num = 1;
     const uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 2, peer_last_octet};
     memcpy(at.ah_attr.grh.dgid.raw, gid, 16);
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+    ASSERT_EQ(ibv_modify_qp(s.qp, &at,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
               0);
     at.qp_state = IBV_QPS_RTS;
     at.sq_psn = 0xfffff0;
@@ -116,13 +117,15 @@ class SoftLoopback : public ::testing::Test {
     at.retry_cnt = 3;
     at.rnr_retry = 7;
     at.max_rd_atomic = 4;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                           IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC),
+    ASSERT_EQ(ibv_modify_qp(s.qp, &at,
+                            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_MAX_QP_RD_ATOMIC),
               0);
   }
 
   void pair(int access_b = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC) {
-    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    const int all =
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
     reg(a, all);
     reg(b, IBV_ACCESS_LOCAL_WRITE | access_b);
     make_qp(a);

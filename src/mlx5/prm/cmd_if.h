@@ -7,49 +7,48 @@
 namespace melon::mlx5::prm {
 
 #define MELON_PRM_CMD_QUEUE_ENTRY(F, S, A) \
-  F(type, 0, 8) \
-  F(input_length, 32, 32) \
-  F(input_mailbox_pointer_63_32, 64, 32) \
-  F(input_mailbox_pointer_31_9, 96, 23) \
-  F(command_input_inline_data, 128, 128) \
-  F(command_output_inline_data, 256, 128) \
+  F(type, 0, 8)                            \
+  F(input_length, 32, 32)                  \
+  F(input_mailbox_pointer_63_32, 64, 32)   \
+  F(input_mailbox_pointer_31_9, 96, 23)    \
+  F(command_input_inline_data, 128, 128)   \
+  F(command_output_inline_data, 256, 128)  \
   F(output_mailbox_pointer_63_32, 384, 32) \
-  F(output_mailbox_pointer_31_9, 416, 23) \
-  F(output_length, 448, 32) \
-  F(token, 480, 8) \
-  F(signature, 488, 8) \
-  F(status, 504, 7) \
+  F(output_mailbox_pointer_31_9, 416, 23)  \
+  F(output_length, 448, 32)                \
+  F(token, 480, 8)                         \
+  F(signature, 488, 8)                     \
+  F(status, 504, 7)                        \
   F(ownership, 511, 1)
 MELON_PRM_STRUCT(cmd_queue_entry, 512, MELON_PRM_CMD_QUEUE_ENTRY)
 
 #define MELON_PRM_CMD_IF_BOX(F, S, A) \
-  F(mailbox_data, 0, 4096) \
-  F(next_pointer_63_32, 4480, 32) \
-  F(next_pointer_31_10, 4512, 22) \
-  F(block_number, 4544, 32) \
-  F(token, 4584, 8) \
-  F(ctrl_signature, 4592, 8) \
+  F(mailbox_data, 0, 4096)            \
+  F(next_pointer_63_32, 4480, 32)     \
+  F(next_pointer_31_10, 4512, 22)     \
+  F(block_number, 4544, 32)           \
+  F(token, 4584, 8)                   \
+  F(ctrl_signature, 4592, 8)          \
   F(signature, 4600, 8)
 MELON_PRM_STRUCT(cmd_if_box, 4608, MELON_PRM_CMD_IF_BOX)
 
 #define MELON_PRM_CMD_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(op_mod, 48, 16) \
+  F(opcode, 0, 16)                \
+  F(op_mod, 48, 16)               \
   A(command, 64, 32)
 MELON_PRM_STRUCT(cmd_in, 64, MELON_PRM_CMD_IN)
 
 #define MELON_PRM_CMD_OUT(F, S, A) \
-  F(status, 0, 8) \
-  F(syndrome, 32, 32) \
+  F(status, 0, 8)                  \
+  F(syndrome, 32, 32)              \
   F(command_output, 64, 32)
 MELON_PRM_STRUCT(cmd_out, 96, MELON_PRM_CMD_OUT)
 
-
-inline constexpr uint32_t kCmdEntryBytes = cmd_queue_entry::size_bytes;        // 64
+inline constexpr uint32_t kCmdEntryBytes = cmd_queue_entry::size_bytes;  // 64
 inline constexpr uint32_t kMailboxDataBytes = cmd_if_box::mailbox_data.byte_len();  // 512
 inline constexpr uint32_t kMailboxBytes = 1024;  // a block is 576 bytes, placed on 1 KiB boundaries
-inline constexpr uint32_t kInlineInputBytes = cmd_queue_entry::command_input_inline_data.byte_len();   // 16
-inline constexpr uint32_t kInlineOutputBytes = cmd_queue_entry::command_output_inline_data.byte_len(); // 16
+inline constexpr uint32_t kInlineInputBytes = cmd_queue_entry::command_input_inline_data.byte_len();  // 16
+inline constexpr uint32_t kInlineOutputBytes = cmd_queue_entry::command_output_inline_data.byte_len();  // 16
 inline constexpr uint8_t kCmdQueueEntryTypePcie = 0x7;  // cmd_queue_entry.type
 
 // Delivery status: cmd_queue_entry.status, written by the HCA when it could not even parse the

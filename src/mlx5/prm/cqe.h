@@ -8,26 +8,26 @@
 namespace melon::mlx5::prm {
 
 // Fields common to every CQE format sit in its last 8 bytes; op_own is polled first.
-#define MELON_PRM_CQE64(F, S, A)                                                          \
-  F(wqe_id, 16, 16)                                                                       \
-  F(slid, 176, 16)                                                                        \
-  F(flags, 192, 8)         /* bits 29:28 (g) say a GRH/L3 header came with the packet */  \
-  F(rqpn, 200, 24)         /* remote QPN of a UD receive */                               \
-  F(hds_ip_ext, 224, 8)                                                                   \
-  F(l4_hdr_type_etc, 232, 8)                                                              \
-  F(vlan_info, 240, 16)                                                                   \
-  F(srqn_uidx, 256, 32)                                                                   \
-  F(imm_inval_pkey, 288, 32)                                                              \
-  F(byte_cnt, 352, 32)                                                                    \
-  F(timestamp, 384, 64)                                                                   \
-  F(sop_drop, 448, 8)                                                                     \
-  F(qpn, 456, 24)                                                                         \
-  F(wqe_counter, 480, 16)                                                                 \
-  F(signature, 496, 8)                                                                    \
-  F(opcode, 504, 4)                                                                       \
-  F(format, 508, 2)        /* 0: plain CQE; others are compressed formats */              \
-  F(se, 510, 1)            /* solicited event */                                          \
-  F(owner, 511, 1)         /* flips each pass around the ring */
+#define MELON_PRM_CQE64(F, S, A)                                                 \
+  F(wqe_id, 16, 16)                                                              \
+  F(slid, 176, 16)                                                               \
+  F(flags, 192, 8) /* bits 29:28 (g) say a GRH/L3 header came with the packet */ \
+  F(rqpn, 200, 24) /* remote QPN of a UD receive */                              \
+  F(hds_ip_ext, 224, 8)                                                          \
+  F(l4_hdr_type_etc, 232, 8)                                                     \
+  F(vlan_info, 240, 16)                                                          \
+  F(srqn_uidx, 256, 32)                                                          \
+  F(imm_inval_pkey, 288, 32)                                                     \
+  F(byte_cnt, 352, 32)                                                           \
+  F(timestamp, 384, 64)                                                          \
+  F(sop_drop, 448, 8)                                                            \
+  F(qpn, 456, 24)                                                                \
+  F(wqe_counter, 480, 16)                                                        \
+  F(signature, 496, 8)                                                           \
+  F(opcode, 504, 4)                                                              \
+  F(format, 508, 2) /* 0: plain CQE; others are compressed formats */            \
+  F(se, 510, 1) /* solicited event */                                            \
+  F(owner, 511, 1) /* flips each pass around the ring */
 MELON_PRM_STRUCT(cqe64, 512, MELON_PRM_CQE64)
 
 // CQE with opcode REQ_ERR or RESP_ERR.
@@ -63,19 +63,19 @@ inline constexpr uint32_t kCqeBytes = cqe64::size_bytes;  // 64
 MELON_PRM_VALUES(cqe_opcode, uint8_t, MELON_PRM_CQE_OPCODE)
 
 // err_cqe.syndrome: why a work request failed (maps onto ibv_wc_status).
-#define MELON_PRM_CQE_SYNDROME(V)      \
-  V(LOCAL_LENGTH_ERR, 0x01)            \
-  V(LOCAL_QP_OP_ERR, 0x02)             \
-  V(LOCAL_PROT_ERR, 0x04)              \
-  V(WR_FLUSH_ERR, 0x05)                \
-  V(MW_BIND_ERR, 0x06)                 \
-  V(BAD_RESP_ERR, 0x10)                \
-  V(LOCAL_ACCESS_ERR, 0x11)            \
-  V(REMOTE_INVAL_REQ_ERR, 0x12)        \
-  V(REMOTE_ACCESS_ERR, 0x13)           \
-  V(REMOTE_OP_ERR, 0x14)               \
-  V(TRANSPORT_RETRY_EXC_ERR, 0x15)     \
-  V(RNR_RETRY_EXC_ERR, 0x16)           \
+#define MELON_PRM_CQE_SYNDROME(V)  \
+  V(LOCAL_LENGTH_ERR, 0x01)        \
+  V(LOCAL_QP_OP_ERR, 0x02)         \
+  V(LOCAL_PROT_ERR, 0x04)          \
+  V(WR_FLUSH_ERR, 0x05)            \
+  V(MW_BIND_ERR, 0x06)             \
+  V(BAD_RESP_ERR, 0x10)            \
+  V(LOCAL_ACCESS_ERR, 0x11)        \
+  V(REMOTE_INVAL_REQ_ERR, 0x12)    \
+  V(REMOTE_ACCESS_ERR, 0x13)       \
+  V(REMOTE_OP_ERR, 0x14)           \
+  V(TRANSPORT_RETRY_EXC_ERR, 0x15) \
+  V(RNR_RETRY_EXC_ERR, 0x16)       \
   V(REMOTE_ABORTED_ERR, 0x22)
 MELON_PRM_VALUES(cqe_syndrome, uint8_t, MELON_PRM_CQE_SYNDROME)
 

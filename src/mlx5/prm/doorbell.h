@@ -29,7 +29,7 @@ MELON_PRM_STRUCT(cq_dbrec, 64, MELON_PRM_CQ_DBREC)
   F(ci, 8, 24)                       \
   F(cqn, 40, 24)
 MELON_PRM_STRUCT(cq_uar_db, 64, MELON_PRM_CQ_UAR_DB)
-inline constexpr uint8_t kCqArmNext = 0x0;       // any next completion
+inline constexpr uint8_t kCqArmNext = 0x0;  // any next completion
 inline constexpr uint8_t kCqArmSolicited = 0x1;  // next solicited completion only
 
 // The 32-bit EQ doorbell written to UAR + kUarEqArm (update and arm) or kUarEqUpdate (update).

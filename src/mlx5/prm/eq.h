@@ -7,59 +7,58 @@
 namespace melon::mlx5::prm {
 
 #define MELON_PRM_EQC(F, S, A) \
-  F(status, 0, 4) \
-  F(ec, 13, 1) \
-  F(oi, 14, 1) \
-  F(st, 20, 4) \
-  F(page_offset, 84, 6) \
-  F(log_eq_size, 99, 5) \
-  F(uar_page, 104, 24) \
-  F(intr, 180, 12) \
-  F(log_page_size, 195, 5) \
+  F(status, 0, 4)              \
+  F(ec, 13, 1)                 \
+  F(oi, 14, 1)                 \
+  F(st, 20, 4)                 \
+  F(page_offset, 84, 6)        \
+  F(log_eq_size, 99, 5)        \
+  F(uar_page, 104, 24)         \
+  F(intr, 180, 12)             \
+  F(log_page_size, 195, 5)     \
   F(consumer_counter, 328, 24) \
   F(producer_counter, 360, 24)
 MELON_PRM_STRUCT(eqc, 512, MELON_PRM_EQC)
 
 #define MELON_PRM_CREATE_EQ_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(uid, 16, 16) \
-  F(op_mod, 48, 16) \
-  S(eq_context_entry, 128, eqc) \
-  F(event_bitmask, 704, 256) \
+  F(opcode, 0, 16)                      \
+  F(uid, 16, 16)                        \
+  F(op_mod, 48, 16)                     \
+  S(eq_context_entry, 128, eqc)         \
+  F(event_bitmask, 704, 256)            \
   A(pas, 2176, 64)
 MELON_PRM_STRUCT(create_eq_in, 2176, MELON_PRM_CREATE_EQ_IN)
 
 #define MELON_PRM_CREATE_EQ_OUT(F, S, A) \
-  F(status, 0, 8) \
-  F(syndrome, 32, 32) \
+  F(status, 0, 8)                        \
+  F(syndrome, 32, 32)                    \
   F(eq_number, 88, 8)
 MELON_PRM_STRUCT(create_eq_out, 128, MELON_PRM_CREATE_EQ_OUT)
 
 #define MELON_PRM_DESTROY_EQ_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(op_mod, 48, 16) \
+  F(opcode, 0, 16)                       \
+  F(op_mod, 48, 16)                      \
   F(eq_number, 88, 8)
 MELON_PRM_STRUCT(destroy_eq_in, 128, MELON_PRM_DESTROY_EQ_IN)
 
 #define MELON_PRM_DESTROY_EQ_OUT(F, S, A) \
-  F(status, 0, 8) \
+  F(status, 0, 8)                         \
   F(syndrome, 32, 32)
 MELON_PRM_STRUCT(destroy_eq_out, 128, MELON_PRM_DESTROY_EQ_OUT)
 
 #define MELON_PRM_QUERY_EQ_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(op_mod, 48, 16) \
+  F(opcode, 0, 16)                     \
+  F(op_mod, 48, 16)                    \
   F(eq_number, 88, 8)
 MELON_PRM_STRUCT(query_eq_in, 128, MELON_PRM_QUERY_EQ_IN)
 
 #define MELON_PRM_QUERY_EQ_OUT(F, S, A) \
-  F(status, 0, 8) \
-  F(syndrome, 32, 32) \
-  S(eq_context_entry, 128, eqc) \
-  F(event_bitmask, 704, 64) \
+  F(status, 0, 8)                       \
+  F(syndrome, 32, 32)                   \
+  S(eq_context_entry, 128, eqc)         \
+  F(event_bitmask, 704, 64)             \
   A(pas, 2176, 64)
 MELON_PRM_STRUCT(query_eq_out, 2176, MELON_PRM_QUERY_EQ_OUT)
-
 
 #define MELON_PRM_EQC_STATUS(V) \
   V(OK, 0x0)                    \

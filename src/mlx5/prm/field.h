@@ -23,9 +23,9 @@ struct Layout;
 struct Field {
   const char* name;
   uint32_t bit_off;
-  uint32_t bit_width;         // 0 for a flexible array (its length comes from elsewhere)
-  const Layout* sub;          // the embedded structure's layout, or nullptr
-  uint32_t elem_bits;         // element size of a flexible array, else 0
+  uint32_t bit_width;  // 0 for a flexible array (its length comes from elsewhere)
+  const Layout* sub;  // the embedded structure's layout, or nullptr
+  uint32_t elem_bits;  // element size of a flexible array, else 0
 
   constexpr uint32_t byte_off() const { return bit_off / 8; }
   constexpr uint32_t byte_len() const { return bit_width / 8; }
@@ -69,7 +69,7 @@ inline uint64_t get_bits(const void* buf, uint32_t off, uint32_t width) {
   const uint8_t* p = static_cast<const uint8_t*>(buf);
   uint32_t first = off / 8;
   uint32_t last = (off + width - 1) / 8;
-  uint32_t lead = off % 8;                // bits of the first byte above the field
+  uint32_t lead = off % 8;  // bits of the first byte above the field
   uint32_t trail = 7 - (off + width - 1) % 8;  // bits of the last byte below the field
   // At most 9 bytes; keep the top byte apart so 64-bit fields at odd offsets do not overflow.
   uint64_t v = p[first] & (0xffu >> lead);
@@ -92,7 +92,7 @@ inline void set_bits(void* buf, uint32_t off, uint32_t width, uint64_t value) {
   while (bit > off) {
     uint32_t byte = (bit - 1) / 8;
     uint32_t byte_start = byte * 8;
-    uint32_t lo = bit;                                 // one past the last field bit in this byte
+    uint32_t lo = bit;  // one past the last field bit in this byte
     uint32_t hi = off > byte_start ? off : byte_start;  // first field bit in this byte
     uint32_t n = lo - hi;
     uint32_t shift = byte_start + 8 - lo;
@@ -108,9 +108,7 @@ inline void set(void* buf, const Field& f, uint64_t v) { set_bits(buf, f.bit_off
 
 // A byte-aligned field (GID, MAC, embedded structure, flexible array) as a byte range.
 inline uint8_t* addr(void* buf, const Field& f) { return static_cast<uint8_t*>(buf) + f.byte_off(); }
-inline const uint8_t* addr(const void* buf, const Field& f) {
-  return static_cast<const uint8_t*>(buf) + f.byte_off();
-}
+inline const uint8_t* addr(const void* buf, const Field& f) { return static_cast<const uint8_t*>(buf) + f.byte_off(); }
 
 // ---- compile-time checks on a table -------------------------------------------------------------
 
@@ -187,9 +185,7 @@ class ConstView {
   ConstView<T> at(const Sub<S, T>& f) const {
     return ConstView<T>(p_ + f.byte_off());
   }
-  const uint8_t* elem(const Flex<S>& f, uint32_t i) const {
-    return p_ + f.byte_off() + i * (f.elem_bits / 8);
-  }
+  const uint8_t* elem(const Flex<S>& f, uint32_t i) const { return p_ + f.byte_off() + i * (f.elem_bits / 8); }
 
  private:
   const uint8_t* p_;
@@ -219,25 +215,24 @@ inline void get_mac(const void* buf, const Field& hi16, const Field& lo32, uint8
 
 #define MELON_PRM_NS ::melon::mlx5::prm
 #define MELON_PRM_F_DECL(n, o, w) inline constexpr MELON_PRM_NS::Scalar<Self> n{{#n, o, w, nullptr, 0}};
-#define MELON_PRM_S_DECL(n, o, t)                                                                  \
-  inline constexpr MELON_PRM_NS::Sub<Self, MELON_PRM_NS::t::Self> n{                               \
+#define MELON_PRM_S_DECL(n, o, t)                                    \
+  inline constexpr MELON_PRM_NS::Sub<Self, MELON_PRM_NS::t::Self> n{ \
       {#n, o, MELON_PRM_NS::t::Self::size_bits, &MELON_PRM_NS::t::layout, 0}};
 #define MELON_PRM_A_DECL(n, o, e) inline constexpr MELON_PRM_NS::Flex<Self> n{{#n, o, 0, nullptr, e}};
 #define MELON_PRM_REF(n, o, w) n,
 
-#define MELON_PRM_STRUCT(sname, bits, LIST)                                                       \
-  namespace sname {                                                                                \
-  struct Self {                                                                                    \
-    static constexpr uint32_t size_bits = bits;                                                    \
-  };                                                                                               \
-  LIST(MELON_PRM_F_DECL, MELON_PRM_S_DECL, MELON_PRM_A_DECL)                                       \
-  inline constexpr MELON_PRM_NS::Field fields[] = {LIST(MELON_PRM_REF, MELON_PRM_REF, MELON_PRM_REF)}; \
-  inline constexpr MELON_PRM_NS::Layout layout{#sname, bits, fields,                               \
-                                               uint32_t(sizeof(fields) / sizeof(fields[0]))};     \
-  static_assert(MELON_PRM_NS::layout_ok(fields, layout.count, bits), #sname ": bad field table");  \
-  using view = MELON_PRM_NS::View<Self>;                                                           \
-  using cview = MELON_PRM_NS::ConstView<Self>;                                                     \
-  inline constexpr uint32_t size_bytes = bits / 8;                                                 \
+#define MELON_PRM_STRUCT(sname, bits, LIST)                                                                         \
+  namespace sname {                                                                                                 \
+  struct Self {                                                                                                     \
+    static constexpr uint32_t size_bits = bits;                                                                     \
+  };                                                                                                                \
+  LIST(MELON_PRM_F_DECL, MELON_PRM_S_DECL, MELON_PRM_A_DECL)                                                        \
+  inline constexpr MELON_PRM_NS::Field fields[] = {LIST(MELON_PRM_REF, MELON_PRM_REF, MELON_PRM_REF)};              \
+  inline constexpr MELON_PRM_NS::Layout layout{#sname, bits, fields, uint32_t(sizeof(fields) / sizeof(fields[0]))}; \
+  static_assert(MELON_PRM_NS::layout_ok(fields, layout.count, bits), #sname ": bad field table");                   \
+  using view = MELON_PRM_NS::View<Self>;                                                                            \
+  using cview = MELON_PRM_NS::ConstView<Self>;                                                                      \
+  inline constexpr uint32_t size_bytes = bits / 8;                                                                  \
   }
 
 // MELON_PRM_VALUES(name, type, LIST) with LIST(V) calling V(ENUMERATOR, value): namespace `name`
@@ -245,11 +240,10 @@ inline void get_mac(const void* buf, const Field& hi16, const Field& lo32, uint8
 // ConstantSet `set` and name_of().
 #define MELON_PRM_V_ENUM(n, v) n = v,
 #define MELON_PRM_V_ROW(n, v) {#n, v},
-#define MELON_PRM_VALUES(ename, type, LIST)                                                        \
-  namespace ename {                                                                                \
-  enum Value : type { LIST(MELON_PRM_V_ENUM) };                                                    \
-  inline constexpr MELON_PRM_NS::Constant items[] = {LIST(MELON_PRM_V_ROW)};                       \
-  inline constexpr MELON_PRM_NS::ConstantSet set{#ename, items,                                    \
-                                                 uint32_t(sizeof(items) / sizeof(items[0]))};      \
-  inline const char* name_of(uint32_t v) { return MELON_PRM_NS::constant_name(set, v); }           \
+#define MELON_PRM_VALUES(ename, type, LIST)                                                                  \
+  namespace ename {                                                                                          \
+  enum Value : type { LIST(MELON_PRM_V_ENUM) };                                                              \
+  inline constexpr MELON_PRM_NS::Constant items[] = {LIST(MELON_PRM_V_ROW)};                                 \
+  inline constexpr MELON_PRM_NS::ConstantSet set{#ename, items, uint32_t(sizeof(items) / sizeof(items[0]))}; \
+  inline const char* name_of(uint32_t v) { return MELON_PRM_NS::constant_name(set, v); }                     \
   }

@@ -7,90 +7,89 @@
 namespace melon::mlx5::prm {
 
 #define MELON_PRM_CMD_PAS(F, S, A) \
-  F(pa_h, 0, 32) \
+  F(pa_h, 0, 32)                   \
   F(pa_l, 32, 20)
 MELON_PRM_STRUCT(cmd_pas, 64, MELON_PRM_CMD_PAS)
 
 #define MELON_PRM_MTT(F, S, A) \
-  F(ptag_63_32, 0, 32) \
-  F(ptag_31_8, 32, 24) \
-  F(wr_en, 62, 1) \
+  F(ptag_63_32, 0, 32)         \
+  F(ptag_31_8, 32, 24)         \
+  F(wr_en, 62, 1)              \
   F(rd_en, 63, 1)
 MELON_PRM_STRUCT(mtt, 64, MELON_PRM_MTT)
 
-#define MELON_PRM_MKC(F, S, A) \
-  F(free, 1, 1) \
-  F(access_mode_4_2, 3, 3) \
-  F(relaxed_ordering_write, 13, 1) \
+#define MELON_PRM_MKC(F, S, A)                \
+  F(free, 1, 1)                               \
+  F(access_mode_4_2, 3, 3)                    \
+  F(relaxed_ordering_write, 13, 1)            \
   F(small_fence_on_rdma_read_response, 15, 1) \
-  F(umr_en, 16, 1) \
-  F(a, 17, 1) \
-  F(rw, 18, 1) \
-  F(rr, 19, 1) \
-  F(lw, 20, 1) \
-  F(lr, 21, 1) \
-  F(access_mode_1_0, 22, 2) \
-  F(ma_translation_mode, 26, 2) \
-  F(qpn, 32, 24) \
-  F(mkey_7_0, 56, 8) \
-  F(length64, 96, 1) \
-  F(bsf_en, 97, 1) \
-  F(sync_umr, 98, 1) \
-  F(expected_sigerr_count, 101, 1) \
-  F(en_rinval, 103, 1) \
-  F(pd, 104, 24) \
-  F(start_addr, 128, 64) \
-  F(len, 192, 64) \
-  F(bsf_octword_size, 256, 32) \
-  F(translations_octword_size, 416, 32) \
-  F(relaxed_ordering_read, 473, 1) \
+  F(umr_en, 16, 1)                            \
+  F(a, 17, 1)                                 \
+  F(rw, 18, 1)                                \
+  F(rr, 19, 1)                                \
+  F(lw, 20, 1)                                \
+  F(lr, 21, 1)                                \
+  F(access_mode_1_0, 22, 2)                   \
+  F(ma_translation_mode, 26, 2)               \
+  F(qpn, 32, 24)                              \
+  F(mkey_7_0, 56, 8)                          \
+  F(length64, 96, 1)                          \
+  F(bsf_en, 97, 1)                            \
+  F(sync_umr, 98, 1)                          \
+  F(expected_sigerr_count, 101, 1)            \
+  F(en_rinval, 103, 1)                        \
+  F(pd, 104, 24)                              \
+  F(start_addr, 128, 64)                      \
+  F(len, 192, 64)                             \
+  F(bsf_octword_size, 256, 32)                \
+  F(translations_octword_size, 416, 32)       \
+  F(relaxed_ordering_read, 473, 1)            \
   F(log_page_size, 475, 5)
 MELON_PRM_STRUCT(mkc, 512, MELON_PRM_MKC)
 
-#define MELON_PRM_CREATE_MKEY_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(uid, 16, 16) \
-  F(op_mod, 48, 16) \
-  F(pg_access, 96, 1) \
-  F(mkey_umem_valid, 97, 1) \
-  S(memory_key_mkey_entry, 128, mkc) \
+#define MELON_PRM_CREATE_MKEY_IN(F, S, A)      \
+  F(opcode, 0, 16)                             \
+  F(uid, 16, 16)                               \
+  F(op_mod, 48, 16)                            \
+  F(pg_access, 96, 1)                          \
+  F(mkey_umem_valid, 97, 1)                    \
+  S(memory_key_mkey_entry, 128, mkc)           \
   F(translations_octword_actual_size, 768, 32) \
   A(klm_pas_mtt, 2176, 32)
 MELON_PRM_STRUCT(create_mkey_in, 2176, MELON_PRM_CREATE_MKEY_IN)
 
 #define MELON_PRM_CREATE_MKEY_OUT(F, S, A) \
-  F(status, 0, 8) \
-  F(syndrome, 32, 32) \
+  F(status, 0, 8)                          \
+  F(syndrome, 32, 32)                      \
   F(mkey_index, 72, 24)
 MELON_PRM_STRUCT(create_mkey_out, 128, MELON_PRM_CREATE_MKEY_OUT)
 
 #define MELON_PRM_DESTROY_MKEY_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(uid, 16, 16) \
-  F(op_mod, 48, 16) \
+  F(opcode, 0, 16)                         \
+  F(uid, 16, 16)                           \
+  F(op_mod, 48, 16)                        \
   F(mkey_index, 72, 24)
 MELON_PRM_STRUCT(destroy_mkey_in, 128, MELON_PRM_DESTROY_MKEY_IN)
 
 #define MELON_PRM_DESTROY_MKEY_OUT(F, S, A) \
-  F(status, 0, 8) \
+  F(status, 0, 8)                           \
   F(syndrome, 32, 32)
 MELON_PRM_STRUCT(destroy_mkey_out, 128, MELON_PRM_DESTROY_MKEY_OUT)
 
 #define MELON_PRM_QUERY_MKEY_IN(F, S, A) \
-  F(opcode, 0, 16) \
-  F(op_mod, 48, 16) \
-  F(mkey_index, 72, 24) \
+  F(opcode, 0, 16)                       \
+  F(op_mod, 48, 16)                      \
+  F(mkey_index, 72, 24)                  \
   F(pg_access, 96, 1)
 MELON_PRM_STRUCT(query_mkey_in, 128, MELON_PRM_QUERY_MKEY_IN)
 
 #define MELON_PRM_QUERY_MKEY_OUT(F, S, A) \
-  F(status, 0, 8) \
-  F(syndrome, 32, 32) \
-  S(memory_key_mkey_entry, 128, mkc) \
-  F(bsf0_klm0_pas_mtt0_1, 2176, 128) \
+  F(status, 0, 8)                         \
+  F(syndrome, 32, 32)                     \
+  S(memory_key_mkey_entry, 128, mkc)      \
+  F(bsf0_klm0_pas_mtt0_1, 2176, 128)      \
   F(bsf1_klm1_pas_mtt2_3, 2304, 128)
 MELON_PRM_STRUCT(query_mkey_out, 2432, MELON_PRM_QUERY_MKEY_OUT)
-
 
 // mkc.access_mode_4_2:access_mode_1_0, a 5-bit value split in two fields.
 #define MELON_PRM_MKC_ACCESS_MODE(V) \

@@ -206,61 +206,61 @@ const ConstantSet* const kConstantSets[] = {
     &wqe_ctrl_flag::set,
 };
 
-#define MELON_PRM_COMMAND_LIST(C) \
-  C(ENABLE_HCA, enable_hca) \
-  C(DISABLE_HCA, disable_hca) \
-  C(QUERY_ISSI, query_issi) \
-  C(SET_ISSI, set_issi) \
-  C(QUERY_PAGES, query_pages) \
-  C(MANAGE_PAGES, manage_pages) \
-  C(QUERY_HCA_CAP, query_hca_cap) \
-  C(SET_HCA_CAP, set_hca_cap) \
-  C(INIT_HCA, init_hca) \
-  C(TEARDOWN_HCA, teardown_hca) \
-  C(NOP, nop) \
-  C(QUERY_ADAPTER, query_adapter) \
-  C(ALLOC_UAR, alloc_uar) \
-  C(DEALLOC_UAR, dealloc_uar) \
-  C(ALLOC_PD, alloc_pd) \
-  C(DEALLOC_PD, dealloc_pd) \
-  C(ALLOC_TRANSPORT_DOMAIN, alloc_transport_domain) \
+#define MELON_PRM_COMMAND_LIST(C)                       \
+  C(ENABLE_HCA, enable_hca)                             \
+  C(DISABLE_HCA, disable_hca)                           \
+  C(QUERY_ISSI, query_issi)                             \
+  C(SET_ISSI, set_issi)                                 \
+  C(QUERY_PAGES, query_pages)                           \
+  C(MANAGE_PAGES, manage_pages)                         \
+  C(QUERY_HCA_CAP, query_hca_cap)                       \
+  C(SET_HCA_CAP, set_hca_cap)                           \
+  C(INIT_HCA, init_hca)                                 \
+  C(TEARDOWN_HCA, teardown_hca)                         \
+  C(NOP, nop)                                           \
+  C(QUERY_ADAPTER, query_adapter)                       \
+  C(ALLOC_UAR, alloc_uar)                               \
+  C(DEALLOC_UAR, dealloc_uar)                           \
+  C(ALLOC_PD, alloc_pd)                                 \
+  C(DEALLOC_PD, dealloc_pd)                             \
+  C(ALLOC_TRANSPORT_DOMAIN, alloc_transport_domain)     \
   C(DEALLOC_TRANSPORT_DOMAIN, dealloc_transport_domain) \
-  C(CREATE_EQ, create_eq) \
-  C(DESTROY_EQ, destroy_eq) \
-  C(QUERY_EQ, query_eq) \
-  C(CREATE_CQ, create_cq) \
-  C(DESTROY_CQ, destroy_cq) \
-  C(QUERY_CQ, query_cq) \
-  C(MODIFY_CQ, modify_cq) \
-  C(CREATE_MKEY, create_mkey) \
-  C(DESTROY_MKEY, destroy_mkey) \
-  C(QUERY_MKEY, query_mkey) \
-  C(CREATE_QP, create_qp) \
-  C(DESTROY_QP, destroy_qp) \
-  C(QUERY_QP, query_qp) \
-  C(RST2INIT_QP, rst2init_qp) \
-  C(INIT2INIT_QP, init2init_qp) \
-  C(INIT2RTR_QP, init2rtr_qp) \
-  C(RTR2RTS_QP, rtr2rts_qp) \
-  C(RTS2RTS_QP, rts2rts_qp) \
-  C(SQERR2RTS_QP, sqerr2rts_qp) \
-  C(QP_2ERR, qp_2err) \
-  C(QP_2RST, qp_2rst) \
-  C(CREATE_SRQ, create_srq) \
-  C(DESTROY_SRQ, destroy_srq) \
-  C(QUERY_SRQ, query_srq) \
-  C(ARM_RQ, arm_rq) \
-  C(CREATE_RMP, create_rmp) \
-  C(DESTROY_RMP, destroy_rmp) \
-  C(QUERY_RMP, query_rmp) \
-  C(SET_ROCE_ADDRESS, set_roce_address) \
-  C(QUERY_ROCE_ADDRESS, query_roce_address) \
-  C(QUERY_VPORT_STATE, query_vport_state) \
-  C(QUERY_NIC_VPORT_CONTEXT, query_nic_vport_context) \
+  C(CREATE_EQ, create_eq)                               \
+  C(DESTROY_EQ, destroy_eq)                             \
+  C(QUERY_EQ, query_eq)                                 \
+  C(CREATE_CQ, create_cq)                               \
+  C(DESTROY_CQ, destroy_cq)                             \
+  C(QUERY_CQ, query_cq)                                 \
+  C(MODIFY_CQ, modify_cq)                               \
+  C(CREATE_MKEY, create_mkey)                           \
+  C(DESTROY_MKEY, destroy_mkey)                         \
+  C(QUERY_MKEY, query_mkey)                             \
+  C(CREATE_QP, create_qp)                               \
+  C(DESTROY_QP, destroy_qp)                             \
+  C(QUERY_QP, query_qp)                                 \
+  C(RST2INIT_QP, rst2init_qp)                           \
+  C(INIT2INIT_QP, init2init_qp)                         \
+  C(INIT2RTR_QP, init2rtr_qp)                           \
+  C(RTR2RTS_QP, rtr2rts_qp)                             \
+  C(RTS2RTS_QP, rts2rts_qp)                             \
+  C(SQERR2RTS_QP, sqerr2rts_qp)                         \
+  C(QP_2ERR, qp_2err)                                   \
+  C(QP_2RST, qp_2rst)                                   \
+  C(CREATE_SRQ, create_srq)                             \
+  C(DESTROY_SRQ, destroy_srq)                           \
+  C(QUERY_SRQ, query_srq)                               \
+  C(ARM_RQ, arm_rq)                                     \
+  C(CREATE_RMP, create_rmp)                             \
+  C(DESTROY_RMP, destroy_rmp)                           \
+  C(QUERY_RMP, query_rmp)                               \
+  C(SET_ROCE_ADDRESS, set_roce_address)                 \
+  C(QUERY_ROCE_ADDRESS, query_roce_address)             \
+  C(QUERY_VPORT_STATE, query_vport_state)               \
+  C(QUERY_NIC_VPORT_CONTEXT, query_nic_vport_context)   \
   C(MODIFY_NIC_VPORT_CONTEXT, modify_nic_vport_context) \
-  C(ACCESS_REG, access_register) \
-  C(ALLOC_Q_COUNTER, alloc_q_counter) \
-  C(DEALLOC_Q_COUNTER, dealloc_q_counter) \
+  C(ACCESS_REG, access_register)                        \
+  C(ALLOC_Q_COUNTER, alloc_q_counter)                   \
+  C(DEALLOC_Q_COUNTER, dealloc_q_counter)               \
   C(QUERY_Q_COUNTER, query_q_counter)
 
 #define MELON_PRM_COMMAND_ROW(op, s) {opcode::op, #op, &s##_in::layout, &s##_out::layout},

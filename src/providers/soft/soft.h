@@ -25,8 +25,8 @@ namespace melon::soft {
 // Device identity (rdma-core-abi.md §5.2): outside the Mellanox (0x02c9) and EFA (0x1d0f) vendor
 // ids and outside perftest's ConnectX/BlueField/EFA part-id tables, so perftest takes the plain
 // ibv_post_send path.
-constexpr uint32_t kVendorId = 0x4d454c;   // "MEL"
-constexpr uint32_t kVendorPartId = 0x534f; // "SO"
+constexpr uint32_t kVendorId = 0x4d454c;  // "MEL"
+constexpr uint32_t kVendorPartId = 0x534f;  // "SO"
 constexpr int kGidTableLen = 16;
 constexpr int kMaxCqe = 65535;
 constexpr int kMaxSrqWr = 16384;
@@ -40,193 +40,186 @@ class Hub;
 // Why a key did not resolve. The engine maps these to completion statuses
 // (local: IBV_WC_LOC_PROT_ERR; remote: IBV_WC_REM_ACCESS_ERR / NAK "remote access error").
 enum class MrStatus {
-	Ok,
-	BadKey,      // no live MR with this key (wrong index or stale generation)
-	WrongPd,     // the MR belongs to another protection domain (IBA C10-? : PD check)
-	OutOfRange,  // [addr, addr+len) not inside [iova, iova+length)
-	NoAccess,    // the MR does not grant the access asked for
+  Ok,
+  BadKey,  // no live MR with this key (wrong index or stale generation)
+  WrongPd,  // the MR belongs to another protection domain (IBA C10-? : PD check)
+  OutOfRange,  // [addr, addr+len) not inside [iova, iova+length)
+  NoAccess,  // the MR does not grant the access asked for
 };
 
 struct SoftMr {
-	ibv_mr ibv; // first: the application's pointer
-	uint64_t iova = 0;
-	unsigned access = 0; // IBV_ACCESS_* without the optional bits
+  ibv_mr ibv;  // first: the application's pointer
+  uint64_t iova = 0;
+  unsigned access = 0;  // IBV_ACCESS_* without the optional bits
 };
 
 // Keys of every MR of one device. key = (slot index << 8) | generation byte; lkey == rkey.
 class MrTable {
-public:
-	// Register; returns the key or 0 (table full).
-	uint32_t add(SoftMr *mr, ibv_pd *pd, uint64_t iova, uint64_t length, void *host,
-		     unsigned access);
-	void remove(uint32_t key);
-	// Change an entry in place (rereg); false if the key is not live.
-	bool update(uint32_t key, ibv_pd *pd, uint64_t iova, uint64_t length, void *host,
-		    unsigned access);
+ public:
+  // Register; returns the key or 0 (table full).
+  uint32_t add(SoftMr* mr, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access);
+  void remove(uint32_t key);
+  // Change an entry in place (rereg); false if the key is not live.
+  bool update(uint32_t key, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access);
 
-	// The data-path lookup. `need` is the access the operation requires:
-	//   0                          local read (gather for SEND/WRITE, the source of a READ response)
-	//   IBV_ACCESS_LOCAL_WRITE     local write (scatter of a RECV, READ response, atomic result)
-	//   IBV_ACCESS_REMOTE_READ / _REMOTE_WRITE / _REMOTE_ATOMIC   an incoming RDMA request
-	// On Ok, *host is the process address of `addr`. Thread-safe (shared lock).
-	MrStatus resolve(uint32_t key, const ibv_pd *pd, uint64_t addr, uint64_t len, unsigned need,
-			 void **host) const;
-	// The same check by PD handle (ibv_pd::handle, unique in the process): the form the transport
-	// engine's rc::Memory::local()/remote() use (src/rc/engine.h), whose access bits are the
-	// IBV_ACCESS_* values.
-	MrStatus resolve_by_pd_handle(uint32_t key, uint32_t pd_handle, uint64_t addr, uint64_t len,
-				      unsigned need, void **host) const;
+  // The data-path lookup. `need` is the access the operation requires:
+  //   0                          local read (gather for SEND/WRITE, the source of a READ response)
+  //   IBV_ACCESS_LOCAL_WRITE     local write (scatter of a RECV, READ response, atomic result)
+  //   IBV_ACCESS_REMOTE_READ / _REMOTE_WRITE / _REMOTE_ATOMIC   an incoming RDMA request
+  // On Ok, *host is the process address of `addr`. Thread-safe (shared lock).
+  MrStatus resolve(uint32_t key, const ibv_pd* pd, uint64_t addr, uint64_t len, unsigned need, void** host) const;
+  // The same check by PD handle (ibv_pd::handle, unique in the process): the form the transport
+  // engine's rc::Memory::local()/remote() use (src/rc/engine.h), whose access bits are the
+  // IBV_ACCESS_* values.
+  MrStatus resolve_by_pd_handle(uint32_t key, uint32_t pd_handle, uint64_t addr, uint64_t len, unsigned need,
+                                void** host) const;
 
-	size_t live() const;
+  size_t live() const;
 
-private:
-	struct Entry {
-		bool live = false;
-		uint8_t gen = 0;
-		const ibv_pd *pd = nullptr;
-		uint32_t pd_handle = 0;
-		uint64_t iova = 0, length = 0;
-		uintptr_t host = 0;
-		unsigned access = 0;
-	};
-	MrStatus check(const Entry *e, uint64_t addr, uint64_t len, unsigned need, void **host) const;
-	const Entry *live_entry(uint32_t key) const; // caller holds mu_
-	mutable std::shared_mutex mu_;
-	std::vector<Entry> slots_;
-	std::vector<uint32_t> free_;
+ private:
+  struct Entry {
+    bool live = false;
+    uint8_t gen = 0;
+    const ibv_pd* pd = nullptr;
+    uint32_t pd_handle = 0;
+    uint64_t iova = 0, length = 0;
+    uintptr_t host = 0;
+    unsigned access = 0;
+  };
+  MrStatus check(const Entry* e, uint64_t addr, uint64_t len, unsigned need, void** host) const;
+  const Entry* live_entry(uint32_t key) const;  // caller holds mu_
+  mutable std::shared_mutex mu_;
+  std::vector<Entry> slots_;
+  std::vector<uint32_t> free_;
 };
 
 // ---- devices --------------------------------------------------------------------------------------
 
 class SoftDevice : public verbs::Device {
-public:
-	explicit SoftDevice(const DeviceSpec &spec);
+ public:
+  explicit SoftDevice(const DeviceSpec& spec);
 
-	std::string identity() const override { return spec_.identity(); }
-	const char *name() const override { return spec_.name.c_str(); }
-	__be64 node_guid() const override { return guid_; }
-	const char *board_id() const override { return "MELON_SOFT_ROCE"; }
-	verbs::ContextBase *open() override;
+  std::string identity() const override { return spec_.identity(); }
+  const char* name() const override { return spec_.name.c_str(); }
+  __be64 node_guid() const override { return guid_; }
+  const char* board_id() const override { return "MELON_SOFT_ROCE"; }
+  verbs::ContextBase* open() override;
 
-	const DeviceSpec &spec() const { return spec_; }
-	MrTable &mrs() { return mrs_; }
+  const DeviceSpec& spec() const { return spec_; }
+  MrTable& mrs() { return mrs_; }
 
-	void device_attr(ibv_device_attr_ex *attr) const;
-	void port_attr(ibv_port_attr *attr) const;
-	// GID table entry `index` of port 1; false if the slot is empty.
-	bool gid(uint32_t index, ibv_gid_entry *entry) const;
-	// The address of a GID table entry (what the engine binds/sends from).
-	const IpAddr *gid_address(uint32_t index) const;
-	ibv_mtu active_mtu() const;
+  void device_attr(ibv_device_attr_ex* attr) const;
+  void port_attr(ibv_port_attr* attr) const;
+  // GID table entry `index` of port 1; false if the slot is empty.
+  bool gid(uint32_t index, ibv_gid_entry* entry) const;
+  // The address of a GID table entry (what the engine binds/sends from).
+  const IpAddr* gid_address(uint32_t index) const;
+  ibv_mtu active_mtu() const;
 
-private:
-	DeviceSpec spec_;
-	__be64 guid_;
-	MrTable mrs_;
+ private:
+  DeviceSpec spec_;
+  __be64 guid_;
+  MrTable mrs_;
 };
 
 // ---- objects --------------------------------------------------------------------------------------
 
 struct SoftPd {
-	ibv_pd ibv;
-	std::atomic<int> users{0}; // MRs, AHs, SRQs, QPs
+  ibv_pd ibv;
+  std::atomic<int> users{0};  // MRs, AHs, SRQs, QPs
 };
 
 struct SoftAh {
-	ibv_ah ibv;
-	ibv_ah_attr attr{};
-	IpAddr dest;      // from attr.grh.dgid
-	IpAddr source;    // GID attr.grh.sgid_index of the device
-	rc::AddressVector av; // the same, as the engine takes it (UD sends)
+  ibv_ah ibv;
+  ibv_ah_attr attr{};
+  IpAddr dest;  // from attr.grh.dgid
+  IpAddr source;  // GID attr.grh.sgid_index of the device
+  rc::AddressVector av;  // the same, as the engine takes it (UD sends)
 };
 
 // Completion queue: a ring of ibv_wc, plus the request-notification state.
 struct SoftCq : verbs::CqBase {
-	SoftContext *ctx = nullptr;
-	uint64_t wc_flags = 0;
-	bool ignore_overrun = false;
-	std::atomic<int> users{0}; // QPs
+  SoftContext* ctx = nullptr;
+  uint64_t wc_flags = 0;
+  bool ignore_overrun = false;
+  std::atomic<int> users{0};  // QPs
 
-	std::mutex mu; // guards everything below
-	std::vector<ibv_wc> ring;
-	size_t head = 0, count = 0;
-	bool armed = false, solicited_only = false, overrun = false;
-	ibv_wc cur{}; // the completion an extended-CQ poll is positioned on
+  std::mutex mu;  // guards everything below
+  std::vector<ibv_wc> ring;
+  size_t head = 0, count = 0;
+  bool armed = false, solicited_only = false, overrun = false;
+  ibv_wc cur{};  // the completion an extended-CQ poll is positioned on
 
-	// Deliver one completion. Returns false if the CQ is full (the completion is lost; an
-	// IBV_EVENT_CQ_ERR is queued once, as for a hardware CQ overrun). `solicited`: the message
-	// carried the Solicited Event bit (IBA 10.7.2.2 / 11.4.2.2), relevant to solicited-only arming.
-	bool push(const ibv_wc &wc, bool solicited);
-	int poll(int n, ibv_wc *out);
-	static SoftCq *from(ibv_cq *cq) { return static_cast<SoftCq *>(verbs::CqBase::from(cq)); }
+  // Deliver one completion. Returns false if the CQ is full (the completion is lost; an
+  // IBV_EVENT_CQ_ERR is queued once, as for a hardware CQ overrun). `solicited`: the message
+  // carried the Solicited Event bit (IBA 10.7.2.2 / 11.4.2.2), relevant to solicited-only arming.
+  bool push(const ibv_wc& wc, bool solicited);
+  int poll(int n, ibv_wc* out);
+  static SoftCq* from(ibv_cq* cq) { return static_cast<SoftCq*>(verbs::CqBase::from(cq)); }
 };
 
 // A shared receive queue: the engine holds the WQEs (its SRQ is the one the responder takes from).
 struct SoftSrq : verbs::SrqBase {
-	SoftContext *ctx = nullptr;
-	Hub *hub = nullptr;
-	rc::Srq *engine = nullptr;
-	uint32_t srqn = 0;
-	uint32_t max_wr = 0, max_sge = 0;
+  SoftContext* ctx = nullptr;
+  Hub* hub = nullptr;
+  rc::Srq* engine = nullptr;
+  uint32_t srqn = 0;
+  uint32_t max_wr = 0, max_sge = 0;
 
-	int post(ibv_recv_wr *wr, ibv_recv_wr **bad);
-	static SoftSrq *from(ibv_srq *srq) { return static_cast<SoftSrq *>(verbs::SrqBase::from(srq)); }
+  int post(ibv_recv_wr* wr, ibv_recv_wr** bad);
+  static SoftSrq* from(ibv_srq* srq) { return static_cast<SoftSrq*>(verbs::SrqBase::from(srq)); }
 };
 
 // ---- context --------------------------------------------------------------------------------------
 
 class SoftContext : public verbs::ContextBase, public verbs::ContextOps {
-public:
-	explicit SoftContext(SoftDevice *dev) : dev_(dev) {}
-	SoftDevice *device() const { return dev_; }
-	static SoftContext *from(ibv_context *ctx)
-	{
-		return static_cast<SoftContext *>(verbs::ContextBase::from(ctx));
-	}
+ public:
+  explicit SoftContext(SoftDevice* dev) : dev_(dev) {}
+  SoftDevice* device() const { return dev_; }
+  static SoftContext* from(ibv_context* ctx) { return static_cast<SoftContext*>(verbs::ContextBase::from(ctx)); }
 
-	int query_device_ex(ibv_device_attr_ex *attr) override;
-	int query_port(uint8_t port, ibv_port_attr *attr) override;
-	int query_gid_entry(uint32_t port, uint32_t index, ibv_gid_entry *entry) override;
+  int query_device_ex(ibv_device_attr_ex* attr) override;
+  int query_port(uint8_t port, ibv_port_attr* attr) override;
+  int query_gid_entry(uint32_t port, uint32_t index, ibv_gid_entry* entry) override;
 
-	ibv_pd *alloc_pd() override;
-	int dealloc_pd(ibv_pd *pd) override;
-	ibv_mr *reg_mr(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned access) override;
-	int rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, size_t length,
-		     unsigned access) override;
-	int dereg_mr(ibv_mr *mr) override;
+  ibv_pd* alloc_pd() override;
+  int dealloc_pd(ibv_pd* pd) override;
+  ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) override;
+  int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned access) override;
+  int dereg_mr(ibv_mr* mr) override;
 
-	ibv_cq_ex *create_cq(const ibv_cq_init_attr_ex *attr) override;
-	int resize_cq(ibv_cq *cq, int cqe) override;
-	int destroy_cq(ibv_cq *cq) override;
+  ibv_cq_ex* create_cq(const ibv_cq_init_attr_ex* attr) override;
+  int resize_cq(ibv_cq* cq, int cqe) override;
+  int destroy_cq(ibv_cq* cq) override;
 
-	ibv_srq *create_srq(ibv_pd *pd, ibv_srq_init_attr *attr) override;
-	int modify_srq(ibv_srq *srq, ibv_srq_attr *attr, int mask) override;
-	int query_srq(ibv_srq *srq, ibv_srq_attr *attr) override;
-	int destroy_srq(ibv_srq *srq) override;
+  ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) override;
+  int modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) override;
+  int query_srq(ibv_srq* srq, ibv_srq_attr* attr) override;
+  int destroy_srq(ibv_srq* srq) override;
 
-	ibv_ah *create_ah(ibv_pd *pd, const ibv_ah_attr *attr) override;
-	int destroy_ah(ibv_ah *ah) override;
+  ibv_ah* create_ah(ibv_pd* pd, const ibv_ah_attr* attr) override;
+  int destroy_ah(ibv_ah* ah) override;
 
-	ibv_qp *create_qp(ibv_qp_init_attr_ex *attr) override;
-	int modify_qp(ibv_qp *qp, ibv_qp_attr *attr, int mask) override;
-	int query_qp(ibv_qp *qp, ibv_qp_attr *attr, int mask, ibv_qp_init_attr *init) override;
-	int destroy_qp(ibv_qp *qp) override;
+  ibv_qp* create_qp(ibv_qp_init_attr_ex* attr) override;
+  int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) override;
+  int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) override;
+  int destroy_qp(ibv_qp* qp) override;
 
-	void close() override;
+  void close() override;
 
-	// The device's transport, started on first use (QP or SRQ) and held until close.
-	Hub *hub(int *err);
-	Hub *hub_if_started() const { return hub_.load(std::memory_order_acquire); }
-	bool owns(const ibv_pd *pd) const { return pd && pd->context == &vctx.context; }
-	bool owns(const ibv_cq *cq) const { return cq && cq->context == &vctx.context; }
+  // The device's transport, started on first use (QP or SRQ) and held until close.
+  Hub* hub(int* err);
+  Hub* hub_if_started() const { return hub_.load(std::memory_order_acquire); }
+  bool owns(const ibv_pd* pd) const { return pd && pd->context == &vctx.context; }
+  bool owns(const ibv_cq* cq) const { return cq && cq->context == &vctx.context; }
 
-private:
-	SoftDevice *dev_;
-	std::atomic<Hub *> hub_{nullptr};
-	std::mutex hub_mu_;
+ private:
+  SoftDevice* dev_;
+  std::atomic<Hub*> hub_{nullptr};
+  std::mutex hub_mu_;
 };
 
 // Access bits that reg_mr accepts (the rest of the defined bits are EOPNOTSUPP / EINVAL).
-unsigned validate_mr_access(unsigned access, int *err);
+unsigned validate_mr_access(unsigned access, int* err);
 
-} // namespace melon::soft
+}  // namespace melon::soft

@@ -21,57 +21,55 @@ namespace melon::soft {
 
 // An IPv4 or IPv6 address (with scope for link-local IPv6).
 struct IpAddr {
-	int family = 0; // AF_INET or AF_INET6
-	uint8_t bytes[16] = {};
-	uint32_t scope_id = 0;
+  int family = 0;  // AF_INET or AF_INET6
+  uint8_t bytes[16] = {};
+  uint32_t scope_id = 0;
 
-	static bool parse(const std::string &text, IpAddr *out);
-	std::string str() const;
-	// The RoCEv2 GID of this address: IPv4-mapped (::ffff:a.b.c.d) or the IPv6 address itself.
-	void to_gid(uint8_t gid[16]) const;
-	bool operator==(const IpAddr &o) const;
+  static bool parse(const std::string& text, IpAddr* out);
+  std::string str() const;
+  // The RoCEv2 GID of this address: IPv4-mapped (::ffff:a.b.c.d) or the IPv6 address itself.
+  void to_gid(uint8_t gid[16]) const;
+  bool operator==(const IpAddr& o) const;
 };
 
 struct DeviceSpec {
-	std::string name;          // ibv_device name
-	std::string ifname;        // owning interface, "" if none was found
-	unsigned ifindex = 0;
-	bool configured = false;   // from MELON_SOFT_DEVICES / the config file
-	std::vector<IpAddr> addrs; // GID table order
-	unsigned if_mtu = 1500;    // bytes, of the interface (or mtu=)
-	uint8_t mac[6] = {};
-	bool has_mac = false;
+  std::string name;  // ibv_device name
+  std::string ifname;  // owning interface, "" if none was found
+  unsigned ifindex = 0;
+  bool configured = false;  // from MELON_SOFT_DEVICES / the config file
+  std::vector<IpAddr> addrs;  // GID table order
+  unsigned if_mtu = 1500;  // bytes, of the interface (or mtu=)
+  uint8_t mac[6] = {};
+  bool has_mac = false;
 
-	std::string identity() const; // stable across rediscovery
+  std::string identity() const;  // stable across rediscovery
 };
 
 struct HostInterface {
-	std::string name;
-	unsigned index = 0;
-	unsigned flags = 0; // IFF_*
-	unsigned mtu = 0;
-	std::vector<IpAddr> addrs;
-	std::vector<IpAddr> masks; // parallel to addrs (may be family 0)
-	uint8_t mac[6] = {};
-	bool has_mac = false;
+  std::string name;
+  unsigned index = 0;
+  unsigned flags = 0;  // IFF_*
+  unsigned mtu = 0;
+  std::vector<IpAddr> addrs;
+  std::vector<IpAddr> masks;  // parallel to addrs (may be family 0)
+  uint8_t mac[6] = {};
+  bool has_mac = false;
 };
 
 // The host's interfaces (getifaddrs + SIOCGIFMTU).
 std::vector<HostInterface> host_interfaces();
 
 // Parse "name=addr[/mtu=N],..." (environment form). Bad entries are reported in *errors and skipped.
-std::vector<DeviceSpec> parse_device_list(const std::string &text, std::vector<std::string> *errors);
+std::vector<DeviceSpec> parse_device_list(const std::string& text, std::vector<std::string>* errors);
 
 // Parse a config file's text. *auto_mode: -1 unchanged, 0 off, 1 on.
-std::vector<DeviceSpec> parse_config(const std::string &text, int *auto_mode,
-				     std::vector<std::string> *errors);
+std::vector<DeviceSpec> parse_config(const std::string& text, int* auto_mode, std::vector<std::string>* errors);
 
 // Everything: configured devices first, then one per interface unless auto is off. Uses the
 // environment and the config file; interfaces come from `ifs`.
-std::vector<DeviceSpec> discover_devices(const std::vector<HostInterface> &ifs,
-					 std::vector<std::string> *errors);
+std::vector<DeviceSpec> discover_devices(const std::vector<HostInterface>& ifs, std::vector<std::string>* errors);
 
 // Largest IB MTU (256..4096 bytes) whose RoCEv2 packet fits in an interface MTU of `if_mtu`.
 unsigned ib_mtu_for_interface(unsigned if_mtu, bool ipv6);
 
-} // namespace melon::soft
+}  // namespace melon::soft

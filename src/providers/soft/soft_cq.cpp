@@ -10,271 +10,237 @@ namespace melon::soft {
 
 // ---- completion ring ------------------------------------------------------------------------------
 
-bool SoftCq::push(const ibv_wc &wc, bool solicited)
-{
-	bool notify = false;
-	{
-		std::lock_guard<std::mutex> lock(mu);
-		if (count == ring.size()) {
-			if (ignore_overrun) {
-				head = (head + 1) % ring.size(); // drop the oldest
-				count--;
-			} else {
-				bool first = !overrun;
-				overrun = true;
-				if (first) {
-					ibv_async_event ev{};
-					ev.element.cq = cq();
-					ev.event_type = IBV_EVENT_CQ_ERR;
-					verbs::post_async_event(ibv.context, ev);
-				}
-				return false;
-			}
-		}
-		ring[(head + count) % ring.size()] = wc;
-		count++;
-		// IBA 11.4.2.2: an armed CQ notifies on the next completion; armed for solicited
-		// completions only, on a solicited one or on any error completion.
-		if (armed && (!solicited_only || solicited || wc.status != IBV_WC_SUCCESS)) {
-			armed = false;
-			notify = true;
-		}
-	}
-	if (notify)
-		verbs::signal_comp_channel(cq());
-	return true;
+bool SoftCq::push(const ibv_wc& wc, bool solicited) {
+  bool notify = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (count == ring.size()) {
+      if (ignore_overrun) {
+        head = (head + 1) % ring.size();  // drop the oldest
+        count--;
+      } else {
+        bool first = !overrun;
+        overrun = true;
+        if (first) {
+          ibv_async_event ev{};
+          ev.element.cq = cq();
+          ev.event_type = IBV_EVENT_CQ_ERR;
+          verbs::post_async_event(ibv.context, ev);
+        }
+        return false;
+      }
+    }
+    ring[(head + count) % ring.size()] = wc;
+    count++;
+    // IBA 11.4.2.2: an armed CQ notifies on the next completion; armed for solicited
+    // completions only, on a solicited one or on any error completion.
+    if (armed && (!solicited_only || solicited || wc.status != IBV_WC_SUCCESS)) {
+      armed = false;
+      notify = true;
+    }
+  }
+  if (notify) verbs::signal_comp_channel(cq());
+  return true;
 }
 
-int SoftCq::poll(int n, ibv_wc *out)
-{
-	if (n < 0 || (n > 0 && !out))
-		return -EINVAL;
-	std::lock_guard<std::mutex> lock(mu);
-	int got = 0;
-	while (got < n && count) {
-		out[got++] = ring[head];
-		head = (head + 1) % ring.size();
-		count--;
-	}
-	return got;
+int SoftCq::poll(int n, ibv_wc* out) {
+  if (n < 0 || (n > 0 && !out)) return -EINVAL;
+  std::lock_guard<std::mutex> lock(mu);
+  int got = 0;
+  while (got < n && count) {
+    out[got++] = ring[head];
+    head = (head + 1) % ring.size();
+    count--;
+  }
+  return got;
 }
 
 // ---- extended-CQ polling (ibv_start_poll / ibv_next_poll / ibv_wc_read_*) --------------------------
 
 namespace {
 
-SoftCq *cqx(ibv_cq_ex *cq) { return SoftCq::from(ibv_cq_ex_to_cq(cq)); }
+SoftCq* cqx(ibv_cq_ex* cq) { return SoftCq::from(ibv_cq_ex_to_cq(cq)); }
 
 // Move to the next completion: it becomes `cur`, and status/wr_id are published in the ibv_cq_ex.
-int advance(SoftCq *c)
-{
-	std::lock_guard<std::mutex> lock(c->mu);
-	if (!c->count)
-		return ENOENT;
-	c->cur = c->ring[c->head];
-	c->head = (c->head + 1) % c->ring.size();
-	c->count--;
-	c->ibv.status = c->cur.status;
-	c->ibv.wr_id = c->cur.wr_id;
-	return 0;
+int advance(SoftCq* c) {
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (!c->count) return ENOENT;
+  c->cur = c->ring[c->head];
+  c->head = (c->head + 1) % c->ring.size();
+  c->count--;
+  c->ibv.status = c->cur.status;
+  c->ibv.wr_id = c->cur.wr_id;
+  return 0;
 }
 
-int start_poll(ibv_cq_ex *cq, ibv_poll_cq_attr *attr)
-{
-	if (attr && attr->comp_mask)
-		return EINVAL;
-	return advance(cqx(cq));
+int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
+  if (attr && attr->comp_mask) return EINVAL;
+  return advance(cqx(cq));
 }
-int next_poll(ibv_cq_ex *cq) { return advance(cqx(cq)); }
-void end_poll(ibv_cq_ex *) {}
-ibv_wc_opcode read_opcode(ibv_cq_ex *cq) { return cqx(cq)->cur.opcode; }
-uint32_t read_vendor_err(ibv_cq_ex *cq) { return cqx(cq)->cur.vendor_err; }
-uint32_t read_byte_len(ibv_cq_ex *cq) { return cqx(cq)->cur.byte_len; }
-__be32 read_imm_data(ibv_cq_ex *cq) { return cqx(cq)->cur.imm_data; }
-uint32_t read_qp_num(ibv_cq_ex *cq) { return cqx(cq)->cur.qp_num; }
-uint32_t read_src_qp(ibv_cq_ex *cq) { return cqx(cq)->cur.src_qp; }
-unsigned int read_wc_flags(ibv_cq_ex *cq) { return cqx(cq)->cur.wc_flags; }
-uint32_t read_slid(ibv_cq_ex *cq) { return cqx(cq)->cur.slid; }
-uint8_t read_sl(ibv_cq_ex *cq) { return cqx(cq)->cur.sl; }
-uint8_t read_dlid_path_bits(ibv_cq_ex *cq) { return cqx(cq)->cur.dlid_path_bits; }
+int next_poll(ibv_cq_ex* cq) { return advance(cqx(cq)); }
+void end_poll(ibv_cq_ex*) {}
+ibv_wc_opcode read_opcode(ibv_cq_ex* cq) { return cqx(cq)->cur.opcode; }
+uint32_t read_vendor_err(ibv_cq_ex* cq) { return cqx(cq)->cur.vendor_err; }
+uint32_t read_byte_len(ibv_cq_ex* cq) { return cqx(cq)->cur.byte_len; }
+__be32 read_imm_data(ibv_cq_ex* cq) { return cqx(cq)->cur.imm_data; }
+uint32_t read_qp_num(ibv_cq_ex* cq) { return cqx(cq)->cur.qp_num; }
+uint32_t read_src_qp(ibv_cq_ex* cq) { return cqx(cq)->cur.src_qp; }
+unsigned int read_wc_flags(ibv_cq_ex* cq) { return cqx(cq)->cur.wc_flags; }
+uint32_t read_slid(ibv_cq_ex* cq) { return cqx(cq)->cur.slid; }
+uint8_t read_sl(ibv_cq_ex* cq) { return cqx(cq)->cur.sl; }
+uint8_t read_dlid_path_bits(ibv_cq_ex* cq) { return cqx(cq)->cur.dlid_path_bits; }
 
-} // namespace
+}  // namespace
 
 // ---- CQ verbs -------------------------------------------------------------------------------------
 
-ibv_cq_ex *SoftContext::create_cq(const ibv_cq_init_attr_ex *attr)
-{
-	const uint32_t known_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
-	const uint32_t known_flags =
-		IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
-	int err = 0;
-	if (attr->cqe < 1 || attr->cqe > static_cast<uint32_t>(kMaxCqe) ||
-	    attr->comp_vector >= static_cast<uint32_t>(vctx.context.num_comp_vectors) ||
-	    (attr->comp_mask & ~known_mask) ||
-	    ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~known_flags)))
-		err = EINVAL;
-	else if ((attr->wc_flags & ~static_cast<uint64_t>(IBV_WC_STANDARD_FLAGS)) ||
-		 (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD))
-		err = EOPNOTSUPP; // no timestamps, VLAN, flow tags, tag matching, parent domains
-	if (err) {
-		errno = err;
-		return nullptr;
-	}
+ibv_cq_ex* SoftContext::create_cq(const ibv_cq_init_attr_ex* attr) {
+  const uint32_t known_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
+  const uint32_t known_flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  int err = 0;
+  if (attr->cqe < 1 || attr->cqe > static_cast<uint32_t>(kMaxCqe) ||
+      attr->comp_vector >= static_cast<uint32_t>(vctx.context.num_comp_vectors) || (attr->comp_mask & ~known_mask) ||
+      ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~known_flags)))
+    err = EINVAL;
+  else if ((attr->wc_flags & ~static_cast<uint64_t>(IBV_WC_STANDARD_FLAGS)) ||
+           (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD))
+    err = EOPNOTSUPP;  // no timestamps, VLAN, flow tags, tag matching, parent domains
+  if (err) {
+    errno = err;
+    return nullptr;
+  }
 
-	auto *c = new SoftCq;
-	c->ctx = this;
-	c->wc_flags = attr->wc_flags;
-	c->ignore_overrun = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
-			    (attr->flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN);
-	c->ring.resize(attr->cqe);
-	verbs::init_cq_fields(c, &vctx.context, attr->channel, attr->cq_context,
-			      static_cast<int>(attr->cqe));
-	ibv_cq_ex &x = c->ibv;
-	x.start_poll = start_poll;
-	x.next_poll = next_poll;
-	x.end_poll = end_poll;
-	x.read_opcode = read_opcode;
-	x.read_vendor_err = read_vendor_err;
-	x.read_byte_len = read_byte_len;
-	x.read_imm_data = read_imm_data;
-	x.read_qp_num = read_qp_num;
-	x.read_src_qp = read_src_qp;
-	x.read_wc_flags = read_wc_flags;
-	x.read_slid = read_slid;
-	x.read_sl = read_sl;
-	x.read_dlid_path_bits = read_dlid_path_bits;
-	return &c->ibv;
+  auto* c = new SoftCq;
+  c->ctx = this;
+  c->wc_flags = attr->wc_flags;
+  c->ignore_overrun =
+      (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN);
+  c->ring.resize(attr->cqe);
+  verbs::init_cq_fields(c, &vctx.context, attr->channel, attr->cq_context, static_cast<int>(attr->cqe));
+  ibv_cq_ex& x = c->ibv;
+  x.start_poll = start_poll;
+  x.next_poll = next_poll;
+  x.end_poll = end_poll;
+  x.read_opcode = read_opcode;
+  x.read_vendor_err = read_vendor_err;
+  x.read_byte_len = read_byte_len;
+  x.read_imm_data = read_imm_data;
+  x.read_qp_num = read_qp_num;
+  x.read_src_qp = read_src_qp;
+  x.read_wc_flags = read_wc_flags;
+  x.read_slid = read_slid;
+  x.read_sl = read_sl;
+  x.read_dlid_path_bits = read_dlid_path_bits;
+  return &c->ibv;
 }
 
-int SoftContext::resize_cq(ibv_cq *cq, int cqe)
-{
-	if (cq->context != &vctx.context || cqe < 1 || cqe > kMaxCqe)
-		return EINVAL;
-	SoftCq *c = SoftCq::from(cq);
-	std::lock_guard<std::mutex> lock(c->mu);
-	if (static_cast<size_t>(cqe) < c->count)
-		return EINVAL; // would lose completions
-	std::vector<ibv_wc> ring(static_cast<size_t>(cqe));
-	for (size_t i = 0; i < c->count; i++)
-		ring[i] = c->ring[(c->head + i) % c->ring.size()];
-	c->ring.swap(ring);
-	c->head = 0;
-	cq->cqe = cqe;
-	return 0;
+int SoftContext::resize_cq(ibv_cq* cq, int cqe) {
+  if (cq->context != &vctx.context || cqe < 1 || cqe > kMaxCqe) return EINVAL;
+  SoftCq* c = SoftCq::from(cq);
+  std::lock_guard<std::mutex> lock(c->mu);
+  if (static_cast<size_t>(cqe) < c->count) return EINVAL;  // would lose completions
+  std::vector<ibv_wc> ring(static_cast<size_t>(cqe));
+  for (size_t i = 0; i < c->count; i++) ring[i] = c->ring[(c->head + i) % c->ring.size()];
+  c->ring.swap(ring);
+  c->head = 0;
+  cq->cqe = cqe;
+  return 0;
 }
 
-int SoftContext::destroy_cq(ibv_cq *cq)
-{
-	if (cq->context != &vctx.context)
-		return EINVAL;
-	SoftCq *c = SoftCq::from(cq);
-	if (c->users.load())
-		return EBUSY; // still attached to a QP
-	verbs::destroy_sync_fields(&cq->mutex, &cq->cond);
-	delete c;
-	return 0;
+int SoftContext::destroy_cq(ibv_cq* cq) {
+  if (cq->context != &vctx.context) return EINVAL;
+  SoftCq* c = SoftCq::from(cq);
+  if (c->users.load()) return EBUSY;  // still attached to a QP
+  verbs::destroy_sync_fields(&cq->mutex, &cq->cond);
+  delete c;
+  return 0;
 }
 
 // ---- shared receive queues ------------------------------------------------------------------------
 // The engine owns the receive WQEs (its responder takes them); these calls translate and check.
 
-int SoftSrq::post(ibv_recv_wr *wr, ibv_recv_wr **bad)
-{
-	static_assert(sizeof(ibv_sge) == sizeof(rc::Sge), "ibv_sge and rc::Sge share a layout");
-	return hub->transport().with_engine([&](rc::Engine &e, uint64_t) {
-		for (; wr; wr = wr->next) {
-			rc::RecvWr r;
-			r.wr_id = wr->wr_id;
-			r.sg_list = reinterpret_cast<const rc::Sge *>(wr->sg_list);
-			r.num_sge = wr->num_sge;
-			int err = (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > max_sge)
-					  ? EINVAL
-					  : e.post_srq_recv(engine, r);
-			if (err) {
-				if (bad)
-					*bad = wr;
-				return err;
-			}
-		}
-		return 0;
-	});
+int SoftSrq::post(ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  static_assert(sizeof(ibv_sge) == sizeof(rc::Sge), "ibv_sge and rc::Sge share a layout");
+  return hub->transport().with_engine([&](rc::Engine& e, uint64_t) {
+    for (; wr; wr = wr->next) {
+      rc::RecvWr r;
+      r.wr_id = wr->wr_id;
+      r.sg_list = reinterpret_cast<const rc::Sge*>(wr->sg_list);
+      r.num_sge = wr->num_sge;
+      int err = (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > max_sge) ? EINVAL : e.post_srq_recv(engine, r);
+      if (err) {
+        if (bad) *bad = wr;
+        return err;
+      }
+    }
+    return 0;
+  });
 }
 
-ibv_srq *SoftContext::create_srq(ibv_pd *pd, ibv_srq_init_attr *attr)
-{
-	ibv_srq_attr &a = attr->attr;
-	if (!owns(pd) || a.max_wr < 1 || a.max_wr > static_cast<uint32_t>(kMaxSrqWr) ||
-	    a.max_sge > static_cast<uint32_t>(kMaxSge) || a.srq_limit > a.max_wr) {
-		errno = EINVAL;
-		return nullptr;
-	}
-	int err = 0;
-	Hub *h = hub(&err);
-	if (!h) {
-		errno = err;
-		return nullptr;
-	}
-	auto *s = new SoftSrq;
-	s->ctx = this;
-	s->hub = h;
-	s->max_wr = a.max_wr;
-	s->max_sge = a.max_sge ? a.max_sge : 1;
-	err = h->transport().with_engine([&](rc::Engine &e, uint64_t) {
-		return e.create_srq(pd->handle, s->max_wr, s->max_sge, a.srq_limit, &s->engine, &s->srqn);
-	});
-	if (err) {
-		delete s;
-		errno = err;
-		return nullptr;
-	}
-	verbs::init_srq_fields(s, &vctx.context, pd, attr->srq_context);
-	h->add_srq(s->srqn, &s->ibv);
-	a.max_wr = s->max_wr; // report what was granted
-	a.max_sge = s->max_sge;
-	reinterpret_cast<SoftPd *>(pd)->users++;
-	return &s->ibv;
+ibv_srq* SoftContext::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  ibv_srq_attr& a = attr->attr;
+  if (!owns(pd) || a.max_wr < 1 || a.max_wr > static_cast<uint32_t>(kMaxSrqWr) ||
+      a.max_sge > static_cast<uint32_t>(kMaxSge) || a.srq_limit > a.max_wr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  int err = 0;
+  Hub* h = hub(&err);
+  if (!h) {
+    errno = err;
+    return nullptr;
+  }
+  auto* s = new SoftSrq;
+  s->ctx = this;
+  s->hub = h;
+  s->max_wr = a.max_wr;
+  s->max_sge = a.max_sge ? a.max_sge : 1;
+  err = h->transport().with_engine([&](rc::Engine& e, uint64_t) {
+    return e.create_srq(pd->handle, s->max_wr, s->max_sge, a.srq_limit, &s->engine, &s->srqn);
+  });
+  if (err) {
+    delete s;
+    errno = err;
+    return nullptr;
+  }
+  verbs::init_srq_fields(s, &vctx.context, pd, attr->srq_context);
+  h->add_srq(s->srqn, &s->ibv);
+  a.max_wr = s->max_wr;  // report what was granted
+  a.max_sge = s->max_sge;
+  reinterpret_cast<SoftPd*>(pd)->users++;
+  return &s->ibv;
 }
 
-int SoftContext::modify_srq(ibv_srq *srq, ibv_srq_attr *attr, int mask)
-{
-	if (srq->context != &vctx.context)
-		return EINVAL;
-	SoftSrq *s = SoftSrq::from(srq);
-	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
-		return EINVAL;
-	// Resizing an SRQ is not supported (docs/verbs.md); asking for the current size is fine.
-	if ((mask & IBV_SRQ_MAX_WR) && attr->max_wr != s->max_wr)
-		return EOPNOTSUPP;
-	if (!(mask & IBV_SRQ_LIMIT))
-		return 0;
-	return s->hub->transport().with_engine(
-		[&](rc::Engine &e, uint64_t) { return e.modify_srq(s->engine, attr->srq_limit); });
+int SoftContext::modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
+  if (srq->context != &vctx.context) return EINVAL;
+  SoftSrq* s = SoftSrq::from(srq);
+  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  // Resizing an SRQ is not supported (docs/verbs.md); asking for the current size is fine.
+  if ((mask & IBV_SRQ_MAX_WR) && attr->max_wr != s->max_wr) return EOPNOTSUPP;
+  if (!(mask & IBV_SRQ_LIMIT)) return 0;
+  return s->hub->transport().with_engine(
+      [&](rc::Engine& e, uint64_t) { return e.modify_srq(s->engine, attr->srq_limit); });
 }
 
-int SoftContext::query_srq(ibv_srq *srq, ibv_srq_attr *attr)
-{
-	if (srq->context != &vctx.context)
-		return EINVAL;
-	SoftSrq *s = SoftSrq::from(srq);
-	attr->max_wr = s->max_wr;
-	attr->max_sge = s->max_sge;
-	attr->srq_limit = s->hub->transport().with_engine([&](rc::Engine &, uint64_t) { return s->engine->limit; });
-	return 0;
+int SoftContext::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  if (srq->context != &vctx.context) return EINVAL;
+  SoftSrq* s = SoftSrq::from(srq);
+  attr->max_wr = s->max_wr;
+  attr->max_sge = s->max_sge;
+  attr->srq_limit = s->hub->transport().with_engine([&](rc::Engine&, uint64_t) { return s->engine->limit; });
+  return 0;
 }
 
-int SoftContext::destroy_srq(ibv_srq *srq)
-{
-	if (srq->context != &vctx.context)
-		return EINVAL;
-	SoftSrq *s = SoftSrq::from(srq);
-	int err = s->hub->transport().with_engine([&](rc::Engine &e, uint64_t) { return e.destroy_srq(s->engine); });
-	if (err)
-		return err; // EBUSY: a QP still uses it
-	s->hub->remove_srq(s->srqn);
-	reinterpret_cast<SoftPd *>(srq->pd)->users--;
-	verbs::destroy_sync_fields(&srq->mutex, &srq->cond);
-	delete s;
-	return 0;
+int SoftContext::destroy_srq(ibv_srq* srq) {
+  if (srq->context != &vctx.context) return EINVAL;
+  SoftSrq* s = SoftSrq::from(srq);
+  int err = s->hub->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.destroy_srq(s->engine); });
+  if (err) return err;  // EBUSY: a QP still uses it
+  s->hub->remove_srq(s->srqn);
+  reinterpret_cast<SoftPd*>(srq->pd)->users--;
+  verbs::destroy_sync_fields(&srq->mutex, &srq->cond);
+  delete s;
+  return 0;
 }
 
-} // namespace melon::soft
+}  // namespace melon::soft

@@ -11,111 +11,89 @@ namespace melon::soft {
 
 // ---- key table ------------------------------------------------------------------------------------
 
-uint32_t MrTable::add(SoftMr *, ibv_pd *pd, uint64_t iova, uint64_t length, void *host,
-		      unsigned access)
-{
-	std::unique_lock lock(mu_);
-	uint32_t slot;
-	if (!free_.empty()) {
-		slot = free_.back();
-		free_.pop_back();
-	} else {
-		if (slots_.size() >= (1u << 24) - 1)
-			return 0;
-		slot = static_cast<uint32_t>(slots_.size());
-		slots_.emplace_back();
-	}
-	Entry &e = slots_[slot];
-	e.live = true;
-	e.gen++; // a new generation each time the slot is reused: stale keys stop resolving
-	if (slot == 0 && e.gen == 0)
-		e.gen = 1; // key 0 is never valid
-	e.pd = pd;
-	e.pd_handle = pd->handle;
-	e.iova = iova;
-	e.length = length;
-	e.host = reinterpret_cast<uintptr_t>(host);
-	e.access = access;
-	return (slot << 8) | e.gen;
+uint32_t MrTable::add(SoftMr*, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access) {
+  std::unique_lock lock(mu_);
+  uint32_t slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else {
+    if (slots_.size() >= (1u << 24) - 1) return 0;
+    slot = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  Entry& e = slots_[slot];
+  e.live = true;
+  e.gen++;  // a new generation each time the slot is reused: stale keys stop resolving
+  if (slot == 0 && e.gen == 0) e.gen = 1;  // key 0 is never valid
+  e.pd = pd;
+  e.pd_handle = pd->handle;
+  e.iova = iova;
+  e.length = length;
+  e.host = reinterpret_cast<uintptr_t>(host);
+  e.access = access;
+  return (slot << 8) | e.gen;
 }
 
-void MrTable::remove(uint32_t key)
-{
-	std::unique_lock lock(mu_);
-	uint32_t slot = key >> 8;
-	if (slot < slots_.size() && slots_[slot].live && slots_[slot].gen == (key & 0xff)) {
-		slots_[slot].live = false;
-		free_.push_back(slot);
-	}
+void MrTable::remove(uint32_t key) {
+  std::unique_lock lock(mu_);
+  uint32_t slot = key >> 8;
+  if (slot < slots_.size() && slots_[slot].live && slots_[slot].gen == (key & 0xff)) {
+    slots_[slot].live = false;
+    free_.push_back(slot);
+  }
 }
 
-bool MrTable::update(uint32_t key, ibv_pd *pd, uint64_t iova, uint64_t length, void *host,
-		     unsigned access)
-{
-	std::unique_lock lock(mu_);
-	uint32_t slot = key >> 8;
-	if (slot >= slots_.size() || !slots_[slot].live || slots_[slot].gen != (key & 0xff))
-		return false;
-	Entry &e = slots_[slot];
-	e.pd = pd;
-	e.pd_handle = pd->handle;
-	e.iova = iova;
-	e.length = length;
-	e.host = reinterpret_cast<uintptr_t>(host);
-	e.access = access;
-	return true;
+bool MrTable::update(uint32_t key, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access) {
+  std::unique_lock lock(mu_);
+  uint32_t slot = key >> 8;
+  if (slot >= slots_.size() || !slots_[slot].live || slots_[slot].gen != (key & 0xff)) return false;
+  Entry& e = slots_[slot];
+  e.pd = pd;
+  e.pd_handle = pd->handle;
+  e.iova = iova;
+  e.length = length;
+  e.host = reinterpret_cast<uintptr_t>(host);
+  e.access = access;
+  return true;
 }
 
-const MrTable::Entry *MrTable::live_entry(uint32_t key) const
-{
-	uint32_t slot = key >> 8;
-	if (slot >= slots_.size())
-		return nullptr;
-	const Entry &e = slots_[slot];
-	return e.live && e.gen == (key & 0xff) ? &e : nullptr;
+const MrTable::Entry* MrTable::live_entry(uint32_t key) const {
+  uint32_t slot = key >> 8;
+  if (slot >= slots_.size()) return nullptr;
+  const Entry& e = slots_[slot];
+  return e.live && e.gen == (key & 0xff) ? &e : nullptr;
 }
 
-MrStatus MrTable::check(const Entry *e, uint64_t addr, uint64_t len, unsigned need,
-			void **host) const
-{
-	// [addr, addr+len) within [iova, iova+length), without overflow.
-	if (addr < e->iova || addr - e->iova > e->length || len > e->length - (addr - e->iova))
-		return MrStatus::OutOfRange;
-	if ((e->access & need) != need)
-		return MrStatus::NoAccess;
-	if (host)
-		*host = reinterpret_cast<void *>(e->host + (addr - e->iova));
-	return MrStatus::Ok;
+MrStatus MrTable::check(const Entry* e, uint64_t addr, uint64_t len, unsigned need, void** host) const {
+  // [addr, addr+len) within [iova, iova+length), without overflow.
+  if (addr < e->iova || addr - e->iova > e->length || len > e->length - (addr - e->iova)) return MrStatus::OutOfRange;
+  if ((e->access & need) != need) return MrStatus::NoAccess;
+  if (host) *host = reinterpret_cast<void*>(e->host + (addr - e->iova));
+  return MrStatus::Ok;
 }
 
-MrStatus MrTable::resolve(uint32_t key, const ibv_pd *pd, uint64_t addr, uint64_t len,
-			  unsigned need, void **host) const
-{
-	std::shared_lock lock(mu_);
-	const Entry *e = live_entry(key);
-	if (!e)
-		return MrStatus::BadKey;
-	if (e->pd != pd)
-		return MrStatus::WrongPd; // IBA 10.2.3: the MR and the QP must share the PD
-	return check(e, addr, len, need, host);
+MrStatus MrTable::resolve(uint32_t key, const ibv_pd* pd, uint64_t addr, uint64_t len, unsigned need,
+                          void** host) const {
+  std::shared_lock lock(mu_);
+  const Entry* e = live_entry(key);
+  if (!e) return MrStatus::BadKey;
+  if (e->pd != pd) return MrStatus::WrongPd;  // IBA 10.2.3: the MR and the QP must share the PD
+  return check(e, addr, len, need, host);
 }
 
-MrStatus MrTable::resolve_by_pd_handle(uint32_t key, uint32_t pd_handle, uint64_t addr,
-				       uint64_t len, unsigned need, void **host) const
-{
-	std::shared_lock lock(mu_);
-	const Entry *e = live_entry(key);
-	if (!e)
-		return MrStatus::BadKey;
-	if (e->pd_handle != pd_handle)
-		return MrStatus::WrongPd;
-	return check(e, addr, len, need, host);
+MrStatus MrTable::resolve_by_pd_handle(uint32_t key, uint32_t pd_handle, uint64_t addr, uint64_t len, unsigned need,
+                                       void** host) const {
+  std::shared_lock lock(mu_);
+  const Entry* e = live_entry(key);
+  if (!e) return MrStatus::BadKey;
+  if (e->pd_handle != pd_handle) return MrStatus::WrongPd;
+  return check(e, addr, len, need, host);
 }
 
-size_t MrTable::live() const
-{
-	std::shared_lock lock(mu_);
-	return slots_.size() - free_.size();
+size_t MrTable::live() const {
+  std::shared_lock lock(mu_);
+  return slots_.size() - free_.size();
 }
 
 // ---- registration ---------------------------------------------------------------------------------
@@ -124,131 +102,114 @@ namespace {
 
 // Every page of [addr, addr+len) mapped? (A registration of unmapped memory would make the
 // engine fault later, in another thread; reject it now, as pinning does in a kernel driver.)
-bool range_mapped(const void *addr, size_t len)
-{
-	long page = sysconf(_SC_PAGESIZE);
-	uintptr_t start = reinterpret_cast<uintptr_t>(addr) & ~static_cast<uintptr_t>(page - 1);
-	uintptr_t end = reinterpret_cast<uintptr_t>(addr) + len;
-	constexpr size_t kChunkPages = 4096;
+bool range_mapped(const void* addr, size_t len) {
+  long page = sysconf(_SC_PAGESIZE);
+  uintptr_t start = reinterpret_cast<uintptr_t>(addr) & ~static_cast<uintptr_t>(page - 1);
+  uintptr_t end = reinterpret_cast<uintptr_t>(addr) + len;
+  constexpr size_t kChunkPages = 4096;
 #if defined(__APPLE__)
-	char vec[kChunkPages];
+  char vec[kChunkPages];
 #else
-	unsigned char vec[kChunkPages];
+  unsigned char vec[kChunkPages];
 #endif
-	for (uintptr_t p = start; p < end;) {
-		size_t n = std::min<uintptr_t>((end - p + page - 1) / page, kChunkPages);
-		if (mincore(reinterpret_cast<void *>(p), n * page, vec) != 0)
-			return false; // ENOMEM: part of the range is not mapped
-		p += n * page;
-	}
-	return true;
+  for (uintptr_t p = start; p < end;) {
+    size_t n = std::min<uintptr_t>((end - p + page - 1) / page, kChunkPages);
+    if (mincore(reinterpret_cast<void*>(p), n * page, vec) != 0)
+      return false;  // ENOMEM: part of the range is not mapped
+    p += n * page;
+  }
+  return true;
 }
 
-} // namespace
+}  // namespace
 
-unsigned validate_mr_access(unsigned access, int *err)
-{
-	access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE); // may be ignored (verbs.h)
-	if (access & IBV_ACCESS_ON_DEMAND) {
-		*err = EOPNOTSUPP; // no on-demand paging
-		return 0;
-	}
-	// IBA 10.6.3.1 / o10-?: remote write and remote atomic access require local write.
-	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-	    !(access & IBV_ACCESS_LOCAL_WRITE)) {
-		*err = EINVAL;
-		return 0;
-	}
-	*err = 0;
-	return access;
+unsigned validate_mr_access(unsigned access, int* err) {
+  access &= ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE);  // may be ignored (verbs.h)
+  if (access & IBV_ACCESS_ON_DEMAND) {
+    *err = EOPNOTSUPP;  // no on-demand paging
+    return 0;
+  }
+  // IBA 10.6.3.1 / o10-?: remote write and remote atomic access require local write.
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+    *err = EINVAL;
+    return 0;
+  }
+  *err = 0;
+  return access;
 }
 
-ibv_mr *SoftContext::reg_mr(ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned access)
-{
-	int err = 0;
-	unsigned acc = validate_mr_access(access, &err);
-	if (!err && (!owns(pd) || !addr || length == 0 ||
-		     reinterpret_cast<uintptr_t>(addr) + length < reinterpret_cast<uintptr_t>(addr)))
-		err = EINVAL;
-	if (!err && (acc & IBV_ACCESS_ZERO_BASED))
-		iova = 0;
-	if (!err && iova + length < iova)
-		err = EINVAL;
-	if (!err && !range_mapped(addr, length))
-		err = EFAULT;
-	if (err) {
-		errno = err;
-		return nullptr;
-	}
+ibv_mr* SoftContext::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  int err = 0;
+  unsigned acc = validate_mr_access(access, &err);
+  if (!err && (!owns(pd) || !addr || length == 0 ||
+               reinterpret_cast<uintptr_t>(addr) + length < reinterpret_cast<uintptr_t>(addr)))
+    err = EINVAL;
+  if (!err && (acc & IBV_ACCESS_ZERO_BASED)) iova = 0;
+  if (!err && iova + length < iova) err = EINVAL;
+  if (!err && !range_mapped(addr, length)) err = EFAULT;
+  if (err) {
+    errno = err;
+    return nullptr;
+  }
 
-	auto *mr = new SoftMr;
-	uint32_t key = dev_->mrs().add(mr, pd, iova, length, addr, acc);
-	if (!key) {
-		delete mr;
-		errno = ENOMEM;
-		return nullptr;
-	}
-	mr->ibv.context = &vctx.context;
-	mr->ibv.pd = pd;
-	mr->ibv.addr = addr;
-	mr->ibv.length = length;
-	mr->ibv.handle = key;
-	mr->ibv.lkey = key;
-	mr->ibv.rkey = key;
-	mr->iova = iova;
-	mr->access = acc;
-	reinterpret_cast<SoftPd *>(pd)->users++;
-	return &mr->ibv;
+  auto* mr = new SoftMr;
+  uint32_t key = dev_->mrs().add(mr, pd, iova, length, addr, acc);
+  if (!key) {
+    delete mr;
+    errno = ENOMEM;
+    return nullptr;
+  }
+  mr->ibv.context = &vctx.context;
+  mr->ibv.pd = pd;
+  mr->ibv.addr = addr;
+  mr->ibv.length = length;
+  mr->ibv.handle = key;
+  mr->ibv.lkey = key;
+  mr->ibv.rkey = key;
+  mr->iova = iova;
+  mr->access = acc;
+  reinterpret_cast<SoftPd*>(pd)->users++;
+  return &mr->ibv;
 }
 
-int SoftContext::rereg_mr(ibv_mr *mr, int flags, ibv_pd *pd, void *addr, size_t length,
-			  unsigned access)
-{
-	if (mr->context != &vctx.context)
-		return EINVAL;
-	auto *m = reinterpret_cast<SoftMr *>(mr);
-	ibv_pd *new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
-	void *new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
-	size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
-	uint64_t new_iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION)
-				    ? reinterpret_cast<uintptr_t>(addr)
-				    : m->iova;
-	unsigned new_access = m->access;
-	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
-		int err = 0;
-		new_access = validate_mr_access(access, &err);
-		if (err)
-			return err;
-	}
-	// Validate everything before changing anything.
-	if (!owns(new_pd) || !new_addr || new_len == 0 ||
-	    reinterpret_cast<uintptr_t>(new_addr) + new_len < reinterpret_cast<uintptr_t>(new_addr))
-		return EINVAL;
-	if (!range_mapped(new_addr, new_len))
-		return EFAULT;
-	if (!dev_->mrs().update(mr->lkey, new_pd, new_iova, new_len, new_addr, new_access))
-		return EINVAL;
-	if (new_pd != mr->pd) {
-		reinterpret_cast<SoftPd *>(mr->pd)->users--;
-		reinterpret_cast<SoftPd *>(new_pd)->users++;
-	}
-	mr->pd = new_pd;
-	mr->addr = new_addr;
-	mr->length = new_len;
-	m->iova = new_iova;
-	m->access = new_access;
-	return 0;
+int SoftContext::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned access) {
+  if (mr->context != &vctx.context) return EINVAL;
+  auto* m = reinterpret_cast<SoftMr*>(mr);
+  ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
+  void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
+  size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
+  uint64_t new_iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? reinterpret_cast<uintptr_t>(addr) : m->iova;
+  unsigned new_access = m->access;
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+    int err = 0;
+    new_access = validate_mr_access(access, &err);
+    if (err) return err;
+  }
+  // Validate everything before changing anything.
+  if (!owns(new_pd) || !new_addr || new_len == 0 ||
+      reinterpret_cast<uintptr_t>(new_addr) + new_len < reinterpret_cast<uintptr_t>(new_addr))
+    return EINVAL;
+  if (!range_mapped(new_addr, new_len)) return EFAULT;
+  if (!dev_->mrs().update(mr->lkey, new_pd, new_iova, new_len, new_addr, new_access)) return EINVAL;
+  if (new_pd != mr->pd) {
+    reinterpret_cast<SoftPd*>(mr->pd)->users--;
+    reinterpret_cast<SoftPd*>(new_pd)->users++;
+  }
+  mr->pd = new_pd;
+  mr->addr = new_addr;
+  mr->length = new_len;
+  m->iova = new_iova;
+  m->access = new_access;
+  return 0;
 }
 
-int SoftContext::dereg_mr(ibv_mr *mr)
-{
-	if (mr->context != &vctx.context)
-		return EINVAL;
-	auto *m = reinterpret_cast<SoftMr *>(mr);
-	dev_->mrs().remove(mr->lkey);
-	reinterpret_cast<SoftPd *>(mr->pd)->users--;
-	delete m;
-	return 0;
+int SoftContext::dereg_mr(ibv_mr* mr) {
+  if (mr->context != &vctx.context) return EINVAL;
+  auto* m = reinterpret_cast<SoftMr*>(mr);
+  dev_->mrs().remove(mr->lkey);
+  reinterpret_cast<SoftPd*>(mr->pd)->users--;
+  delete m;
+  return 0;
 }
 
-} // namespace melon::soft
+}  // namespace melon::soft

@@ -11,9 +11,10 @@ namespace melon::soft {
 static_assert(sizeof(ibv_sge) == sizeof(rc::Sge) && offsetof(ibv_sge, lkey) == offsetof(rc::Sge, lkey),
               "ibv_sge and rc::Sge share a layout, so scatter/gather lists pass through uncopied");
 static_assert(int(IBV_WR_SEND_WITH_INV) == int(rc::WrOpcode::send_with_inv) &&
-              int(IBV_WC_RECV_RDMA_WITH_IMM) == int(rc::WcOpcode::recv_rdma_with_imm) &&
-              int(IBV_WC_RNR_RETRY_EXC_ERR) == int(rc::WcStatus::rnr_retry_exc_err) &&
-              int(IBV_QP_DEST_QPN) == int(rc::kAttrDestQpn) && int(IBV_ACCESS_REMOTE_ATOMIC) == int(rc::kRemoteAtomic),
+                  int(IBV_WC_RECV_RDMA_WITH_IMM) == int(rc::WcOpcode::recv_rdma_with_imm) &&
+                  int(IBV_WC_RNR_RETRY_EXC_ERR) == int(rc::WcStatus::rnr_retry_exc_err) &&
+                  int(IBV_QP_DEST_QPN) == int(rc::kAttrDestQpn) &&
+                  int(IBV_ACCESS_REMOTE_ATOMIC) == int(rc::kRemoteAtomic),
               "the engine uses verbs' numeric values");
 
 constexpr uint32_t kMaxQpWr = 16384;
@@ -231,9 +232,8 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   if ((mask & IBV_QP_PORT) && a->port_num != 1) return EINVAL;
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > kMaxRdAtomic) return EINVAL;
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > kMaxRdAtomic) return EINVAL;
-  if ((mask & IBV_QP_ACCESS_FLAGS) &&
-      (a->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                              IBV_ACCESS_REMOTE_ATOMIC)))
+  if ((mask & IBV_QP_ACCESS_FLAGS) && (a->qp_access_flags & ~(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
     return EINVAL;
   rc::QpAttr r;
   r.qp_state = rc::QpState(a->qp_state);
@@ -264,9 +264,8 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   }
   uint32_t emask = uint32_t(mask) & ~uint32_t(IBV_QP_PORT);
   if (mask & IBV_QP_PORT) emask |= rc::kAttrPort;
-  int err = qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t now) {
-    return e.modify_qp(qp->qpn, r, emask, now);
-  });
+  int err = qp->hub->transport().with_engine(
+      [&](rc::Engine& e, uint64_t now) { return e.modify_qp(qp->qpn, r, emask, now); });
   if (!err && (mask & IBV_QP_STATE)) ibqp->state = a->qp_state;
   return err;
 }
@@ -361,7 +360,8 @@ int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
         default: err = EINVAL;  // LOCAL_INV, BIND_MW, TSO, DRIVER1: not on a soft device
       }
       if (ibqp->qp_type == IBV_QPT_UD) {
-        if (!wr->wr.ud.ah || wr->wr.ud.ah->context != ibqp->context) err = EINVAL;
+        if (!wr->wr.ud.ah || wr->wr.ud.ah->context != ibqp->context)
+          err = EINVAL;
         else {
           w.ah = &reinterpret_cast<SoftAh*>(wr->wr.ud.ah)->av;
           w.remote_qpn = wr->wr.ud.remote_qpn;

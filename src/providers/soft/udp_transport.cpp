@@ -333,13 +333,13 @@ void UdpTransport::run() {
 #if defined(__linux__)
     int r = ppoll(fds.data(), fds.size(), tsp, nullptr);
 #else
-    int r = poll(fds.data(), nfds_t(fds.size()), tsp ? int((uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec) + 999999) / 1000000) : -1);
+    int r = poll(fds.data(), nfds_t(fds.size()),
+                 tsp ? int((uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec) + 999999) / 1000000) : -1);
 #endif
     if (r < 0 && errno != EINTR) break;
     if (fds[nsock].revents & POLLIN) {
       char buf[64];
-      while (read(wake_rd_, buf, sizeof buf) > 0) {
-      }
+      while (read(wake_rd_, buf, sizeof buf) > 0) {}
     }
     for (size_t s = 0; s < nsock; ++s) {
       if (!(fds[s].revents & POLLIN)) continue;

@@ -3,14 +3,10 @@
 #include <cerrno>
 
 // struct ibv_qp *efadv_create_qp_ex(...)
-extern "C" __attribute__((visibility("default"))) void *efadv_create_qp_ex()
-{
-	errno = EOPNOTSUPP;
-	return nullptr;
+extern "C" __attribute__((visibility("default"))) void* efadv_create_qp_ex() {
+  errno = EOPNOTSUPP;
+  return nullptr;
 }
 
 // int efadv_query_device(...)
-extern "C" __attribute__((visibility("default"))) int efadv_query_device()
-{
-	return EOPNOTSUPP;
-}
+extern "C" __attribute__((visibility("default"))) int efadv_query_device() { return EOPNOTSUPP; }

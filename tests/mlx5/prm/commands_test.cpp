@@ -114,7 +114,9 @@ TEST(PrmCommands, SetHcaCapCarriesTheCapabilityPage) {
   prm::cmd_set_header(in.data(), prm::opcode::SET_HCA_CAP, prm::cap_op_mod(prm::cap_type::GENERAL_DEVICE, 0));
   prm::set_hca_cap_in::view v(in.data());
   prm::cmd_hca_cap::view cap(v.bytes(prm::set_hca_cap_in::capability));
-  cap.set(prm::cmd_hca_cap::pkey_table_size, 0).set(prm::cmd_hca_cap::cmdif_checksum, 0).set(prm::cmd_hca_cap::log_uar_page_sz, 0);
+  cap.set(prm::cmd_hca_cap::pkey_table_size, 0)
+      .set(prm::cmd_hca_cap::cmdif_checksum, 0)
+      .set(prm::cmd_hca_cap::log_uar_page_sz, 0);
   cap.set(prm::cmd_hca_cap::uar_4k, 1);
   EXPECT_EQ(prm::cmd_op_mod(in.data()), 0u);
   EXPECT_EQ(prm::get(v.bytes(prm::set_hca_cap_in::capability), prm::cmd_hca_cap::uar_4k), 1u);
@@ -299,7 +301,9 @@ TEST(PrmCommands, InitSegmentAndHealthBufferDecode) {
       .set(prm::initial_seg::internal_timer_h, 0x1)
       .set(prm::initial_seg::internal_timer_l, 0x2)
       .set(prm::initial_seg::health_counter, 77);
-  s.at(prm::initial_seg::health_buffer).set(prm::health_buffer::synd, prm::health_syndrome::FW_CRC_ERR).set(prm::health_buffer::severity, 2);
+  s.at(prm::initial_seg::health_buffer)
+      .set(prm::health_buffer::synd, prm::health_syndrome::FW_CRC_ERR)
+      .set(prm::health_buffer::severity, 2);
   // The driver reads these as big-endian dwords at fixed BAR0 offsets.
   auto dw = [&](uint32_t off) { return prm::get_bits(seg.data(), off * 8, 32); };
   EXPECT_EQ(dw(prm::init_seg_offset::fw_rev), (32u << 16) | 14u);
@@ -329,8 +333,10 @@ TEST(PrmEvents, CommandCompletionEqeCarriesTheVector) {
   Bytes eqe(prm::kEqeBytes);
   prm::eqe::view e(eqe.data());
   e.set(prm::eqe::event_type, prm::event_type::CMD);
-  prm::cmd_inter_comp_event::view(e.bytes(prm::eqe::event_data)).set(prm::cmd_inter_comp_event::command_completion_vector, 0x5);
-  EXPECT_EQ(prm::get(eqe.data() + prm::eqe::event_data.byte_off(), prm::cmd_inter_comp_event::command_completion_vector), 5u);
+  prm::cmd_inter_comp_event::view(e.bytes(prm::eqe::event_data))
+      .set(prm::cmd_inter_comp_event::command_completion_vector, 0x5);
+  EXPECT_EQ(
+      prm::get(eqe.data() + prm::eqe::event_data.byte_off(), prm::cmd_inter_comp_event::command_completion_vector), 5u);
 }
 
 TEST(PrmEvents, CompletionAndErrorEqesName) {
@@ -352,7 +358,8 @@ TEST(PrmEvents, CompletionAndErrorEqesName) {
   EXPECT_EQ(prm::get(data, prm::cq_error::cqn), 0x402u);
 
   memset(eqe.data(), 0, eqe.size());
-  e.set(prm::eqe::event_type, prm::event_type::PORT_CHANGE).set(prm::eqe::event_sub_type, prm::port_change_subtype::ACTIVE);
+  e.set(prm::eqe::event_type, prm::event_type::PORT_CHANGE)
+      .set(prm::eqe::event_sub_type, prm::port_change_subtype::ACTIVE);
   prm::port_state_change_event::view(data).set(prm::port_state_change_event::port_num, 1);
   EXPECT_STREQ(prm::port_change_subtype::name_of(uint32_t(e.get(prm::eqe::event_sub_type))), "ACTIVE");
   EXPECT_EQ(prm::get(data, prm::port_state_change_event::port_num), 1u);

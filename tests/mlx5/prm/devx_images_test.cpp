@@ -121,7 +121,10 @@ TEST(PrmDevxImages, Rtr2Rts) {
   prm::cmd_set_header(in.data(), prm::opcode::RTR2RTS_QP, 0);
   v.set(prm::rtr2rts_qp_in::qpn, 0x123);
   prm::qpc::view q = v.at(prm::rtr2rts_qp_in::qpc);
-  q.set(prm::qpc::log_sra_max, 3).set(prm::qpc::retry_count, 7).set(prm::qpc::rnr_retry, 7).set(prm::qpc::next_send_psn, 0x777);
+  q.set(prm::qpc::log_sra_max, 3)
+      .set(prm::qpc::retry_count, 7)
+      .set(prm::qpc::rnr_retry, 7)
+      .set(prm::qpc::next_send_psn, 0x777);
   q.at(prm::qpc::primary_address_path).set(prm::ads::ack_timeout, 14);
   expect_image("rtr2rts_qp", in);
 }
@@ -152,9 +155,9 @@ TEST(PrmDevxImages, CreateAsyncEq) {
       .set(prm::eqc::uar_page, 1)
       .set(prm::eqc::intr, 0)
       .set(prm::eqc::log_page_size, 0);
-  prm::eq_set_event_mask(in.data(), prm::event_bit(prm::event_type::CMD) | prm::event_bit(prm::event_type::PAGE_REQUEST) |
-                                        prm::event_bit(prm::event_type::PORT_CHANGE) |
-                                        prm::event_bit(prm::event_type::INTERNAL_ERROR));
+  prm::eq_set_event_mask(
+      in.data(), prm::event_bit(prm::event_type::CMD) | prm::event_bit(prm::event_type::PAGE_REQUEST) |
+                     prm::event_bit(prm::event_type::PORT_CHANGE) | prm::event_bit(prm::event_type::INTERNAL_ERROR));
   prm::pas_set(v.elem(prm::create_eq_in::pas, 0), 0x40000000ull);
   expect_image("create_eq", in);
 }

@@ -55,10 +55,10 @@ const Ifc& ifc() {
 
 // Layouts that are not in mlx5_ifc.h at all: WQE/CQE/doorbell formats (checked against
 // <infiniband/mlx5dv.h> by prm_mlx5dv_test).
-const std::set<std::string> kNotInIfc = {"cqe64",         "err_cqe",        "wqe_ctrl_seg",   "wqe_raddr_seg",
-                                         "wqe_atomic_seg", "wqe_data_seg",  "wqe_inline_seg", "wqe_datagram_seg",
-                                         "klm",           "qp_dbrec",       "cq_dbrec",       "cq_uar_db",
-                                         "eq_uar_db"};
+const std::set<std::string> kNotInIfc = {
+    "cqe64",        "err_cqe",        "wqe_ctrl_seg",     "wqe_raddr_seg", "wqe_atomic_seg",
+    "wqe_data_seg", "wqe_inline_seg", "wqe_datagram_seg", "klm",           "qp_dbrec",
+    "cq_dbrec",     "cq_uar_db",      "eq_uar_db"};
 
 // Our field name -> mlx5_ifc.h's, where they differ.
 const std::map<std::pair<std::string, std::string>, std::string> kRenamed = {
@@ -162,7 +162,8 @@ const SetMap kSetMaps[] = {
     {"eqc_status", "MLX5_EQC_STATUS_", {}},
     {"eqc_st", "MLX5_EQC_ST_", {}},
     {"cqc_status", "MLX5_CQC_STATUS_", {}},
-    {"cqc_cqe_sz", "MLX5_CQC_CQE_SZ_",
+    {"cqc_cqe_sz",
+     "MLX5_CQC_CQE_SZ_",
      {{"BYTES_64", "MLX5_CQC_CQE_SZ_64_BYTES"}, {"BYTES_128", "MLX5_CQC_CQE_SZ_128_BYTES"}}},
     {"cqc_st", "MLX5_CQC_ST_", {}},
     {"cq_modify", "MLX5_CQ_MODIFY_", {}},

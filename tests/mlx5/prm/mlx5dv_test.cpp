@@ -49,7 +49,8 @@ struct ByteField {
   size_t off, size;
   const char* what;
 };
-#define BF(ns, f, st, m) {&prm::ns::f, offsetof(st, m), sizeof(((st*)nullptr)->m), #ns "." #f}
+#define BF(ns, f, st, m) \
+  { &prm::ns::f, offsetof(st, m), sizeof(((st*)nullptr)->m), #ns "." #f }
 
 TEST(PrmMlx5dv, WholeByteFieldsSitWhereMlx5dvPutsThem) {
   const ByteField fields[] = {
@@ -99,8 +100,8 @@ TEST(PrmMlx5dv, WholeByteFieldsSitWhereMlx5dvPutsThem) {
 TEST(PrmMlx5dv, CtrlSegmentImageMatchesMlx5dvSetCtrlSeg) {
   alignas(16) uint8_t theirs[16] = {}, ours[16] = {};
   const uint8_t flags = MLX5_WQE_CTRL_CQ_UPDATE | MLX5_WQE_CTRL_SOLICITED | MLX5_WQE_CTRL_FENCE;
-  mlx5dv_set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(theirs), 0xbeef, MLX5_OPCODE_RDMA_WRITE_IMM, 0x5,
-                      0x00abcdef, flags, 3, 0x77, htobe32(0x11223344));
+  mlx5dv_set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(theirs), 0xbeef, MLX5_OPCODE_RDMA_WRITE_IMM, 0x5, 0x00abcdef,
+                      flags, 3, 0x77, htobe32(0x11223344));
   prm::wqe_ctrl_seg::view(ours)
       .set(prm::wqe_ctrl_seg::opmod, 0x5)
       .set(prm::wqe_ctrl_seg::wqe_index, 0xbeef)
@@ -133,8 +134,8 @@ TEST(PrmMlx5dv, DatagramSegmentImageMatchesMlx5dvSetDgramSeg) {
   uint8_t rmac[6] = {0x02, 0x11, 0x22, 0x33, 0x44, 0x55};
   uint8_t rgid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 168, 7, 2};
   const uint32_t grh_gid_fl = (1u << 30) | (3u << 20) | 0x12345;  // grh, sgid index 3, flow label
-  mlx5dv_set_dgram_seg(reinterpret_cast<mlx5_wqe_datagram_seg*>(theirs), uint64_t(0x11111111) << 32, 0x000abc,
-                       1, (0x7 << 4) | 0x3, 0, 0xc001, rmac, 0x68, 64, grh_gid_fl, rgid);
+  mlx5dv_set_dgram_seg(reinterpret_cast<mlx5_wqe_datagram_seg*>(theirs), uint64_t(0x11111111) << 32, 0x000abc, 1,
+                       (0x7 << 4) | 0x3, 0, 0xc001, rmac, 0x68, 64, grh_gid_fl, rgid);
   prm::wqe_datagram_seg::view v(ours);
   v.set(prm::wqe_datagram_seg::qkey, 0x11111111)
       .set(prm::wqe_datagram_seg::ext, 1)
@@ -167,7 +168,9 @@ TEST(PrmMlx5dv, RaddrAndAtomicSegmentsAreBigEndianWords) {
   r.raddr = htobe64(0x0000555500001000ull);
   r.rkey = htobe32(0xdeadbeef);
   alignas(16) uint8_t ours[16] = {};
-  prm::wqe_raddr_seg::view(ours).set(prm::wqe_raddr_seg::raddr, 0x0000555500001000ull).set(prm::wqe_raddr_seg::rkey, 0xdeadbeef);
+  prm::wqe_raddr_seg::view(ours)
+      .set(prm::wqe_raddr_seg::raddr, 0x0000555500001000ull)
+      .set(prm::wqe_raddr_seg::rkey, 0xdeadbeef);
   EXPECT_EQ(hex(ours, 16), hex(&r, 16));
   alignas(16) mlx5_wqe_atomic_seg a = {};
   a.swap_add = htobe64(0x0102030405060708ull);
@@ -235,7 +238,7 @@ TEST(PrmMlx5dv, OwnerBitDecidesWhoOwnsACqe) {
   alignas(64) uint8_t cqe[64] = {};
   prm::set(cqe, prm::cqe64::opcode, prm::cqe_opcode::REQ);
   prm::set(cqe, prm::cqe64::owner, 0);
-  EXPECT_TRUE(prm::cqe_sw_owned(cqe, 3, 4));    // first pass: owner 0
+  EXPECT_TRUE(prm::cqe_sw_owned(cqe, 3, 4));  // first pass: owner 0
   EXPECT_FALSE(prm::cqe_sw_owned(cqe, 19, 4));  // second pass expects owner 1
   prm::set(cqe, prm::cqe64::opcode, prm::cqe_opcode::INVALID);
   EXPECT_FALSE(prm::cqe_sw_owned(cqe, 3, 4));
@@ -252,47 +255,63 @@ void expect_covers(const prm::ConstantSet& set, const std::vector<NamedValue>& r
   for (const NamedValue& r : rows) EXPECT_EQ(r.ours_value, r.theirs) << set.name << "::" << r.ours;
 }
 
-#define ROW(ns, name, theirs) {#name, prm::ns::name, uint32_t(theirs)}
+#define ROW(ns, name, theirs) \
+  { #name, prm::ns::name, uint32_t(theirs) }
 TEST(PrmMlx5dv, OpcodesAndFlagsMatch) {
   expect_covers(prm::wqe_opcode::set, {
-      ROW(wqe_opcode, NOP, MLX5_OPCODE_NOP), ROW(wqe_opcode, SEND_INVAL, MLX5_OPCODE_SEND_INVAL),
-      ROW(wqe_opcode, RDMA_WRITE, MLX5_OPCODE_RDMA_WRITE), ROW(wqe_opcode, RDMA_WRITE_IMM, MLX5_OPCODE_RDMA_WRITE_IMM),
-      ROW(wqe_opcode, SEND, MLX5_OPCODE_SEND), ROW(wqe_opcode, SEND_IMM, MLX5_OPCODE_SEND_IMM),
-      ROW(wqe_opcode, TSO, MLX5_OPCODE_TSO), ROW(wqe_opcode, RDMA_READ, MLX5_OPCODE_RDMA_READ),
-      ROW(wqe_opcode, ATOMIC_CS, MLX5_OPCODE_ATOMIC_CS), ROW(wqe_opcode, ATOMIC_FA, MLX5_OPCODE_ATOMIC_FA),
-      ROW(wqe_opcode, ATOMIC_MASKED_CS, MLX5_OPCODE_ATOMIC_MASKED_CS),
-      ROW(wqe_opcode, ATOMIC_MASKED_FA, MLX5_OPCODE_ATOMIC_MASKED_FA), ROW(wqe_opcode, FMR, MLX5_OPCODE_FMR),
-      ROW(wqe_opcode, LOCAL_INVAL, MLX5_OPCODE_LOCAL_INVAL), ROW(wqe_opcode, CONFIG_CMD, MLX5_OPCODE_CONFIG_CMD),
-      ROW(wqe_opcode, UMR, MLX5_OPCODE_UMR),
-  });
+                                          ROW(wqe_opcode, NOP, MLX5_OPCODE_NOP),
+                                          ROW(wqe_opcode, SEND_INVAL, MLX5_OPCODE_SEND_INVAL),
+                                          ROW(wqe_opcode, RDMA_WRITE, MLX5_OPCODE_RDMA_WRITE),
+                                          ROW(wqe_opcode, RDMA_WRITE_IMM, MLX5_OPCODE_RDMA_WRITE_IMM),
+                                          ROW(wqe_opcode, SEND, MLX5_OPCODE_SEND),
+                                          ROW(wqe_opcode, SEND_IMM, MLX5_OPCODE_SEND_IMM),
+                                          ROW(wqe_opcode, TSO, MLX5_OPCODE_TSO),
+                                          ROW(wqe_opcode, RDMA_READ, MLX5_OPCODE_RDMA_READ),
+                                          ROW(wqe_opcode, ATOMIC_CS, MLX5_OPCODE_ATOMIC_CS),
+                                          ROW(wqe_opcode, ATOMIC_FA, MLX5_OPCODE_ATOMIC_FA),
+                                          ROW(wqe_opcode, ATOMIC_MASKED_CS, MLX5_OPCODE_ATOMIC_MASKED_CS),
+                                          ROW(wqe_opcode, ATOMIC_MASKED_FA, MLX5_OPCODE_ATOMIC_MASKED_FA),
+                                          ROW(wqe_opcode, FMR, MLX5_OPCODE_FMR),
+                                          ROW(wqe_opcode, LOCAL_INVAL, MLX5_OPCODE_LOCAL_INVAL),
+                                          ROW(wqe_opcode, CONFIG_CMD, MLX5_OPCODE_CONFIG_CMD),
+                                          ROW(wqe_opcode, UMR, MLX5_OPCODE_UMR),
+                                      });
   expect_covers(prm::cqe_opcode::set, {
-      ROW(cqe_opcode, REQ, MLX5_CQE_REQ), ROW(cqe_opcode, RESP_WR_IMM, MLX5_CQE_RESP_WR_IMM),
-      ROW(cqe_opcode, RESP_SEND, MLX5_CQE_RESP_SEND), ROW(cqe_opcode, RESP_SEND_IMM, MLX5_CQE_RESP_SEND_IMM),
-      ROW(cqe_opcode, RESP_SEND_INV, MLX5_CQE_RESP_SEND_INV), ROW(cqe_opcode, RESIZE_CQ, MLX5_CQE_RESIZE_CQ),
-      ROW(cqe_opcode, NO_PACKET, MLX5_CQE_NO_PACKET), ROW(cqe_opcode, SIGNATURE_ERR, MLX5_CQE_SIG_ERR),
-      ROW(cqe_opcode, REQ_ERR, MLX5_CQE_REQ_ERR), ROW(cqe_opcode, RESP_ERR, MLX5_CQE_RESP_ERR),
-      ROW(cqe_opcode, INVALID, MLX5_CQE_INVALID),
-  });
-  expect_covers(prm::wqe_ctrl_flag::set, {
-      ROW(wqe_ctrl_flag, SOLICITED, MLX5_WQE_CTRL_SOLICITED), ROW(wqe_ctrl_flag, CQ_UPDATE, MLX5_WQE_CTRL_CQ_UPDATE),
-      ROW(wqe_ctrl_flag, INITIATOR_SMALL_FENCE, MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE),
-      ROW(wqe_ctrl_flag, FENCE, MLX5_WQE_CTRL_FENCE),
-  });
-  expect_covers(prm::cqe_syndrome::set, {
-      ROW(cqe_syndrome, LOCAL_LENGTH_ERR, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR),
-      ROW(cqe_syndrome, LOCAL_QP_OP_ERR, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR),
-      ROW(cqe_syndrome, LOCAL_PROT_ERR, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR),
-      ROW(cqe_syndrome, WR_FLUSH_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR),
-      ROW(cqe_syndrome, MW_BIND_ERR, MLX5_CQE_SYNDROME_MW_BIND_ERR),
-      ROW(cqe_syndrome, BAD_RESP_ERR, MLX5_CQE_SYNDROME_BAD_RESP_ERR),
-      ROW(cqe_syndrome, LOCAL_ACCESS_ERR, MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR),
-      ROW(cqe_syndrome, REMOTE_INVAL_REQ_ERR, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR),
-      ROW(cqe_syndrome, REMOTE_ACCESS_ERR, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR),
-      ROW(cqe_syndrome, REMOTE_OP_ERR, MLX5_CQE_SYNDROME_REMOTE_OP_ERR),
-      ROW(cqe_syndrome, TRANSPORT_RETRY_EXC_ERR, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR),
-      ROW(cqe_syndrome, RNR_RETRY_EXC_ERR, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR),
-      ROW(cqe_syndrome, REMOTE_ABORTED_ERR, MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR),
-  });
+                                          ROW(cqe_opcode, REQ, MLX5_CQE_REQ),
+                                          ROW(cqe_opcode, RESP_WR_IMM, MLX5_CQE_RESP_WR_IMM),
+                                          ROW(cqe_opcode, RESP_SEND, MLX5_CQE_RESP_SEND),
+                                          ROW(cqe_opcode, RESP_SEND_IMM, MLX5_CQE_RESP_SEND_IMM),
+                                          ROW(cqe_opcode, RESP_SEND_INV, MLX5_CQE_RESP_SEND_INV),
+                                          ROW(cqe_opcode, RESIZE_CQ, MLX5_CQE_RESIZE_CQ),
+                                          ROW(cqe_opcode, NO_PACKET, MLX5_CQE_NO_PACKET),
+                                          ROW(cqe_opcode, SIGNATURE_ERR, MLX5_CQE_SIG_ERR),
+                                          ROW(cqe_opcode, REQ_ERR, MLX5_CQE_REQ_ERR),
+                                          ROW(cqe_opcode, RESP_ERR, MLX5_CQE_RESP_ERR),
+                                          ROW(cqe_opcode, INVALID, MLX5_CQE_INVALID),
+                                      });
+  expect_covers(prm::wqe_ctrl_flag::set,
+                {
+                    ROW(wqe_ctrl_flag, SOLICITED, MLX5_WQE_CTRL_SOLICITED),
+                    ROW(wqe_ctrl_flag, CQ_UPDATE, MLX5_WQE_CTRL_CQ_UPDATE),
+                    ROW(wqe_ctrl_flag, INITIATOR_SMALL_FENCE, MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE),
+                    ROW(wqe_ctrl_flag, FENCE, MLX5_WQE_CTRL_FENCE),
+                });
+  expect_covers(prm::cqe_syndrome::set,
+                {
+                    ROW(cqe_syndrome, LOCAL_LENGTH_ERR, MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR),
+                    ROW(cqe_syndrome, LOCAL_QP_OP_ERR, MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR),
+                    ROW(cqe_syndrome, LOCAL_PROT_ERR, MLX5_CQE_SYNDROME_LOCAL_PROT_ERR),
+                    ROW(cqe_syndrome, WR_FLUSH_ERR, MLX5_CQE_SYNDROME_WR_FLUSH_ERR),
+                    ROW(cqe_syndrome, MW_BIND_ERR, MLX5_CQE_SYNDROME_MW_BIND_ERR),
+                    ROW(cqe_syndrome, BAD_RESP_ERR, MLX5_CQE_SYNDROME_BAD_RESP_ERR),
+                    ROW(cqe_syndrome, LOCAL_ACCESS_ERR, MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR),
+                    ROW(cqe_syndrome, REMOTE_INVAL_REQ_ERR, MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR),
+                    ROW(cqe_syndrome, REMOTE_ACCESS_ERR, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR),
+                    ROW(cqe_syndrome, REMOTE_OP_ERR, MLX5_CQE_SYNDROME_REMOTE_OP_ERR),
+                    ROW(cqe_syndrome, TRANSPORT_RETRY_EXC_ERR, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR),
+                    ROW(cqe_syndrome, RNR_RETRY_EXC_ERR, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR),
+                    ROW(cqe_syndrome, REMOTE_ABORTED_ERR, MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR),
+                });
 }
 #undef ROW
 
