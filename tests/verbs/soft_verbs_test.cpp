@@ -22,6 +22,7 @@ extern "C" int melon_query_gid_type(ibv_context*, uint8_t, unsigned int, int*);
 extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size);
 
 using namespace melon;
+using soft::KeyKind;
 using soft::MrStatus;
 using soft::SoftCq;
 using soft::SoftSrq;
@@ -361,7 +362,7 @@ TEST_F(SoftVerbs, OptionalAccessBitsAreAccepted) {
   unsigned access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_RELAXED_ORDERING;
   ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof(buf), access);
   ASSERT_NE(mr, nullptr);
-  EXPECT_EQ(mr->lkey, mr->rkey);
+  EXPECT_NE(mr->lkey, mr->rkey);  // distinct random keys (issue 8 item 9)
   EXPECT_EQ(mr->addr, buf);
   EXPECT_EQ(mr->length, sizeof(buf));
   EXPECT_EQ(mr->pd, pd);
@@ -375,36 +376,39 @@ TEST_F(SoftVerbs, KeyLookupEnforcesAccessRangeAndPd) {
   uint64_t base = reinterpret_cast<uintptr_t>(buf);
   void* host = nullptr;
 
-  EXPECT_EQ(t.resolve(mr->rkey, pd, base + 100, 50, IBV_ACCESS_REMOTE_READ, &host), MrStatus::Ok);
+  EXPECT_EQ(t.resolve(KeyKind::remote, mr->rkey, pd, base + 100, 50, IBV_ACCESS_REMOTE_READ, &host), MrStatus::Ok);
   EXPECT_EQ(host, buf + 100);
-  EXPECT_EQ(t.resolve(mr->lkey, pd, base, sizeof(buf), IBV_ACCESS_LOCAL_WRITE, &host), MrStatus::Ok);
-  EXPECT_EQ(t.resolve(mr->lkey, pd, base, 8, 0, &host), MrStatus::Ok);  // local read
-  EXPECT_EQ(t.resolve(mr->rkey, pd, base, 8, IBV_ACCESS_REMOTE_WRITE, &host), MrStatus::NoAccess);
-  EXPECT_EQ(t.resolve(mr->rkey, pd, base, 8, IBV_ACCESS_REMOTE_ATOMIC, &host), MrStatus::NoAccess);
-  EXPECT_EQ(t.resolve(mr->rkey, pd, base + sizeof(buf) - 4, 8, IBV_ACCESS_REMOTE_READ, &host), MrStatus::OutOfRange);
-  EXPECT_EQ(t.resolve(mr->rkey, pd, base - 1, 1, IBV_ACCESS_REMOTE_READ, &host), MrStatus::OutOfRange);
-  EXPECT_EQ(t.resolve(mr->rkey, pd, base + 8, UINT64_MAX, IBV_ACCESS_REMOTE_READ, &host),
+  EXPECT_EQ(t.resolve(KeyKind::local, mr->lkey, pd, base, sizeof(buf), IBV_ACCESS_LOCAL_WRITE, &host), MrStatus::Ok);
+  EXPECT_EQ(t.resolve(KeyKind::local, mr->lkey, pd, base, 8, 0, &host), MrStatus::Ok);  // local read
+  EXPECT_EQ(t.resolve(KeyKind::remote, mr->rkey, pd, base, 8, IBV_ACCESS_REMOTE_WRITE, &host), MrStatus::NoAccess);
+  EXPECT_EQ(t.resolve(KeyKind::remote, mr->rkey, pd, base, 8, IBV_ACCESS_REMOTE_ATOMIC, &host), MrStatus::NoAccess);
+  EXPECT_EQ(t.resolve(KeyKind::remote, mr->rkey, pd, base + sizeof(buf) - 4, 8, IBV_ACCESS_REMOTE_READ, &host),
+            MrStatus::OutOfRange);
+  EXPECT_EQ(t.resolve(KeyKind::remote, mr->rkey, pd, base - 1, 1, IBV_ACCESS_REMOTE_READ, &host), MrStatus::OutOfRange);
+  EXPECT_EQ(t.resolve(KeyKind::remote, mr->rkey, pd, base + 8, UINT64_MAX, IBV_ACCESS_REMOTE_READ, &host),
             MrStatus::OutOfRange);  // no wrap-around
-  EXPECT_EQ(t.resolve(mr->rkey ^ 0x1, pd, base, 8, 0, &host), MrStatus::BadKey);
+  EXPECT_EQ(t.resolve(KeyKind::remote, mr->rkey ^ 0x1, pd, base, 8, 0, &host), MrStatus::BadKey);
 
   ibv_pd* other = ibv_alloc_pd(ctx);
   ASSERT_NE(other, nullptr);
-  EXPECT_EQ(t.resolve(mr->rkey, other, base, 8, 0, &host), MrStatus::WrongPd);
+  EXPECT_EQ(t.resolve(KeyKind::remote, mr->rkey, other, base, 8, 0, &host), MrStatus::WrongPd);
 
   // The engine's form: by PD handle.
-  EXPECT_EQ(t.resolve_by_pd_handle(mr->rkey, pd->handle, base + 8, 8, IBV_ACCESS_REMOTE_READ, &host), MrStatus::Ok);
+  EXPECT_EQ(t.resolve_by_pd_handle(KeyKind::remote, mr->rkey, pd->handle, base + 8, 8, IBV_ACCESS_REMOTE_READ, &host),
+            MrStatus::Ok);
   EXPECT_EQ(host, buf + 8);
-  EXPECT_EQ(t.resolve_by_pd_handle(mr->rkey, other->handle, base, 8, 0, &host), MrStatus::WrongPd);
-  EXPECT_EQ(t.resolve_by_pd_handle(mr->rkey, pd->handle, base, 8, IBV_ACCESS_REMOTE_WRITE, &host), MrStatus::NoAccess);
+  EXPECT_EQ(t.resolve_by_pd_handle(KeyKind::remote, mr->rkey, other->handle, base, 8, 0, &host), MrStatus::WrongPd);
+  EXPECT_EQ(t.resolve_by_pd_handle(KeyKind::remote, mr->rkey, pd->handle, base, 8, IBV_ACCESS_REMOTE_WRITE, &host),
+            MrStatus::NoAccess);
 
   uint32_t key = mr->rkey;
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
-  EXPECT_EQ(t.resolve(key, pd, base, 8, 0, &host), MrStatus::BadKey);
+  EXPECT_EQ(t.resolve(KeyKind::remote, key, pd, base, 8, 0, &host), MrStatus::BadKey);
   // A new registration in the same slot gets a new key; the old one stays dead.
   ibv_mr* again = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(again, nullptr);
   EXPECT_NE(again->lkey, key);
-  EXPECT_EQ(t.resolve(key, pd, base, 8, 0, &host), MrStatus::BadKey);
+  EXPECT_EQ(t.resolve(KeyKind::remote, key, pd, base, 8, 0, &host), MrStatus::BadKey);
   EXPECT_EQ(ibv_dereg_mr(again), 0);
   EXPECT_EQ(ibv_dealloc_pd(other), 0);
 }
@@ -413,11 +417,12 @@ TEST_F(SoftVerbs, IovaTranslatesToTheRegisteredBuffer) {
   ibv_mr* mr = ibv_reg_mr_iova2(pd, buf, sizeof(buf), 0x10000, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   ASSERT_NE(mr, nullptr);
   void* host = nullptr;
-  EXPECT_EQ(softdev()->mrs().resolve(mr->rkey, pd, 0x10000 + 4096, 16, IBV_ACCESS_REMOTE_WRITE, &host), MrStatus::Ok);
+  EXPECT_EQ(softdev()->mrs().resolve(KeyKind::remote, mr->rkey, pd, 0x10000 + 4096, 16, IBV_ACCESS_REMOTE_WRITE, &host),
+            MrStatus::Ok);
   EXPECT_EQ(host, buf + 4096);
-  EXPECT_EQ(
-      softdev()->mrs().resolve(mr->rkey, pd, reinterpret_cast<uintptr_t>(buf), 16, IBV_ACCESS_REMOTE_WRITE, &host),
-      MrStatus::OutOfRange);
+  EXPECT_EQ(softdev()->mrs().resolve(KeyKind::remote, mr->rkey, pd, reinterpret_cast<uintptr_t>(buf), 16,
+                                     IBV_ACCESS_REMOTE_WRITE, &host),
+            MrStatus::OutOfRange);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
 }
 
@@ -429,12 +434,13 @@ TEST_F(SoftVerbs, ReregMrChangesAccessAndValidatesFirst) {
   EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
                          IBV_ACCESS_REMOTE_WRITE),  // without LOCAL_WRITE: invalid
             IBV_REREG_MR_ERR_INPUT);
-  EXPECT_EQ(softdev()->mrs().resolve(mr->rkey, pd, base, 8, IBV_ACCESS_LOCAL_WRITE, &host),
+  EXPECT_EQ(softdev()->mrs().resolve(KeyKind::remote, mr->rkey, pd, base, 8, IBV_ACCESS_LOCAL_WRITE, &host),
             MrStatus::Ok);  // unchanged
   ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ),
             0);
-  EXPECT_EQ(softdev()->mrs().resolve(mr->rkey, pd, base, 8, IBV_ACCESS_REMOTE_READ, &host), MrStatus::Ok);
+  EXPECT_EQ(softdev()->mrs().resolve(KeyKind::remote, mr->rkey, pd, base, 8, IBV_ACCESS_REMOTE_READ, &host),
+            MrStatus::Ok);
   EXPECT_EQ(ibv_rereg_mr(mr, 0, nullptr, nullptr, 0, 0), IBV_REREG_MR_ERR_INPUT);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
 }
