@@ -153,8 +153,14 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
     errno = e;
     return nullptr;
   };
-  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  if (attr->comp_mask & ~known) return fail(EOPNOTSUPP);  // XRC, RSS, create flags, ...
+  // Creation flags and a TSO header size are accepted when they ask for nothing (rdma-core's
+  // own tests set the mask with zero values); any flag or a TSO header is not supported (the
+  // device reports tso_caps.max_tso 0), nor are XRC domains, RSS or indirection tables.
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                         IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+  if (attr->comp_mask & ~known) return fail(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) return fail(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr->max_tso_header) return fail(EOPNOTSUPP);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !owns(attr->pd)) return fail(EINVAL);
   rc::QpType type;
   switch (attr->qp_type) {
