@@ -86,7 +86,8 @@ MELON_EXPORT int ibv_query_device(ibv_context* context, ibv_device_attr* device_
   return 0;
 }
 
-// Exported under the old prototype: writes the 48-byte form only (rdma-core-abi.md §4).
+// Exported under the old prototype: writes the 48-byte form only (rdma-core's verbs.h: the
+// ibv_query_port macro reaches this symbol only with the pre-1.1 struct layout).
 MELON_EXPORT int ibv_query_port(ibv_context* context, uint8_t port_num, struct _compat_ibv_port_attr* port_attr) {
   if (!context || !port_attr) return EINVAL;
   ibv_port_attr full{};

@@ -95,7 +95,7 @@ ibv_devinfo_v)
   ;;
 ibv_devinfo_compat_paths)
   # An extended context too small to reach query_port/query_device_ex: ibv_devinfo falls back to
-  # the exported ibv_query_port (48-byte layout) and ibv_query_device (rdma-core-abi.md §3.1).
+  # the exported ibv_query_port (48-byte layout) and ibv_query_device (the inline fallbacks of rdma-core's verbs.h).
   need ibv_devinfo
   # (0 is raised to the smallest valid size, the context plus the sz field: no op is reachable.)
   MELON_VERBS_CONTEXT_SZ=0 ibv_devinfo -v -d soft0 > "$out" 2>&1; rc=$?
@@ -248,7 +248,7 @@ ibv_*_pingpong)
   esac
   ;;
 exports_match_stock)
-  # Our default-versioned exports equal the stock library's, node for node (rdma-core-abi.md §2).
+  # Our default-versioned exports equal the stock library's, node for node (rdma-core's libibverbs.map.in).
   need readelf
   stock=$(ldconfig -p | awk '/libibverbs\.so\.1 /{print $NF; exit}')
   [ -n "$stock" ] || { echo "SKIP: no stock libibverbs.so.1"; exit 77; }

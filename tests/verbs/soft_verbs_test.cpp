@@ -368,7 +368,7 @@ TEST_F(SoftVerbs, RegMrRejectsInvalidAccessAndRanges) {
 }
 
 TEST_F(SoftVerbs, OptionalAccessBitsAreAccepted) {
-  // perftest registers with RELAXED_ORDERING through ibv_reg_mr_iova2 (rdma-core-abi.md §3.1).
+  // perftest registers with RELAXED_ORDERING through ibv_reg_mr_iova2 (rdma-core's verbs.h ibv_reg_mr macro).
   unsigned access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_RELAXED_ORDERING;
   ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof(buf), access);
   ASSERT_NE(mr, nullptr);

@@ -23,7 +23,8 @@
 
 namespace melon::soft {
 
-// Device identity (rdma-core-abi.md §5.2): outside the Mellanox (0x02c9) and EFA (0x1d0f) vendor
+// Device identity (perftest's ib_dev_name() in src/perftest_parameters.c picks its code path by
+// vendor_part_id): outside the Mellanox (0x02c9) and EFA (0x1d0f) vendor
 // ids and outside perftest's ConnectX/BlueField/EFA part-id tables, so perftest takes the plain
 // ibv_post_send path.
 constexpr uint32_t kVendorId = 0x4d454c;  // "MEL"
