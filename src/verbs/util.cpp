@@ -301,11 +301,11 @@ int synth_sysfs_file(const char* path, char* buf, size_t size) {
 
 using namespace melon::verbs;
 
-MELON_EXPORT int ibv_get_sysfs_path(char* buf, size_t size) {
-  if (!buf || !size) return -1;
-  int n = std::snprintf(buf, size, "%s", kSysfsRoot);
-  return n < 0 || static_cast<size_t>(n) >= size ? -1 : 0;
-}
+// rdma-core v44 (libibverbs/driver.h): `const char *ibv_get_sysfs_path(void)`, never NULL ("/sys"
+// there). Ours is the root of the synthesised sysfs, so that what a caller builds from it (librdmacm
+// reads <root>/class/misc/rdma_cm/abi_version) resolves like the devices' ibdev_path: a device
+// attribute is found, anything else is ENOENT.
+MELON_EXPORT const char* ibv_get_sysfs_path(void) { return kSysfsRoot; }
 
 // Reads <dir>/<file>: up to `size` bytes, a trailing newline replaced by NUL. Returns the length
 // (without the newline), or -1 with errno. Content that would not fit with its terminator fails.

@@ -76,6 +76,26 @@ TEST_F(SharedLibrary, PrivateStubsLetAStockProviderLink) {
   EXPECT_EQ(cmd(), EOPNOTSUPP);
 }
 
+TEST_F(SharedLibrary, SysfsPathIsTheStringLibrdmacmReadsFrom) {
+  // librdmacm's rdma_create_event_channel calls it as rdma-core v44 declares it (driver.h):
+  // `const char *ibv_get_sysfs_path(void)`, and hands the result to ibv_read_sysfs_file.
+  using path_t = const char* (*)(void);
+  using read_t = int (*)(const char*, const char*, char*, size_t);
+  auto path = reinterpret_cast<path_t>(dlvsym(h, "ibv_get_sysfs_path", "IBVERBS_1.0"));
+  auto read = reinterpret_cast<read_t>(dlvsym(h, "ibv_read_sysfs_file", "IBVERBS_1.0"));
+  ASSERT_TRUE(path && read);
+  const char* root = path();
+  ASSERT_NE(root, nullptr);
+  EXPECT_STREQ(root, "/melondma/sysfs");
+  EXPECT_EQ(path(), root);  // one string for the life of the process
+  char buf[64];
+  EXPECT_EQ(read(root, "class/infiniband/dl0/node_type", buf, sizeof(buf)), 5);
+  EXPECT_STREQ(buf, "1: CA");
+  errno = 0;
+  EXPECT_EQ(read(root, "class/misc/rdma_cm/abi_version", buf, sizeof(buf)), -1);
+  EXPECT_EQ(errno, ENOENT);
+}
+
 TEST(SharedLibraryVariant, OneDefaultPrivateNodePlusAliases) {
   std::string path = std::string(MELON_PABI_VARIANT_DIR) + "/libibverbs.so.1";
   void* v = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
