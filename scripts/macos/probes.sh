@@ -70,7 +70,7 @@ running_dext_version() {  # running_dext_version <pid>
 embedded_dext() { echo "$1/Contents/Library/SystemExtensions/$MLX_DEXT_ID.dext"; }
 
 sysext_lines() { systemextensionsctl list 2>/dev/null | grep -F "$MLX_DEXT_ID" || true; }
-# A swap that never finishes shows as "terminating" or "waiting to upgrade" (anchor, notes/35).
+# A swap that never finishes shows as "terminating" or "waiting to upgrade" (found on hardware by the anchor project).
 swap_stuck() { sysext_lines | grep -E 'terminating|waiting to upgrade' || true; }
 
 # Open user clients, one line each: "<pid> <name> <qps> <mrs>", counts "?" when not published.
