@@ -52,7 +52,9 @@ driver_state() { node_property MelonState; }
 driver_ready() { [ "$(driver_state)" = ready ]; }
 
 our_dext_pid() { pgrep -f "SystemExtensions/.*$MLX_DEXT_ID" | head -n 1 || true; }
-apple_dext_pid() { pgrep -f "DriverExtensions/.*$APPLE_CLASS" | head -n 1 || true; }
+# Apple's driver is found by its name alone (the anchor's hardware-tested pattern); nothing of
+# ours carries that name on its command line.
+apple_dext_pid() { pgrep -f "$APPLE_CLASS" | head -n 1 || true; }
 
 # The version a running dext was built as, from the bundle around its executable.
 bundle_plist() {  # dexts are shallow bundles; apps keep Contents/

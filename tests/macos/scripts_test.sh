@@ -390,7 +390,20 @@ case_dev_status_and_log() {
   expect_out "card (ethernet@0): owner ours, MelonState ready"
   expect_out "catalogue: IODEXTMatchCount 2, IORematchCount 3"
   expect_out "our driver pid: 7000"
-  expect_no_actions
+  # status only reads: these probes and nothing else.
+  [ "$(sed "s|$T|\$T|g" "$T/calls")" = "$(
+    cat <<'EOF'
+id -u
+ioreg -r -n ethernet@0 -w 0
+ioreg -r -n ethernet@0 -l -w 0
+ioreg -r -n ethernet@0 -l -w 0
+ioreg -r -n ethernet@0 -l -w 0
+pgrep -f 'SystemExtensions/.*org.melondma.rdma.dext'
+pgrep -f AppleEthernetMLX5
+systemextensionsctl list
+ioreg -r -c IOUserUserClient -l -w 0
+EOF
+  )" ] || fail "status ran other commands than its probes"
   world logtext "$(printf 'line1\nline2\nline3')"
   run dev log 2
   expect_rc 0
@@ -630,6 +643,12 @@ case_cold_prepare_refusals() {
   expect_err "cold-takeover: systemextensionsctl uninstall and reset need SIP off or system-extension developer mode; this is a development path"
   expect_no_actions
   world sip disabled
+  world bootargs ""
+  run cold-takeover prepare
+  expect_rc 3
+  expect_err 'cold-takeover: missing boot-arg dextrelaunch=1 (development Macs: sudo nvram boot-args="dextrelaunch=1 daily_max_dext_crashes=1000", then reboot)'
+  expect_no_actions
+  world bootargs "dextrelaunch=1 daily_max_dext_crashes=1000"
   world owner ours
   world clients "$(printf '+-o MlxUserClient\n  "IOUserClass" = "MlxUserClient"\n  "IOUserClientCreator" = "pid 5, perf"\n  "MelonQPCount" = 1\n  "MelonMRCount" = 0\n')"
   run cold-takeover prepare
