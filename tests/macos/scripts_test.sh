@@ -503,6 +503,13 @@ case_hot_update_refusals() {
   expect_err "hot-update: run as the login user, not root (sudo is used per step)"
   world uid 501
   world sysext "$(printf '*\t*\tABCDE12345\torg.melondma.rdma.dext (0.3/3)\tMlxRDMA\t[terminating for uninstall but still running]')"
+  world our_pid 7000
+  world clients "$(printf '+-o MlxUserClient\n  "IOUserClass" = "MlxUserClient"\n  "IOUserClientCreator" = "pid 5, perf"\n  "MelonQPCount" = 0\n  "MelonMRCount" = 3\n')"
+  run hot-update
+  expect_rc 4
+  expect_err "hot-update: refusing to update the driver: 1 client(s) hold QPs or MRs; stop them first"
+  expect_no_actions
+  world clients ""
   world our_pid ""
   run hot-update
   expect_rc 6
