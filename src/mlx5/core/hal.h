@@ -1,0 +1,120 @@
+// The HAL: everything the driver core asks of a platform (docs/DESIGN.md, "The HAL").
+//
+// The core never touches hardware, memory allocators, clocks or logs except through this one
+// interface. DriverKit implements it with IOPCIDevice (BAR0, config space, reset),
+// IOBufferMemoryDescriptor + IODMACommand (DMA), IOInterruptDispatchSource (vectors), IOLock and
+// os_log. On Linux, the emulator host implements it over the emulated ConnectX-4 Lx, so the same
+// core code is tested here that the DEXT runs.
+//
+// Freestanding: no C++ library, no exceptions, no RTTI. Virtual calls only.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+namespace melon::mlx5::core {
+
+// A buffer the device can read and write: kernel virtual address and the IOVA the device uses.
+// Coherent (no cache maintenance needed) and zeroed on allocation.
+struct DmaBuffer {
+  void* va = nullptr;
+  uint64_t iova = 0;
+  uint64_t size = 0;
+  uint64_t token = 0;  // the platform's handle; the core never interprets it
+};
+
+// One IOVA-contiguous piece of a pinned user range.
+struct DmaSegment {
+  uint64_t iova;
+  uint64_t len;
+};
+
+// A pinned user range: its segments stay valid (and the pages resident) until unpin().
+struct PinnedRange {
+  uint64_t token = 0;
+  uint32_t segments = 0;
+};
+
+// Called by the platform when a vector fires (from its interrupt context, or from a poller).
+class VectorHandler {
+ public:
+  virtual void on_vector(uint32_t vector) = 0;
+
+ protected:
+  ~VectorHandler() = default;
+};
+
+enum class LogLevel : uint8_t { error, warn, info, debug };
+
+// Platform error codes the HAL returns (0 is success); kept apart from errno, whose values differ
+// between Darwin and Linux.
+enum HalStatus : int { kHalOk = 0, kHalNoMemory = 1, kHalFault = 2, kHalUnsupported = 3, kHalGone = 4 };
+
+class Hal {
+ public:
+  // ---- BAR0 (the initialization segment, UAR pages). Values are the PRM's big-endian dwords:
+  // read32 returns what ioread32be would, write64 stores the MSB first (doorbells).
+  virtual uint32_t read32(uint32_t bar_off) = 0;
+  virtual void write32(uint32_t bar_off, uint32_t value) = 0;
+  virtual void write64(uint32_t bar_off, uint64_t value) = 0;
+  virtual uint64_t bar_size() = 0;
+
+  // ---- PCI configuration space and reset.
+  virtual uint32_t config_read32(uint32_t off) = 0;
+  virtual void config_write32(uint32_t off, uint32_t value) = 0;
+  // Function-level reset; returns once the function is usable again (PCIe: 100 ms later).
+  virtual int function_reset() = 0;
+
+  // ---- DMA memory. Sizes are multiples of host_page_size() (16 KiB on Apple silicon, 4 KiB
+  // on x86 Linux); the IOVA is aligned to at least `align`.
+  virtual uint32_t host_page_size() = 0;
+  virtual int dma_alloc(uint64_t size, uint64_t align, DmaBuffer* out) = 0;
+  virtual void dma_free(const DmaBuffer& buf) = 0;
+  // Pins [addr, addr+len) of the calling client's memory; segments come out in address order.
+  virtual int dma_pin(uint64_t addr, uint64_t len, bool writable, PinnedRange* out) = 0;
+  virtual uint32_t dma_pinned_segments(const PinnedRange& r, uint32_t first, DmaSegment* out, uint32_t max) = 0;
+  virtual void dma_unpin(const PinnedRange& r) = 0;
+
+  // ---- Interrupt vectors. vector_count() == 0 means polling: the core then drains its event
+  // queues itself while it waits, and service() polls them too.
+  virtual uint32_t vector_count() = 0;
+  virtual int vector_enable(uint32_t vector, VectorHandler* handler) = 0;
+  virtual void vector_disable(uint32_t vector) = 0;
+
+  // ---- Deferred work: ask the platform to call Hca::service() soon from a context that may
+  // issue commands (a work queue; never the interrupt context that asked).
+  virtual void schedule_service() = 0;
+
+  // ---- Time.
+  virtual uint64_t now_ns() = 0;  // monotonic
+  virtual void delay_us(uint32_t us) = 0;
+
+  // ---- Locks (non-recursive; may sleep) and kernel memory for the core's own bookkeeping.
+  virtual void* lock_create() = 0;
+  virtual void lock_destroy(void* lock) = 0;
+  virtual void lock(void* lock) = 0;
+  virtual void unlock(void* lock) = 0;
+  virtual void* mem_alloc(size_t size) = 0;  // zeroed; nullptr on failure
+  virtual void mem_free(void* p, size_t size) = 0;
+
+  // ---- Log sink: one finished line, already prefixed with its component ("MlxCmd: ...").
+  virtual void log(LogLevel level, const char* line) = 0;
+
+ protected:
+  ~Hal() = default;
+};
+
+// Scoped lock over a HAL lock.
+class HalLock {
+ public:
+  HalLock(Hal& hal, void* l) : hal_(hal), l_(l) { hal_.lock(l_); }
+  ~HalLock() { hal_.unlock(l_); }
+  HalLock(const HalLock&) = delete;
+  HalLock& operator=(const HalLock&) = delete;
+
+ private:
+  Hal& hal_;
+  void* l_;
+};
+
+}  // namespace melon::mlx5::core
