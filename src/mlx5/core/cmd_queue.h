@@ -17,9 +17,9 @@ namespace melon::mlx5::core {
 class CmdWaitHooks {
  public:
   // Called between checks: poll event queues when there are no interrupts, run deferred work.
-  virtual void cmd_wait_idle() = 0;
+  virtual void cmd_wait_idle() {}
   // True when the device is fatal or gone: stop waiting at once.
-  virtual bool cmd_device_dead() = 0;
+  virtual bool cmd_device_dead() { return false; }
 
  protected:
   ~CmdWaitHooks() = default;

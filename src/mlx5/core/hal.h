@@ -36,9 +36,10 @@ struct PinnedRange {
 };
 
 // Called by the platform when a vector fires (from its interrupt context, or from a poller).
+// Empty default, not a pure virtual: see Hal below.
 class VectorHandler {
  public:
-  virtual void on_vector(uint32_t vector) = 0;
+  virtual void on_vector(uint32_t) {}
 
  protected:
   ~VectorHandler() = default;
@@ -50,55 +51,58 @@ enum class LogLevel : uint8_t { error, warn, info, debug };
 // between Darwin and Linux.
 enum HalStatus : int { kHalOk = 0, kHalNoMemory = 1, kHalFault = 2, kHalUnsupported = 3, kHalGone = 4 };
 
+// Every method has a safe default (no device, no memory), never a pure virtual: a pure virtual
+// needs the C++ runtime's __cxa_pure_virtual, which the DEXT's freestanding link does not have.
+// A platform overrides all of them (EmuHal and the DriverKit HAL are `final`).
 class Hal {
  public:
   // ---- BAR0 (the initialization segment, UAR pages). Values are the PRM's big-endian dwords:
   // read32 returns what ioread32be would, write64 stores the MSB first (doorbells).
-  virtual uint32_t read32(uint32_t bar_off) = 0;
-  virtual void write32(uint32_t bar_off, uint32_t value) = 0;
-  virtual void write64(uint32_t bar_off, uint64_t value) = 0;
-  virtual uint64_t bar_size() = 0;
+  virtual uint32_t read32(uint32_t) { return 0xffffffffu; }
+  virtual void write32(uint32_t, uint32_t) {}
+  virtual void write64(uint32_t, uint64_t) {}
+  virtual uint64_t bar_size() { return 0; }
 
   // ---- PCI configuration space and reset.
-  virtual uint32_t config_read32(uint32_t off) = 0;
-  virtual void config_write32(uint32_t off, uint32_t value) = 0;
+  virtual uint32_t config_read32(uint32_t) { return 0xffffffffu; }
+  virtual void config_write32(uint32_t, uint32_t) {}
   // Function-level reset; returns once the function is usable again (PCIe: 100 ms later).
-  virtual int function_reset() = 0;
+  virtual int function_reset() { return kHalUnsupported; }
 
   // ---- DMA memory. Sizes are multiples of host_page_size() (16 KiB on Apple silicon, 4 KiB
   // on x86 Linux); the IOVA is aligned to at least `align`.
-  virtual uint32_t host_page_size() = 0;
-  virtual int dma_alloc(uint64_t size, uint64_t align, DmaBuffer* out) = 0;
-  virtual void dma_free(const DmaBuffer& buf) = 0;
+  virtual uint32_t host_page_size() { return 4096; }
+  virtual int dma_alloc(uint64_t, uint64_t, DmaBuffer*) { return kHalUnsupported; }
+  virtual void dma_free(const DmaBuffer&) {}
   // Pins [addr, addr+len) of the calling client's memory; segments come out in address order.
-  virtual int dma_pin(uint64_t addr, uint64_t len, bool writable, PinnedRange* out) = 0;
-  virtual uint32_t dma_pinned_segments(const PinnedRange& r, uint32_t first, DmaSegment* out, uint32_t max) = 0;
-  virtual void dma_unpin(const PinnedRange& r) = 0;
+  virtual int dma_pin(uint64_t, uint64_t, bool, PinnedRange*) { return kHalUnsupported; }
+  virtual uint32_t dma_pinned_segments(const PinnedRange&, uint32_t, DmaSegment*, uint32_t) { return 0; }
+  virtual void dma_unpin(const PinnedRange&) {}
 
   // ---- Interrupt vectors. vector_count() == 0 means polling: the core then drains its event
   // queues itself while it waits, and service() polls them too.
-  virtual uint32_t vector_count() = 0;
-  virtual int vector_enable(uint32_t vector, VectorHandler* handler) = 0;
-  virtual void vector_disable(uint32_t vector) = 0;
+  virtual uint32_t vector_count() { return 0; }
+  virtual int vector_enable(uint32_t, VectorHandler*) { return kHalUnsupported; }
+  virtual void vector_disable(uint32_t) {}
 
   // ---- Deferred work: ask the platform to call Hca::service() soon from a context that may
   // issue commands (a work queue; never the interrupt context that asked).
-  virtual void schedule_service() = 0;
+  virtual void schedule_service() {}
 
   // ---- Time.
-  virtual uint64_t now_ns() = 0;  // monotonic
-  virtual void delay_us(uint32_t us) = 0;
+  virtual uint64_t now_ns() { return 0; }  // monotonic
+  virtual void delay_us(uint32_t) {}
 
   // ---- Locks (non-recursive; may sleep) and kernel memory for the core's own bookkeeping.
-  virtual void* lock_create() = 0;
-  virtual void lock_destroy(void* lock) = 0;
-  virtual void lock(void* lock) = 0;
-  virtual void unlock(void* lock) = 0;
-  virtual void* mem_alloc(size_t size) = 0;  // zeroed; nullptr on failure
-  virtual void mem_free(void* p, size_t size) = 0;
+  virtual void* lock_create() { return nullptr; }
+  virtual void lock_destroy(void*) {}
+  virtual void lock(void*) {}
+  virtual void unlock(void*) {}
+  virtual void* mem_alloc(size_t) { return nullptr; }  // zeroed; nullptr on failure
+  virtual void mem_free(void*, size_t) {}
 
   // ---- Log sink: one finished line, already prefixed with its component ("MlxCmd: ...").
-  virtual void log(LogLevel level, const char* line) = 0;
+  virtual void log(LogLevel, const char*) {}
 
  protected:
   ~Hal() = default;

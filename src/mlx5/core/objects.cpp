@@ -72,6 +72,11 @@ T* Hca::new_obj(ObjKind k) {
   return t;
 }
 
+template Mr* Hca::new_obj<Mr>(ObjKind);
+template Cq* Hca::new_obj<Cq>(ObjKind);
+template Srq* Hca::new_obj<Srq>(ObjKind);
+template Qp* Hca::new_obj<Qp>(ObjKind);
+
 void Hca::delete_obj(ObjHeader* o, size_t size) {
   unlink(o);
   hal_->mem_free(o, size);

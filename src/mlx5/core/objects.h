@@ -32,7 +32,7 @@ struct AsyncEvent {
 
 class EventSink {
  public:
-  virtual void on_async_event(const AsyncEvent& e) = 0;
+  virtual void on_async_event(const AsyncEvent&) {}  // not pure: see VectorHandler
   virtual void on_completion(uint32_t cqn) {}
 
  protected:

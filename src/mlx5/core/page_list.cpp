@@ -13,6 +13,12 @@ uint32_t best_page_shift(const DmaSegment* segs, uint32_t n, uint64_t va, uint32
   }
   // The first page's offset must be the virtual address's offset.
   uint64_t off_mismatch = segs[0].iova ^ va;
+  // No page larger than the whole range needs (it would only add translation reach).
+  uint64_t total = segs[0].iova & 0xfff;
+  for (uint32_t i = 0; i < n; ++i) total += segs[i].len;
+  uint32_t reach = 12;
+  while (reach < 63 && (uint64_t(1) << reach) < total) ++reach;
+  if (max_shift > reach) max_shift = reach;
   for (uint32_t s = max_shift; s >= 12; --s) {
     uint64_t mask = (uint64_t(1) << s) - 1;
     if ((bounds & mask) == 0 && (off_mismatch & mask) == 0) return s;
