@@ -95,10 +95,13 @@ struct HcaStats {
 class Hca : private CmdWaitHooks, private VectorHandler {
  public:
   Hca() = default;
+  ~Hca() { detach(); }
   Hca(const Hca&) = delete;
   Hca& operator=(const Hca&) = delete;
 
   void attach(Hal* hal, const HcaConfig& cfg = {});
+  // Releases the core's own locks; the device must be down (teardown() first).
+  void detach();
   // Reset to a working RoCE device. Returns ok or the first failure (see last_failure()).
   Err bring_up();
   // Every object destroyed in dependency order, every page taken back, every DMA buffer freed:

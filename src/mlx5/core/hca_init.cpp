@@ -67,6 +67,18 @@ void Hca::attach(Hal* hal, const HcaConfig& cfg) {
   set_state(HcaState::down);
 }
 
+void Hca::detach() {
+  if (state() == HcaState::detached || !hal_) return;
+  // A failed bring-up leaves the state down with pieces allocated: teardown takes them back.
+  if (state() != HcaState::down || cmd_ready_ || ledger_.live_buffers()) teardown();
+  hal_->lock_destroy(obj_lock_);
+  hal_->lock_destroy(async_eq_.lock);
+  for (auto& eq : comp_eqs_) hal_->lock_destroy(eq.lock);
+  obj_lock_ = async_eq_.lock = nullptr;
+  for (auto& eq : comp_eqs_) eq.lock = nullptr;
+  set_state(HcaState::detached);
+}
+
 Err Hca::fail(Err e) {
   failure_.err = e;
   failure_.cmd = last_cmd_;
@@ -412,6 +424,14 @@ Err Hca::teardown() {
       cmd_.shutdown();
       cmd_ready_ = false;
       pages_.destroy();
+      if (ledger_.quarantined_buffers()) {
+        // A command that never completed may still write its buffers: reset before freeing them.
+        MLX_WARN(*hal_, pci, "%llu quarantined DMA buffers: resetting the function before freeing them",
+                 (unsigned long long)ledger_.quarantined_buffers());
+        hal_->function_reset();
+        stats_.resets++;
+        ledger_.release_quarantine();
+      }
     }
   }
   set_state(HcaState::down);
