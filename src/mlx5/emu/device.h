@@ -84,6 +84,12 @@ struct DeviceConfig {
   uint32_t init_delay_ns = 2'000'000;  // `initializing` reads 1 this long after power-up/FLR
   uint32_t health_period_ns = 1'000'000;  // the health counter advances once per period while alive
   uint16_t port_mtu = 4096;  // PMTU max_mtu (bytes); RoCE path MTU up to 4096
+  // Check the XOR signatures of queue entries and mailboxes (cmd_hca_cap.cmdif_checksum = 3).
+  // Off by default, as Linux drives the card (cmd.c leaves checksums disabled).
+  bool cmd_signatures = false;
+  // Firmware pages the device asks for at each stage (QUERY_PAGES boot / init, then a regular demand
+  // announced by PAGE_REQUEST once an EQ takes that event).
+  uint32_t boot_pages = 8, init_pages = 24, regular_pages = 32;
 };
 
 // BAR0: 32 MiB. The initialization segment sits at 0 (its last field ends at 0x400c); UAR page n is

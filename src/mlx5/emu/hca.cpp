@@ -25,6 +25,18 @@ void Hca::reset(bool power_on) {
   doorbells_.clear();
   rx_.clear();
   faults_.cmd_timeout = false;
+  drop_objects();
+  for (auto& [iova, p] : pages_) returned_pages_.insert(iova);  // FLR: the driver gets every page back
+  pages_.clear();
+  icm_slots_.clear();
+  stats_.fw_pages_held = 0;
+  boot_pages_done_ = init_pages_done_ = false;
+  regular_pages_owed_ = 0;
+  roce_en_ = false;
+  vport_mtu_ = pmtu_admin_ = 0;
+  port_admin_ = port_oper_ = prm::kPortUp;
+  torn_down_since_flr_ = false;
+  issi_ = 0;
   cfg_reset();
   memset(iseg_, 0, sizeof iseg_);
   (void)power_on;
@@ -85,6 +97,10 @@ bool Hca::service() {
   }
   if (state_ == FwState::kBooting) return false;
   bool worked = false;
+  if (pending_cmd_bits_) {
+    run_commands();
+    worked = true;
+  }
   while (!doorbells_.empty()) {
     Doorbell db = doorbells_.front();
     doorbells_.pop_front();
@@ -94,6 +110,34 @@ bool Hca::service() {
   return worked;
 }
 
-void Hca::run_doorbell(const Doorbell& db) { ++stats_.doorbells_ignored; }
+void Hca::run_doorbell(const Doorbell& db) {
+  if (state_ != FwState::kInitialized) {
+    ++stats_.doorbells_ignored;
+    return;
+  }
+  switch (db.kind) {
+    case DbKind::kCqArm: cq_doorbell(db); break;
+    case DbKind::kEqArm:
+    case DbKind::kEqUpdate: eq_doorbell(db); break;
+    case DbKind::kSend: send_doorbell(db); break;
+  }
+}
+
+void Hca::drop_objects() {
+  for (auto& [n, qp] : qps_) tp_destroy_qp(qp);
+  for (auto& [n, s] : srqs_) tp_destroy_srq(s);
+  qps_.clear();
+  srqs_.clear();
+  cqs_.clear();
+  eqs_.clear();
+  mkeys_.clear();
+  uars_.clear();
+  pds_.clear();
+  tds_.clear();
+  qcounters_.clear();
+  icm_of_.clear();
+  for (GidEntry& g : gids_) g = GidEntry{};
+  doorbells_.clear();
+}
 
 }  // namespace melon::mlx5::emu
