@@ -33,8 +33,8 @@ void EmuHal::write32(uint32_t off, uint32_t value) { dev_.write32(off, __builtin
 void EmuHal::write64(uint32_t off, uint64_t value) { dev_.write64(off, __builtin_bswap64(value)); }
 uint64_t EmuHal::bar_size() { return mlx5::emu::kBar0Bytes; }
 
-uint32_t EmuHal::config_read32(uint32_t off) { return dev_.config_read(off, 4); }
-void EmuHal::config_write32(uint32_t off, uint32_t value) { dev_.config_write(off, 4, value); }
+uint16_t EmuHal::config_read16(uint32_t off) { return uint16_t(dev_.config_read(off, 2)); }
+void EmuHal::config_write16(uint32_t off, uint16_t value) { dev_.config_write(off, 2, value); }
 
 int EmuHal::function_reset() {
   dev_.flr();

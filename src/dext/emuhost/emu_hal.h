@@ -40,8 +40,8 @@ class EmuHal final : public mlx5::core::Hal {
   void write32(uint32_t off, uint32_t value) override;
   void write64(uint32_t off, uint64_t value) override;
   uint64_t bar_size() override;
-  uint32_t config_read32(uint32_t off) override;
-  void config_write32(uint32_t off, uint32_t value) override;
+  uint16_t config_read16(uint32_t off) override;
+  void config_write16(uint32_t off, uint16_t value) override;
   int function_reset() override;
   uint32_t host_page_size() override { return opt_.host_page_size; }
   int dma_alloc(uint64_t size, uint64_t align, mlx5::core::DmaBuffer* out) override;

@@ -152,7 +152,9 @@ Err CmdQueue::wait(uint32_t slot, uint32_t timeout_ms) {
   uint64_t limit = uint64_t(timeout_ms) * 1000000ull;
   for (uint32_t spin = 0;; ++spin) {
     bool hw_owned = (__atomic_load_n(own, __ATOMIC_ACQUIRE) & 1) == kOwnerHw;
-    if (event_mode() ? __atomic_load_n(&slots_[slot].done, __ATOMIC_ACQUIRE) : !hw_owned) return Err::ok;
+    // In event mode the completion EQE says "look"; the ownership bit still decides, so a late EQE
+    // of an earlier command on this slot cannot complete this one early.
+    if (!hw_owned && (!event_mode() || __atomic_load_n(&slots_[slot].done, __ATOMIC_ACQUIRE))) return Err::ok;
     if (fenced() || hooks_->cmd_device_dead()) return Err::dead;
     if (hal_->now_ns() - start > limit) {
       if (event_mode() && !hw_owned) {

@@ -87,14 +87,8 @@ void Hca::destroy_eq(Eq& eq) {
 Err Hca::setup_eqs() {
   uint32_t nvec = hal_->vector_count();
   vectors_ = nvec > 0;
-  if (Err e = create_eq(async_eq_, cfg_.async_eq_log_size, async_event_mask(), 0); e != Err::ok) return e;
   uint32_t n = cfg_.comp_eqs;
-  for (uint32_t i = 0; i < n; ++i) {
-    uint32_t vec = nvec > 1 ? 1 + i % (nvec - 1) : 0;
-    if (Err e = create_eq(comp_eqs_[i], cfg_.comp_eq_log_size, p::event_bit(p::event_type::COMP), vec); e != Err::ok)
-      return e;
-    ncomp_eqs_ = i + 1;
-  }
+  // Vectors first: an event (the completion of CREATE_EQ itself) may come before the last EQ.
   if (vectors_) {
     for (uint32_t v = 0; v < nvec && v < 1 + n; ++v) {
       if (hal_->vector_enable(v, this) != kHalOk) {
@@ -103,8 +97,16 @@ Err Hca::setup_eqs() {
       }
     }
   }
-  // From here on, command completions arrive as events.
+  if (Err e = create_eq(async_eq_, cfg_.async_eq_log_size, async_event_mask(), 0); e != Err::ok) return e;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t vec = nvec > 1 ? 1 + i % (nvec - 1) : 0;
+    if (Err e = create_eq(comp_eqs_[i], cfg_.comp_eq_log_size, p::event_bit(p::event_type::COMP), vec); e != Err::ok)
+      return e;
+    ncomp_eqs_ = i + 1;
+  }
+  // From here on, command completions arrive as events; take any that came while we set up.
   cmd_.set_event_mode(true);
+  poll_events();
   MLX_INFO(*hal_, eq, "async EQ %u + %u completion EQs, %s", async_eq_.eqn, ncomp_eqs_,
            vectors_ ? "MSI-X vectors" : "polled");
   return Err::ok;
@@ -124,11 +126,10 @@ void Hca::drain_eq(Eq& eq) {
     ++eq.cc;
     ++n;
   }
-  if (n) {
-    stats_.events += n;
-    // Consumer index update and re-arm in one doorbell.
-    hal_->write32(uint32_t(eq_uar_->bar_off + p::kUarEqArm), (eq.eqn << 24) | (eq.cc & 0xffffff));
-  }
+  stats_.events += n;
+  // Consumer index update and re-arm in one doorbell, even when nothing was new (Linux does the
+  // same): an EQ left unarmed never interrupts again.
+  hal_->write32(uint32_t(eq_uar_->bar_off + p::kUarEqArm), (eq.eqn << 24) | (eq.cc & 0xffffff));
 }
 
 void Hca::poll_events() {

@@ -64,8 +64,9 @@ class Hal {
   virtual uint64_t bar_size() { return 0; }
 
   // ---- PCI configuration space and reset.
-  virtual uint32_t config_read32(uint32_t) { return 0xffffffffu; }
-  virtual void config_write32(uint32_t, uint32_t) {}
+  // 16-bit accesses: the core only touches the command register (bus master, memory space).
+  virtual uint16_t config_read16(uint32_t) { return 0xffff; }
+  virtual void config_write16(uint32_t, uint16_t) {}
   // Function-level reset; returns once the function is usable again (PCIe: 100 ms later).
   virtual int function_reset() { return kHalUnsupported; }
 

@@ -254,7 +254,6 @@ class Hca : private CmdWaitHooks, private VectorHandler {
   PortInfo port_;
   HcaStats stats_;
   bool cmd_ready_ = false, hca_enabled_ = false, hca_inited_ = false, roce_enabled_ = false;
-  bool in_cmd_idle_ = false;
   uint32_t pdn_ = 0, tdn_ = 0;
   bool pd_live_ = false, td_live_ = false;
   Uar* eq_uar_ = nullptr;

@@ -170,7 +170,10 @@ Err Hca::set_hca_caps() {
   c.set(p::cmd_hca_cap::cmdif_checksum, 0);
   uint32_t page_shift = 0;
   while ((1u << page_shift) < hal_->host_page_size()) ++page_shift;
-  c.set(p::cmd_hca_cap::log_uar_page_sz, page_shift - 12);
+  // UAR pages of the host page size when the device allows it (Linux asks unconditionally); else the
+  // largest it has, and the user-client layer maps several UARs per host page.
+  uint32_t want = page_shift - 12, max = uint32_t(p::get(caps_.general_max, p::cmd_hca_cap::log_uar_page_sz));
+  c.set(p::cmd_hca_cap::log_uar_page_sz, want < max ? want : max);
   if (Err e = cmd(in.get(), p::set_hca_cap_in::size_bytes, out, sizeof out); e != Err::ok) return e;
 
   if (!p::get(caps_.general, p::cmd_hca_cap::roce)) return Err::ok;
@@ -328,8 +331,7 @@ Err Hca::bring_up() {
   failure_ = {};
   last_cmd_ = {};
   MLX_INFO(*hal_, pci, "bring-up");
-  uint32_t cmdreg = hal_->config_read32(kPciCommand);
-  hal_->config_write32(kPciCommand, (cmdreg & 0xffff) | kPciMemorySpace | kPciBusMaster);
+  hal_->config_write16(kPciCommand, uint16_t(hal_->config_read16(kPciCommand) | kPciMemorySpace | kPciBusMaster));
   Err e;
   if ((e = step(Stage::wait_fw, wait_fw(cfg_.fw_init_timeout_ms))) != Err::ok) return e;
   if ((e = step(Stage::cmd_init, cmd_.init(hal_, &ledger_, this))) != Err::ok) return e;
@@ -576,9 +578,7 @@ bool Hca::health_check() {
 }
 
 void Hca::fence_bus_master() {
-  uint32_t cmdreg = hal_->config_read32(kPciCommand);
-  // Status bits (high half) are write-one-to-clear: write only the command half back.
-  hal_->config_write32(kPciCommand, (cmdreg & 0xffff) & ~kPciBusMaster);
+  hal_->config_write16(kPciCommand, uint16_t(hal_->config_read16(kPciCommand) & ~kPciBusMaster));
 }
 
 // Fatal: stop new work, fence the device off the bus, keep every buffer it may write.
@@ -613,11 +613,11 @@ bool Hca::cmd_device_dead() {
   return hal_->read32(0) == 0xffffffffu;
 }
 
+// Also runs inside the page command that run_pending() issues from here: polling is reentrant
+// (each EQ has its lock, taken only while draining) and run_pending() is a try-lock.
 void Hca::cmd_wait_idle() {
-  if (__atomic_exchange_n(&in_cmd_idle_, true, __ATOMIC_ACQ_REL)) return;
   if (cmd_.event_mode() && !vectors_) poll_events();
   if (pages_.has_pending()) pages_.run_pending();
-  __atomic_store_n(&in_cmd_idle_, false, __ATOMIC_RELEASE);
 }
 
 void Hca::service() {

@@ -49,8 +49,8 @@ class FakeHal : public Hal {
   }
   void write64(uint32_t, uint64_t) override {}
   uint64_t bar_size() override { return bar_.size(); }
-  uint32_t config_read32(uint32_t) override { return 0; }
-  void config_write32(uint32_t, uint32_t) override {}
+  uint16_t config_read16(uint32_t) override { return 0; }
+  void config_write16(uint32_t, uint16_t) override {}
   int function_reset() override { return 0; }
   uint32_t host_page_size() override { return 16384; }
   int dma_alloc(uint64_t size, uint64_t align, DmaBuffer* out) override {

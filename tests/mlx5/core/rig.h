@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <memory>
 
 #include "dext/emuhost/emu_hal.h"
@@ -27,7 +29,9 @@ struct Rig {
     ports.irq = &host;
     ports.clock = &clock;
     dev = std::make_unique<emu::Device>(ports, o.dev);
-    hal = std::make_unique<dext::EmuHal>(*dev, host, &clock, o.hal);
+    dext::EmuHalOptions ho = o.hal;
+    if (getenv("MELON_CORE_LOG")) ho.echo_log = true, ho.echo_level = LogLevel::debug;  // to debug a test
+    hal = std::make_unique<dext::EmuHal>(*dev, host, &clock, ho);
     hca.attach(hal.get(), o.cfg);
   }
   ~Rig() { hca.detach(); }
