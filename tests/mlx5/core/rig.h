@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
+#include <string.h>
 
 #include <memory>
 
@@ -37,12 +38,20 @@ struct Rig {
   ~Rig() { hca.detach(); }
 
   // A DMA buffer for queues the test owns (as a client's pinned memory would be).
-  DmaSegment buffer(size_t len) {
-    auto b = host.alloc(len);
+  DmaSegment buffer(size_t len, size_t align = 4096) {
+    auto b = host.alloc(len, align);
     bufs.push_back(b.iova);
     return {b.iova, len};
   }
   void* va(uint64_t iova) { return host.va(iova); }
+  // A RoCEv2 GID (IPv4-mapped 10.0.0.<last>) with the port's MAC at `index`.
+  Err set_gid(uint32_t index, uint8_t last) {
+    GidEntry g;
+    uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, last};
+    memcpy(g.gid, gid, 16);
+    memcpy(g.mac, hca.port().mac, 6);
+    return hca.set_gid(index, g);
+  }
   void free_buffers() {
     for (uint64_t i : bufs) host.free(i);
     bufs.clear();
