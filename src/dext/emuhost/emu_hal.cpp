@@ -47,6 +47,7 @@ int EmuHal::dma_alloc(uint64_t size, uint64_t align, core::DmaBuffer* out) {
     fail_allocs_--;
     return core::kHalNoMemory;
   }
+  if (fail_after_ >= 0 && fail_after_-- == 0) return core::kHalNoMemory;
   auto b = host_.alloc(size, align < mlx5::emu::TestHost::kPage ? mlx5::emu::TestHost::kPage : align);
   if (!b) return core::kHalNoMemory;
   *out = {b.va, b.iova, b.len, b.iova};

@@ -75,6 +75,8 @@ class EmuHal final : public mlx5::core::Hal {
   void clear_log();
   // Makes the next `n` dma_alloc calls fail (out-of-memory tests).
   void fail_next_allocs(int n) { fail_allocs_ = n; }
+  // Lets `n` dma_alloc calls succeed, then fails the next one (and only that one).
+  void fail_after_allocs(int n) { fail_after_ = n; }
 
  private:
   mlx5::emu::Device& dev_;
@@ -84,7 +86,7 @@ class EmuHal final : public mlx5::core::Hal {
   std::atomic<bool> service_requested_{false};
   std::atomic<uint64_t> dma_live_{0}, resets_{0};
   std::atomic<int64_t> mem_bytes_{0};
-  std::atomic<int> fail_allocs_{0};
+  std::atomic<int> fail_allocs_{0}, fail_after_{-1};
   mutable std::mutex mu_;
   std::map<uint64_t, std::vector<mlx5::core::DmaSegment>> pins_;  // by token
   uint64_t next_pin_ = 1;

@@ -17,7 +17,9 @@ namespace {
 constexpr uint32_t kPciCommand = 0x04;  // PCI config space command register (low 16 bits)
 constexpr uint32_t kPciMemorySpace = 1u << 1, kPciBusMaster = 1u << 2;
 constexpr uint32_t kFwPollUs = 1000;
-constexpr uint16_t kIssi = 1;  // the interface version this driver speaks (PRM: ISSI 1)
+constexpr uint16_t kIssi = 1;
+constexpr uint32_t kSeverityCrit =
+    2;  // health_buffer.severity: syslog-like, 2 = critical (Linux health.c)  // the interface version this driver speaks (PRM: ISSI 1)
 }  // namespace
 
 const char* stage_name(Stage s) {
@@ -558,8 +560,10 @@ bool Hca::health_check() {
     enter_fatal(FatalReason::nic_disabled, 0);
     return true;
   }
+  // Fatal when the firmware asks for recovery (rfr, Linux's fatal sensor) or reports a critical
+  // syndrome (severity <= CRIT): either way it will not come back without a reset.
   uint32_t synd = health(p::health_buffer::synd);
-  if (synd && health(p::health_buffer::rfr)) {
+  if (synd && (health(p::health_buffer::rfr) || health(p::health_buffer::severity) <= kSeverityCrit)) {
     enter_fatal(FatalReason::fw_syndrome, uint8_t(synd));
     return true;
   }
