@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <functional>
 #include <vector>
