@@ -131,7 +131,7 @@ CmdStatus Hca::init_hca(Cmd& c) {
   if (state_ == FwState::kInitialized) return fail(S::BAD_SYS_STATE_ERR, synd::HCA_ALREADY_INITIALIZED);
   if (!init_pages_done_) return fail(S::BAD_SYS_STATE_ERR, synd::INIT_PAGES_MISSING);
   state_ = FwState::kInitialized;
-  if (torn_down_since_flr_ && faults_.fw_14_22_roce_en_lost) roce_en_ = false;
+  if (torn_down_since_flr_ && faults_.fw_14_22_roce_en_lost) roce_en_ = false, roce_en_stuck_ = true;
   regular_pages_owed_ += int32_t(cfg_.regular_pages);
   page_request(regular_pages_owed_);
   return {};

@@ -185,7 +185,7 @@ CmdStatus Hca::modify_nic_vport_context(Cmd& c) {
   for (const prm::Field* f : {&fs::roce_en, &fs::mtu}) known |= uint32_t(1) << (31 - (f->bit_off % 32));
   uint32_t bits = uint32_t(prm::get_bits(sel.data(), 0, 32));
   if (bits & ~known) return fail(S::BAD_PARAM_ERR, synd::BAD_FIELD_SELECT);  // other fields: not on this model
-  if (sel.get(fs::roce_en)) roce_en_ = v.get(prm::nic_vport_context::roce_en);
+  if (sel.get(fs::roce_en)) roce_en_ = v.get(prm::nic_vport_context::roce_en) && !roce_en_stuck_;
   if (sel.get(fs::mtu)) {
     uint32_t mtu = uint32_t(v.get(prm::nic_vport_context::mtu));
     if (mtu < 68 || mtu > cfg_.port_mtu + 18 + 256) return fail(S::BAD_PARAM_ERR, synd::BAD_MTU);

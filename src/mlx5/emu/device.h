@@ -121,8 +121,9 @@ struct Faults {
   uint16_t bad_status_opcode = 0;
   uint8_t bad_status = 0;  // 0 = switch off
   uint32_t bad_status_syndrome = 0;
-  // Firmware 14.22 behaviour: after TEARDOWN_HCA and INIT_HCA with no FLR in between, the NIC vport
-  // context's roce_en reads back 0 until the driver sets it again.
+  // Firmware 14.22 behaviour the anchor project hit: after TEARDOWN_HCA and INIT_HCA with no FLR in
+  // between, the NIC vport context's roce_en reads back 0, and MODIFY_NIC_VPORT_CONTEXT(roce_en=1)
+  // completes OK without taking effect, until an FLR. RoCE traffic is not delivered meanwhile.
   bool fw_14_22_roce_en_lost = false;
 };
 

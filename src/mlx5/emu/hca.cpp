@@ -32,7 +32,7 @@ void Hca::reset(bool power_on) {
   stats_.fw_pages_held = 0;
   boot_pages_done_ = init_pages_done_ = false;
   regular_pages_owed_ = 0;
-  roce_en_ = false;
+  roce_en_ = roce_en_stuck_ = false;
   vport_mtu_ = pmtu_admin_ = 0;
   port_admin_ = port_oper_ = prm::kPortUp;
   torn_down_since_flr_ = false;

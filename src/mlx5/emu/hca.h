@@ -252,6 +252,7 @@ class Hca {
   std::map<uint32_t, uint64_t> icm_of_;  // object key (type << 24 | number) -> ICM slot
   GidEntry gids_[256];
   bool roce_en_ = false;
+  bool roce_en_stuck_ = false;  // fw 14.22 quirk engaged: roce_en stays 0 until FLR
   uint16_t vport_mtu_ = 0;
   uint8_t port_admin_ = prm::kPortUp, port_oper_ = prm::kPortUp;
   uint16_t pmtu_admin_ = 0;

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <functional>
 #include <vector>
 
 #include "mlx5/emu/device.h"
@@ -197,6 +199,147 @@ class Harness {
     ++eq_ci;
     return e;
   }
+  // ---- objects ----
+  struct CqRing {
+    uint32_t cqn = 0;
+    uint8_t log_size = 0;
+    TestHost::Buffer buf, dbr;
+    uint32_t ci = 0;
+  };
+  Result create_cq_raw(CqRing& cq, uint8_t log_size, uint32_t eq, std::function<void(uint8_t*)> tweak = {}) {
+    cq.log_size = log_size;
+    cq.buf = host.alloc(64u << log_size);
+    cq.dbr = host.alloc(64);
+    for (uint32_t i = 0; i < (1u << log_size); ++i)  // rdma-core cq.c: every CQE starts INVALID, owner 1
+      static_cast<uint8_t*>(cq.buf.va)[64 * i + 63] = 0xf1;
+    uint32_t npages = ((64u << log_size) + 4095) / 4096;
+    auto in = cmd_in(prm::opcode::CREATE_CQ, prm::create_cq_in::size_bytes + 8 * npages);
+    auto ctx = prm::create_cq_in::view(in.data()).at(prm::create_cq_in::cq_context);
+    ctx.set(prm::cqc::log_cq_size, log_size).set(prm::cqc::uar_page, uar).set(prm::cqc::c_eqn, eq);
+    ctx.set(prm::cqc::dbr_addr, cq.dbr.iova);
+    for (uint32_t i = 0; i < npages; ++i)
+      prm::pas_set(prm::create_cq_in::view(in.data()).elem(prm::create_cq_in::pas, i), cq.buf.iova + 4096ull * i);
+    if (tweak) tweak(in.data());
+    Result r = exec(in, out_size(prm::opcode::CREATE_CQ));
+    cq.cqn = uint32_t(prm::get(r.out.data(), prm::create_cq_out::cqn));
+    return r;
+  }
+  CqRing create_cq(uint8_t log_size = 6) {
+    CqRing cq;
+    Result r = create_cq_raw(cq, log_size, eqn);
+    EXPECT_TRUE(r.ok()) << "CREATE_CQ status " << int(r.status) << " synd " << std::hex << r.syndrome;
+    return cq;
+  }
+  // The next CQE software owns, or nullptr; advances the consumer index and its doorbell record.
+  const uint8_t* poll_cq(CqRing& cq) {
+    const uint8_t* e = static_cast<const uint8_t*>(cq.buf.va) + 64 * (cq.ci & ((1u << cq.log_size) - 1));
+    if (!prm::cqe_sw_owned(e, cq.ci, cq.log_size)) return nullptr;
+    ++cq.ci;
+    prm::set(cq.dbr.va, prm::cq_dbrec::set_ci, cq.ci & 0xffffff);
+    return e;
+  }
+  void arm_cq(CqRing& cq, bool solicited) {
+    uint8_t db[8] = {};
+    prm::set(db, prm::cq_uar_db::cmd, solicited ? prm::kCqArmSolicited : prm::kCqArmNext);
+    prm::set(db, prm::cq_uar_db::ci, cq.ci & 0xffffff);
+    prm::set(db, prm::cq_uar_db::cqn, cq.cqn);
+    uar_write64(uar, prm::kUarCqDoorbell, db);
+    dev.service();
+  }
+
+  // An MTT mkey over `len` bytes at host buffer `b` (VA = b.va), all rights.
+  Result create_mkey_raw(const TestHost::Buffer& b, uint64_t len, uint32_t access_bits, uint32_t* key,
+                         std::function<void(uint8_t*)> tweak = {}) {
+    uint64_t va = reinterpret_cast<uint64_t>(b.va);
+    uint32_t pages = uint32_t((va % 4096 + len + 4095) / 4096);
+    uint32_t oct = (pages + 1) / 2;
+    auto in = cmd_in(prm::opcode::CREATE_MKEY, prm::create_mkey_in::size_bytes + 16 * oct);
+    prm::create_mkey_in::view v(in.data());
+    auto m = v.at(prm::create_mkey_in::memory_key_mkey_entry);
+    prm::mkc_set_access_mode(m, prm::mkc_access_mode::MTT);
+    m.set(prm::mkc::qpn, 0xffffff).set(prm::mkc::pd, pd).set(prm::mkc::start_addr, va).set(prm::mkc::len, len);
+    m.set(prm::mkc::lr, 1).set(prm::mkc::lw, !!(access_bits & 1)).set(prm::mkc::rw, !!(access_bits & 2));
+    m.set(prm::mkc::rr, !!(access_bits & 4)).set(prm::mkc::a, !!(access_bits & 8));
+    m.set(prm::mkc::mkey_7_0, 0x42).set(prm::mkc::log_page_size, 12);
+    m.set(prm::mkc::translations_octword_size, oct);
+    v.set(prm::create_mkey_in::translations_octword_actual_size, oct);
+    for (uint32_t i = 0; i < pages; ++i)
+      prm::mtt_set(v.elem(prm::create_mkey_in::klm_pas_mtt, 2 * i), b.iova + 4096ull * i, 1, 1);
+    if (tweak) tweak(in.data());
+    Result r = exec(in, out_size(prm::opcode::CREATE_MKEY));
+    *key = uint32_t(prm::get(r.out.data(), prm::create_mkey_out::mkey_index)) << 8 | 0x42;
+    return r;
+  }
+  uint32_t create_mkey(const TestHost::Buffer& b, uint64_t len, uint32_t access_bits = 0xf) {
+    uint32_t key = 0;
+    Result r = create_mkey_raw(b, len, access_bits, &key);
+    EXPECT_TRUE(r.ok()) << "CREATE_MKEY status " << int(r.status) << " synd " << std::hex << r.syndrome;
+    return key;
+  }
+
+  struct QpRing {
+    uint32_t qpn = 0;
+    uint8_t st = 0, log_sq = 0, log_rq = 0, log_rq_stride = 0;  // stride: 16 << n bytes
+    TestHost::Buffer buf, dbr;
+    uint32_t sq_pi = 0, rq_pi = 0;
+    uint8_t* rq(uint32_t i) const {
+      return static_cast<uint8_t*>(buf.va) + (16u << log_rq_stride) * (i & ((1u << log_rq) - 1));
+    }
+    uint8_t* sq(uint32_t i) const {
+      return static_cast<uint8_t*>(buf.va) + ((16u << log_rq_stride) << log_rq) + 64 * (i & ((1u << log_sq) - 1));
+    }
+  };
+  Result create_qp_raw(QpRing& q, uint8_t st, const CqRing& scq, const CqRing& rcq,
+                       std::function<void(uint8_t*)> tweak = {}) {
+    q.st = st;
+    if (!q.log_sq) q.log_sq = 6;
+    if (!q.log_rq) q.log_rq = 6;
+    if (!q.log_rq_stride) q.log_rq_stride = 2;  // 64-byte receive WQEs: 4 scatter entries
+    uint64_t bytes = ((16ull << q.log_rq_stride) << q.log_rq) + (64ull << q.log_sq);
+    uint32_t npages = uint32_t((bytes + 4095) / 4096);
+    q.buf = host.alloc(bytes);
+    q.dbr = host.alloc(64);
+    auto in = cmd_in(prm::opcode::CREATE_QP, prm::create_qp_in::size_bytes + 8 * npages);
+    auto ctx = prm::create_qp_in::view(in.data()).at(prm::create_qp_in::qpc);
+    ctx.set(prm::qpc::st, st).set(prm::qpc::pd, pd).set(prm::qpc::uar_page, uar);
+    ctx.set(prm::qpc::log_sq_size, q.log_sq)
+        .set(prm::qpc::log_rq_size, q.log_rq)
+        .set(prm::qpc::log_rq_stride, q.log_rq_stride);
+    ctx.set(prm::qpc::cqn_snd, scq.cqn).set(prm::qpc::cqn_rcv, rcq.cqn).set(prm::qpc::dbr_addr, q.dbr.iova);
+    ctx.set(prm::qpc::pm_state, prm::qpc_pm_state::MIGRATED);
+    for (uint32_t i = 0; i < npages; ++i)
+      prm::pas_set(prm::create_qp_in::view(in.data()).elem(prm::create_qp_in::pas, i), q.buf.iova + 4096ull * i);
+    if (tweak) tweak(in.data());
+    Result r = exec(in, out_size(prm::opcode::CREATE_QP));
+    q.qpn = uint32_t(prm::get(r.out.data(), prm::create_qp_out::qpn));
+    return r;
+  }
+  // A QP transition command with the qpc fields `fill` sets.
+  Result transition(uint16_t opcode, uint32_t qpn, std::function<void(prm::qpc::view)> fill = {}, uint32_t opt = 0) {
+    uint32_t bytes = in_size(opcode);
+    auto in = cmd_in(opcode, bytes);
+    prm::set(in.data(), prm::qp_2err_in::qpn, qpn);
+    if (bytes > 16) {
+      prm::set(in.data(), prm::rst2init_qp_in::opt_param_mask, opt);
+      if (fill) fill(prm::rst2init_qp_in::view(in.data()).at(prm::rst2init_qp_in::qpc));
+    }
+    return exec(in, out_size(opcode));
+  }
+  // GID index 0 = the IPv4-mapped address `ip` (RoCE v2).
+  Result set_gid(uint32_t index, const uint8_t ip[4]) {
+    auto in = cmd_in(prm::opcode::SET_ROCE_ADDRESS, in_size(prm::opcode::SET_ROCE_ADDRESS));
+    prm::set_roce_address_in::view v(in.data());
+    v.set(prm::set_roce_address_in::roce_address_index, index).set(prm::set_roce_address_in::vhca_port_num, 1);
+    auto a = v.at(prm::set_roce_address_in::roce_address);
+    uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[0], ip[1], ip[2], ip[3]};
+    a.set_bytes(prm::roce_addr_layout::source_l3_address, gid);
+    a.set(prm::roce_addr_layout::roce_l3_type, prm::roce_l3_type::IPV4)
+        .set(prm::roce_addr_layout::roce_version, prm::roce_version::VERSION_2);
+    prm::set_mac(a.data(), prm::roce_addr_layout::source_mac_47_32, prm::roce_addr_layout::source_mac_31_0,
+                 dev.config().mac);
+    return exec(in, out_size(prm::opcode::SET_ROCE_ADDRESS));
+  }
+
   // A UAR doorbell write in memory order (Linux mlx5_write64 / __raw_writel).
   void uar_write32(uint32_t uar_idx, uint32_t off, uint32_t be_value) {
     dev.write32(uint64_t(uar_idx) * 4096 + off, bswap(be_value));
