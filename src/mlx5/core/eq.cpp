@@ -213,6 +213,10 @@ void Hca::route_async(uint8_t type, uint8_t sub, uint32_t number, bool srq_obj) 
   } else {
     sink = device_sink_;
   }
+  if (type == p::event_type::PORT_CHANGE) {
+    __atomic_store_n(&port_dirty_, true, __ATOMIC_RELEASE);
+    hal_->schedule_service();
+  }
   if (type == p::event_type::PORT_CHANGE)
     MLX_INFO(*hal_, port, "port %u change: %s", number,
              p::port_change_subtype::name_of(sub) ? p::port_change_subtype::name_of(sub) : "?");

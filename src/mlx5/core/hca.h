@@ -165,6 +165,10 @@ class Hca : private CmdWaitHooks, private VectorHandler {
   Err modify_qp(Qp* qp, QpTransition t, const QpAttr& a);
   Err query_qp(Qp* qp, QpQuery* q);
   Err destroy_qp(Qp* qp);
+  // Port administrative state through the PAOS register (ACCESS_REG); a change comes back as a
+  // PORT_CHANGE event, and service() then refreshes port().
+  Err set_port_admin(bool up);
+  Err query_port_oper(bool* up);
   Err set_gid(uint32_t index, const GidEntry& g);
   Err query_gid(uint32_t index, GidEntry* g);
   Err clear_gid(uint32_t index);
@@ -256,6 +260,7 @@ class Hca : private CmdWaitHooks, private VectorHandler {
   bool cmd_ready_ = false, hca_enabled_ = false, hca_inited_ = false, roce_enabled_ = false;
   uint32_t pdn_ = 0, tdn_ = 0;
   bool pd_live_ = false, td_live_ = false;
+  bool port_dirty_ = false;  // a PORT_CHANGE arrived: service() re-reads the port
   Uar* eq_uar_ = nullptr;
   Eq async_eq_;
   static constexpr uint32_t kMaxCompEqs = 8;

@@ -301,6 +301,34 @@ Err Hca::query_port() {
   return Err::ok;
 }
 
+// PAOS through ACCESS_REG: local port 1, admin status with its enable bit (ase).
+Err Hca::set_port_admin(bool up) {
+  if (state() != HcaState::up) return state() == HcaState::fatal ? Err::dead : Err::bad_state;
+  uint8_t in[p::access_register_in::size_bytes + p::paos_reg::size_bytes] = {};
+  uint8_t out[p::access_register_out::size_bytes + p::paos_reg::size_bytes] = {};
+  p::cmd_set_header(in, p::opcode::ACCESS_REG, p::access_reg_op_mod::WRITE);
+  p::access_register_in::view(in).set(p::access_register_in::register_id, p::reg_id::PAOS);
+  p::paos_reg::view(p::access_register_in::view(in).elem(p::access_register_in::register_data, 0))
+      .set(p::paos_reg::local_port, 1)
+      .set(p::paos_reg::admin_status, up ? p::kPortUp : p::kPortDown)
+      .set(p::paos_reg::ase, 1);
+  return cmd(in, sizeof in, out, sizeof out);
+}
+
+Err Hca::query_port_oper(bool* up) {
+  if (state() != HcaState::up) return state() == HcaState::fatal ? Err::dead : Err::bad_state;
+  uint8_t in[p::access_register_in::size_bytes + p::paos_reg::size_bytes] = {};
+  uint8_t out[p::access_register_out::size_bytes + p::paos_reg::size_bytes] = {};
+  p::cmd_set_header(in, p::opcode::ACCESS_REG, p::access_reg_op_mod::READ);
+  p::access_register_in::view(in).set(p::access_register_in::register_id, p::reg_id::PAOS);
+  p::paos_reg::view(p::access_register_in::view(in).elem(p::access_register_in::register_data, 0))
+      .set(p::paos_reg::local_port, 1);
+  if (Err e = cmd(in, sizeof in, out, sizeof out); e != Err::ok) return e;
+  *up = p::paos_reg::cview(p::access_register_out::cview(out).elem(p::access_register_out::register_data, 0))
+            .get(p::paos_reg::oper_status) == p::kPortUp;
+  return Err::ok;
+}
+
 // ---- bring-up ---------------------------------------------------------------------------------
 
 // ENABLE_HCA .. port query: the part of the sequence a no-FLR re-init repeats.
@@ -628,6 +656,7 @@ void Hca::service() {
   if (state() != HcaState::up) return;
   if (!vectors_) poll_events();
   if (pages_.has_pending()) pages_.run_pending();
+  if (__atomic_exchange_n(&port_dirty_, false, __ATOMIC_ACQ_REL)) query_port();
   uint64_t now = hal_->now_ns();
   if (now - last_health_ns_ >= uint64_t(cfg_.health_interval_ms) * 1000000ull) {
     last_health_ns_ = now;
