@@ -623,6 +623,22 @@ class J_ReregProtectionTest(unittest.TestCase):
         b.ctx.close()
         a.ctx.close()
 
+    def test_ud_receive_on_the_old_translation_ends_the_qp(self):
+        a, b = pair(e.IBV_QPT_UD)
+        b.recv(0, 256 + GRH, wr_id=1)
+        new = posix_memalign(8192)
+        self.bufs.append(new)
+        b.mr.rereg(e.IBV_REREG_MR_CHANGE_TRANSLATION, b.pd, new, 8192, 0)
+        wr = SendWR(2, e.IBV_WR_SEND, 1, sg=[SGE(a.mr.buf, 64, a.mr.lkey)], send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_wr_ud(ah_to(a, b), b.qp.qp_num, QKEY)
+        a.qp.post_send(wr)
+        self.assertEqual(wait_wcs(a.cq)[0].status, e.IBV_WC_SUCCESS)  # UD: the sender is not told
+        wc = wait_wcs(b.cq)[0]
+        self.assertEqual((wc.wr_id, wc.status), (1, e.IBV_WC_LOC_PROT_ERR))
+        self.assertEqual(qp_state(b.qp), e.IBV_QPS_ERR)
+        b.ctx.close()
+        a.ctx.close()
+
     def test_foreign_pd_fails_until_moved_back_and_the_pd_can_go(self):
         a, b = pair()
         foreign = PD(b.ctx)
