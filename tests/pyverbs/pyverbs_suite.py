@@ -3,8 +3,8 @@
 
 Everything runs in ONE Python process, so objects of every kind are created and destroyed around
 each other (and, in the sanitizer build, over an AddressSanitizer build of the library: a heap
-error aborts the run). Devices: two soft devices on loopback addresses (tests/pyverbs/CMakeLists.txt
-sets MELON_SOFT_DEVICES=py0=...,py1=...).
+error aborts the run). Devices: two soft devices, py0 and py1, on loopback addresses
+(tests/pyverbs/CMakeLists.txt sets MELON_SOFT_DEVICES, with other addresses for each test).
 
   pyverbs_suite.py [-v]            the suite
   pyverbs_suite.py --import [-v]   ibv_import_device/pd/mr only; exit 77 when every case is a skip
@@ -120,17 +120,21 @@ def rts_attr(peer, sq_psn=0x100):
     return attr
 
 
-def connect(a, b):
-    a.qp.to_rts(rts_attr(b))
-    b.qp.to_rts(rts_attr(a))
+def connect(a, b, psn=0x100):
+    a.qp.to_rts(rts_attr(b, psn))
+    b.qp.to_rts(rts_attr(a, psn))
+
+
+_psn = random.Random()
 
 
 def restart(a, b):
-    """RESET and back to RTS: how an application revives QPs that went to ERR."""
+    """RESET and back to RTS: how an application revives QPs that went to ERR. With new PSNs, as
+    applications do: a packet of the old connection still in flight must not pass for a new one."""
     for s in (a, b):
         s.qp.modify(QPAttr(qp_state=e.IBV_QPS_RESET), e.IBV_QP_STATE)
         s.qp.to_init(init_attr())
-    connect(a, b)
+    connect(a, b, _psn.randrange(0x200, 1 << 24))
 
 
 def pair(qp_type=e.IBV_QPT_RC, access=ALL_REMOTE):
@@ -183,8 +187,10 @@ class A_DeviceTest(unittest.TestCase):
             port = ctx.query_port(1)
             self.assertEqual(port.state, e.IBV_PORT_ACTIVE)
             self.assertEqual(port.link_layer, e.IBV_LINK_LAYER_ETHERNET)
-            gid = ctx.query_gid(1, 0)
-            self.assertEqual(str(gid), '0000:0000:0000:0000:0000:ffff:7f00:0302')
+            gid = ctx.query_gid(1, 0)  # the IPv4-mapped form of py0's address
+            addr = dict(d.split('=') for d in os.environ['MELON_SOFT_DEVICES'].split(','))[DEV_A]
+            a, b, c, d = (int(x) for x in addr.split('.'))
+            self.assertEqual(str(gid), f'0000:0000:0000:0000:0000:ffff:{a:02x}{b:02x}:{c:02x}{d:02x}')
 
     def test_contexts_open_and_close_in_any_order(self):
         ctxs = [Context(name=(DEV_A, DEV_B)[i % 2]) for i in range(8)]
@@ -617,8 +623,10 @@ class J_ReregProtectionTest(unittest.TestCase):
         a.mr.write(b'into the new one', 16)
         b.recv(0, 256, wr_id=3)  # pyverbs' mr.buf is the new buffer now
         a.send(length=16, wr_id=4)
-        self.assertEqual(wait_wcs(b.cq)[0].status, e.IBV_WC_SUCCESS)
-        self.assertEqual(wait_wcs(a.cq)[0].status, e.IBV_WC_SUCCESS)
+        wc = wait_wcs(b.cq)[0]
+        self.assertEqual((wc.wr_id, wc.status, wc.byte_len), (3, e.IBV_WC_SUCCESS, 16))
+        wc = wait_wcs(a.cq)[0]
+        self.assertEqual((wc.wr_id, wc.status), (4, e.IBV_WC_SUCCESS))
         self.assertEqual(b.mr.read(16, 0), b'into the new one')
         b.ctx.close()
         a.ctx.close()

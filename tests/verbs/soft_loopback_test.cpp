@@ -91,7 +91,7 @@ class SoftLoopback : public ::testing::Test {
     ASSERT_NE(s.qp, nullptr);
   }
 
-  void connect(Side& s, Side& peer, uint8_t peer_last_octet, int access) {
+  void connect(Side& s, Side& peer, uint8_t peer_last_octet, int access, uint32_t psn = 0xfffff0) {
     ibv_qp_attr at{};
     at.qp_state = IBV_QPS_INIT;
     at.port_num = 1;
@@ -100,7 +100,7 @@ class SoftLoopback : public ::testing::Test {
     at.qp_state = IBV_QPS_RTR;
     at.path_mtu = IBV_MTU_1024;
     at.dest_qp_num = peer.qp->qp_num;
-    at.rq_psn = 0xfffff0;
+    at.rq_psn = psn;
     at.max_dest_rd_atomic = 4;
     at.min_rnr_timer = 1;
     at.ah_attr.is_global = 1;
@@ -112,7 +112,7 @@ class SoftLoopback : public ::testing::Test {
                                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
               0);
     at.qp_state = IBV_QPS_RTS;
-    at.sq_psn = 0xfffff0;
+    at.sq_psn = psn;
     at.timeout = 10;
     at.retry_cnt = 3;
     at.rnr_retry = 7;
@@ -156,9 +156,13 @@ class SoftLoopback : public ::testing::Test {
       at.qp_state = IBV_QPS_RESET;
       ASSERT_EQ(ibv_modify_qp(s->qp, &at, IBV_QP_STATE), 0);
     }
-    connect(a, b, 3, all);
-    connect(b, a, 2, all);
+    // New PSNs, as applications do: a packet of the old connection still in flight (a
+    // retransmission) must not pass for one of the new.
+    psn_ = (psn_ + 0x10000) & 0xffffff;
+    connect(a, b, 3, all, psn_);
+    connect(b, a, 2, all, psn_);
   }
+  uint32_t psn_ = 0xfffff0;
 
   int post_recv(Side& s, void* addr, uint32_t len, uint32_t lkey, uint64_t id) {
     ibv_sge sge{uint64_t(uintptr_t(addr)), len, lkey};
