@@ -56,12 +56,12 @@ bool EngineImpl::complete_send(Qp& qp, SendWqe& w, WcStatus st) {
     ++qp.sq_cur;
     if (w.started && psn_diff(psn_add(w.last_psn, 1), qp.next_psn) > 0) qp.next_psn = psn_add(w.last_psn, 1);
   }
-  if (!signaled) return true;
-  if (!qp.init.send_cq || !qp.init.send_cq->push(wc)) {
+  if (signaled && (!qp.init.send_cq || !qp.init.send_cq->push(wc))) {
     raise(qp, AsyncEvent::cq_err);
     if (qp.state != QpState::err) to_error(qp);
     return false;
   }
+  check_sq_drained(qp);
   return true;
 }
 

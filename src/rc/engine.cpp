@@ -52,7 +52,7 @@ int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpInit* init) const {
   if (attr) {
     *attr = qp->attr;
     attr->qp_state = attr->cur_qp_state = qp->state;
-    attr->sq_draining = qp->state == QpState::sqd && qp->sq_cur != qp->sq_head;
+    attr->sq_draining = qp->state == QpState::sqd && !qp->sq_drained();
   }
   if (init) *init = qp->init;
   return 0;

@@ -89,7 +89,8 @@ struct QpAttr {
   uint8_t timeout = 14;  // local ACK timeout exponent
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;  // 7 = retry forever
-  uint8_t sq_draining = 0;
+  uint8_t sq_draining = 0;  // query: SQD and requests still unacknowledged
+  uint8_t en_sqd_async_notify = 0;  // with kAttrEnSqdAsyncNotify on RTS -> SQD: raise sq_drained when drained
   QpCaps cap;
 };
 

@@ -42,6 +42,8 @@ class EngineImpl {
   // qp_state.cpp
   int modify(Qp& qp, const QpAttr& a, uint32_t mask, uint64_t now);
   void to_error(Qp& qp);  // move to ERR and flush everything outstanding
+  void to_sq_error(Qp& qp);  // UC/UD: a send-side error moves to SQE and flushes the send queue
+  void check_sq_drained(Qp& qp);  // SQD: raise sq_drained once, when asked for and drained
   void flush_sq(Qp& qp);
   void flush_rq(Qp& qp);
   void reset(Qp& qp);

@@ -73,6 +73,7 @@ class Qp {
   bool implied_nak_pending = false;  // rewound for an ACK that covered an unanswered READ/atomic
   uint32_t implied_nak_psn = 0;  // ... that WQE's first PSN
   bool seq_nak_pending = false;  // went back to seq_nak_psn for a PSN sequence NAK
+  bool sqd_notify = false;  // entered SQD with en_sqd_async_notify: raise sq_drained once drained
   uint32_t seq_nak_psn = 0;
 
   // ---- receive side (responder)
@@ -95,6 +96,8 @@ class Qp {
   uint32_t res_next = 0;
 
   uint32_t sq_index(uint32_t i) const { return i % uint32_t(sq.size()); }
+  // Nothing sent is still unacknowledged: completions are in order, so the oldest WQE has not started.
+  bool sq_drained() const { return !sq_count || !sq[sq_index(sq_head)].started; }
   Srq* srq() const { return init.srq; }
   RecvQueue& recv_queue() { return init.srq ? init.srq->rq : rq; }
 };

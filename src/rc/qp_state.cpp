@@ -93,9 +93,12 @@ int EngineImpl::modify(Qp& qp, const QpAttr& a, uint32_t mask, uint64_t now) {
   }
   qp.state = to;
   s.qp_state = to;
-  if (to == QpState::sqd && events_ && cur != QpState::sqd) {
-    if (qp.sq_cur == qp.sq_head) raise(qp, AsyncEvent::sq_drained);
-  }
+  // IBA 10.3.1.4: the Send Queue Drained event comes when the last request sent before RTS -> SQD
+  // is acknowledged, and only if the transition asked for it.
+  if (to == QpState::sqd && cur != QpState::sqd)
+    qp.sqd_notify = (mask & kAttrEnSqdAsyncNotify) && a.en_sqd_async_notify;
+  if (to != QpState::sqd) qp.sqd_notify = false;
+  check_sq_drained(qp);
   if (to == QpState::rts) requester_progress(qp, now);
   return 0;
 }
@@ -137,6 +140,19 @@ void EngineImpl::flush_rq(Qp& qp) {
   }
 }
 
+void EngineImpl::check_sq_drained(Qp& qp) {
+  if (qp.state != QpState::sqd || !qp.sqd_notify || !qp.sq_drained()) return;
+  qp.sqd_notify = false;
+  raise(qp, AsyncEvent::sq_drained);
+}
+
+void EngineImpl::to_sq_error(Qp& qp) {
+  // IBA 10.3.1.5: UC and UD QPs take send-side errors to SQE; the receive queue keeps working.
+  qp.state = QpState::sqe;
+  qp.attr.qp_state = QpState::sqe;
+  flush_sq(qp);
+}
+
 void EngineImpl::to_error(Qp& qp) {
   qp.state = QpState::err;
   qp.attr.qp_state = QpState::err;
@@ -152,6 +168,7 @@ void EngineImpl::reset(Qp& qp) {
   qp.rd_atomic_outstanding = 0;
   qp.retrans_deadline = qp.rnr_deadline = 0;
   qp.pkts_since_ackreq = 0;
+  qp.sqd_notify = false;
   qp.rq.clear();
   qp.in_send = qp.in_write = qp.have_wqe = qp.nak_sent = qp.uc_drop = false;
   qp.msn = 0;

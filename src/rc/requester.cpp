@@ -114,7 +114,7 @@ int EngineImpl::post_send(Qp& qp, const SendWr& wr, uint64_t now) {
     }
   }
   ++qp.sq_count;
-  if (qp.state == QpState::err) {
+  if (qp.state == QpState::err || qp.state == QpState::sqe) {  // posted in error: flushed (IBA 10.8.3.1)
     flush_sq(qp);
     return 0;
   }
@@ -152,7 +152,10 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
     if (w.bad_lkey) {
       if (qp.sq_cur != qp.sq_head) break;  // completes in order once everything before it is done
       complete_send(qp, w, WcStatus::loc_prot_err);
-      to_error(qp);
+      if (type == QpType::rc)
+        to_error(qp);
+      else
+        to_sq_error(qp);
       return;
     }
     if (type == QpType::rc && uint32_t(psn_diff(qp.next_psn, qp.una_psn)) >= cfg_.max_inflight_packets) break;

@@ -163,6 +163,60 @@ bool deliver(Engine& e, const std::vector<uint8_t>& frame) {
   return true;
 }
 
+// ---- events and pairs -------------------------------------------------------------------------
+
+size_t Events::count(AsyncEvent ev) const {
+  size_t n = 0;
+  for (const Event& e : log) n += e.ev == ev;
+  return n;
+}
+
+Pair::Pair(const EngineConfig& ca, const EngineConfig& cb) {
+  a.engine = std::make_unique<Engine>(Host{a.mem, a.wire, clock, &a.events}, ca);
+  b.engine = std::make_unique<Engine>(Host{b.mem, b.wire, clock, &b.events}, cb);
+}
+
+int Pair::connect(const QpInit& init, QpParams pa, QpParams pb) {
+  QpInit i = init;
+  i.send_cq = &a.scq;
+  i.recv_cq = &a.rcq;
+  if (int r = a.engine->create_qp(i, &a.qpn)) return r;
+  i.send_cq = &b.scq;
+  i.recv_cq = &b.rcq;
+  if (int r = b.engine->create_qp(i, &b.qpn)) return r;
+  pa.type = pb.type = init.type;
+  pa.dest_qpn = b.qpn;
+  pb.dest_qpn = a.qpn;
+  pa.av = av_v4(1, 2);
+  pb.av = av_v4(2, 1);
+  pa.rq_psn = pb.sq_psn;
+  pb.rq_psn = pa.sq_psn;
+  if (int r = bring_up(*a.engine, a.qpn, pa)) return r;
+  return bring_up(*b.engine, b.qpn, pb);
+}
+
+size_t Pair::pump(Side& from) {
+  Side& to = &from == &a ? b : a;
+  size_t n = 0;
+  while (!from.wire.frames.empty()) {
+    std::vector<uint8_t> f = std::move(from.wire.frames.front());
+    from.wire.frames.pop_front();
+    deliver(*to.engine, f);
+    ++n;
+  }
+  return n;
+}
+
+void Pair::settle() {
+  while (pump(a) + pump(b)) {}
+}
+
+size_t Pair::drop(Side& from) {
+  size_t n = from.wire.frames.size();
+  from.wire.frames.clear();
+  return n;
+}
+
 // ---- QP bring-up -------------------------------------------------------------------------------
 
 int bring_up(Engine& e, uint32_t qpn, const QpParams& p, QpState until) {

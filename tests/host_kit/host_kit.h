@@ -14,6 +14,7 @@
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -90,6 +91,20 @@ class Cq final : public rc::CompletionSink {
   uint64_t total_ = 0, overflows_ = 0, errors_ = 0, invalid_ = 0;
 };
 
+// Records every asynchronous event.
+class Events final : public rc::EventSink {
+ public:
+  struct Event {
+    bool srq = false;
+    uint32_t num = 0;
+    rc::AsyncEvent ev = rc::AsyncEvent::cq_err;
+  };
+  void qp_event(uint32_t qpn, rc::AsyncEvent ev) override { log.push_back({false, qpn, ev}); }
+  void srq_event(uint32_t srqn, rc::AsyncEvent ev) override { log.push_back({true, srqn, ev}); }
+  size_t count(rc::AsyncEvent ev) const;
+  std::vector<Event> log;
+};
+
 class ManualClock final : public rc::Clock {
  public:
   uint64_t now() override { return t; }
@@ -140,5 +155,31 @@ int bring_up(rc::Engine& e, uint32_t qpn, const QpParams& p, rc::QpState until =
 
 // An IPv4 address vector from 10.0.0.<from> to 10.0.0.<to>.
 rc::AddressVector av_v4(uint8_t from, uint8_t to);
+
+// Two engines on one wire, each with its own memory, CQs and events, sharing a clock: frames move
+// only when the test pumps them, so a test decides what is in flight.
+struct Pair {
+  explicit Pair(const rc::EngineConfig& ca = {}, const rc::EngineConfig& cb = {});
+  struct Side {
+    Memory mem;
+    FrameWire wire;
+    Events events;
+    Cq scq, rcq;
+    std::unique_ptr<rc::Engine> engine;
+    uint32_t qpn = 0;
+  };
+  ManualClock clock;
+  Side a, b;
+  // Creates one QP on each side (caps from `init`, CQs the sides' own) and connects them (addresses
+  // 10.0.0.1 <-> 10.0.0.2); `pa` / `pb` give the attributes (dest_qpn, av and PSNs are filled in).
+  int connect(const rc::QpInit& init, QpParams pa, QpParams pb);
+  // Delivers what `from` has sent to the other side; returns the number of frames moved.
+  size_t pump(Side& from);
+  // Pumps both ways until nothing moves.
+  void settle();
+  // Drops what `from` has sent and not yet delivered.
+  size_t drop(Side& from);
+};
+
 
 }  // namespace melon::kit

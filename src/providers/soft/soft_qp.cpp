@@ -253,6 +253,7 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   r.timeout = a->timeout;
   r.retry_cnt = a->retry_cnt;
   r.rnr_retry = a->rnr_retry;
+  r.en_sqd_async_notify = a->en_sqd_async_notify;
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = a->ah_attr;
     if (!ah.is_global || ah.grh.flow_label > 0xfffff) return EINVAL;  // RoCE needs the GRH
