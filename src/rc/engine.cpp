@@ -35,7 +35,7 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   qp->sq.resize(c.max_send_wr);
   qp->inline_buf.resize(size_t(c.max_send_wr) * c.max_inline_data);
   if (!init.srq) qp->rq.init(c.max_recv_wr, c.max_recv_sge);
-  qp->resources.assign(1, Resource{});
+  qp->resp.resources.assign(1, Resource{});
   *qpn = n;
   e.qps_[n] = std::move(qp);
   return 0;
@@ -103,7 +103,7 @@ int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
   if (!qp || qp->init.srq || qp->state == QpState::reset) return EINVAL;
   if (qp->rq.full()) return ENOMEM;
   RecvWqe tmp;
-  if (!fill_recv_wqe(tmp, wr, qp->rq.max_sge(), e.mem_, qp->init.pd)) return EINVAL;
+  if (!fill_recv_wqe(tmp, wr, qp->rq.max_sge())) return EINVAL;
   qp->rq.push_slot() = tmp;
   if (qp->state == QpState::err) e.flush_rq(*qp);
   return 0;
@@ -113,7 +113,7 @@ int Engine::post_srq_recv(Srq* srq, const RecvWr& wr) {
   if (!srq || !impl_->srqs_.count(srq->srqn)) return EINVAL;
   if (srq->rq.full()) return ENOMEM;
   RecvWqe tmp;
-  if (!fill_recv_wqe(tmp, wr, srq->rq.max_sge(), impl_->mem_, srq->pd)) return EINVAL;
+  if (!fill_recv_wqe(tmp, wr, srq->rq.max_sge())) return EINVAL;
   srq->rq.push_slot() = tmp;
   return 0;
 }
@@ -141,7 +141,7 @@ void Engine::receive(const IpUdp& ip, const uint8_t* roce, size_t len) {
   }
   uint64_t now = e.now();
   if (op.is(kRequest)) {
-    e.on_request(*qp, ip, p, now);
+    e.on_request(*qp, ip, p);
   } else {
     ++qp->counters.rx_packets;
     e.on_response(*qp, p, now);
@@ -159,8 +159,8 @@ void Engine::tick() {
 uint64_t Engine::next_deadline() const {
   uint64_t d = UINT64_MAX;
   for (auto& [n, qp] : impl_->qps_) {
-    if (qp->retrans_deadline && qp->retrans_deadline < d) d = qp->retrans_deadline;
-    if (qp->rnr_deadline && qp->rnr_deadline < d) d = qp->rnr_deadline;
+    if (qp->comp.retrans_deadline && qp->comp.retrans_deadline < d) d = qp->comp.retrans_deadline;
+    if (qp->req.rnr_deadline && qp->req.rnr_deadline < d) d = qp->req.rnr_deadline;
   }
   return d;
 }

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "rc/engine.h"
+#include "rc/outcome.h"
 #include "rc/qp.h"
 
 namespace melon::rc {
@@ -60,7 +61,14 @@ class EngineImpl {
   void arm_retrans(Qp& qp, uint64_t now);
 
   // responder.cpp
-  void on_request(Qp& qp, const roce::IpUdp& ip, const roce::Packet& p, uint64_t now);
+  void on_request(Qp& qp, const roce::IpUdp& ip, const roce::Packet& p);
+  void receive_datagram(Qp& qp, const roce::IpUdp& ip, const roce::Packet& p);
+  void answer_duplicate(Qp& qp, const roce::Packet& p);
+  Outcome execute(Qp& qp, const roce::Packet& p);
+  void acknowledge(Qp& qp, const roce::Packet& p);
+  void respond(Qp& qp, const roce::Packet& p, Outcome o);  // acts on the outcome table's row
+  void take_recv_wqe(Qp& qp);
+  uint32_t recv_pd(const Qp& qp) const;  // the PD receive WQEs are checked in (the SRQ's, if any)
   void send_ack(Qp& qp, uint8_t syndrome, uint32_t psn);
 
   // shared
