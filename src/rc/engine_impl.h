@@ -3,8 +3,11 @@
 #pragma once
 #include <stdint.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <queue>
+#include <vector>
 
 #include "rc/engine.h"
 #include "rc/outcome.h"
@@ -27,17 +30,36 @@ class EngineImpl {
   HostMemory& mem_;
   EventSink* events_;
   EngineConfig cfg_;
-  std::map<uint32_t, std::unique_ptr<Qp>> qps_;
+  // QPs by slot: a QPN's low kQpnSlotBits bits are its slot, so lookup is one index and a compare
+  // (the high bits are a tag, random or sequential: see choose_qpn).
+  static constexpr uint32_t kQpnSlotBits = 12;
+  static constexpr uint32_t kQpnSlotMask = (1u << kQpnSlotBits) - 1;
+  static_assert(kMaxQp <= kQpnSlotMask + 1);
+  std::vector<std::unique_ptr<Qp>> slots_;
+  std::vector<uint32_t> free_slots_;
+  size_t nqps_ = 0;
+  // Timer deadlines in a min-heap, one live entry per QP (Qp::timer_at); entries the QP no longer
+  // matches are dropped when they reach the top.
+  struct Timer {
+    uint64_t at;
+    uint32_t qpn;
+    bool operator>(const Timer& o) const { return at > o.at; }
+  };
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   std::map<uint32_t, std::unique_ptr<Srq>> srqs_;
   uint32_t next_qpn_;
+  uint32_t choose_qpn(uint32_t* slot);  // engine.cpp: a free QPN and its slot (EngineConfig says how)
+  void schedule(Qp& qp);  // engine.cpp: keep qp's earliest deadline in the heap
+  uint64_t earliest_deadline();  // engine.cpp: the heap's top, exact
   uint32_t next_srqn_ = 1;
   uint64_t dropped_ = 0;
 
   uint64_t now() { return host_.clock.now(); }
 
   Qp* find(uint32_t qpn) const {
-    auto it = qps_.find(qpn);
-    return it == qps_.end() ? nullptr : it->second.get();
+    uint32_t slot = qpn & kQpnSlotMask;
+    Qp* qp = slot < slots_.size() ? slots_[slot].get() : nullptr;
+    return qp && qp->qpn == qpn ? qp : nullptr;
   }
 
   // qp_state.cpp

@@ -104,6 +104,7 @@ class Qp {
   uint32_t sq_cur = 0;  // next WQE the requester works on
   uint32_t sq_count = 0;  // posted and not completed
   bool sqd_notify = false;  // entered SQD with en_sqd_async_notify: raise sq_drained once drained
+  uint64_t timer_at = 0;  // when this QP's entry in the engine's timer heap is due (0: none)
 
   RequesterState req;
   CompleterState comp;
@@ -113,6 +114,11 @@ class Qp {
   uint32_t sq_index(uint32_t i) const { return i % uint32_t(sq.size()); }
   // Nothing sent is still unacknowledged: completions are in order, so the oldest WQE has not started.
   bool sq_drained() const { return !sq_count || !sq[sq_index(sq_head)].started; }
+  // The earliest armed timer (retransmit or RNR back-off), or 0.
+  uint64_t deadline() const {
+    uint64_t a = comp.retrans_deadline, b = req.rnr_deadline;
+    return !a ? b : !b ? a : a < b ? a : b;
+  }
   Srq* srq() const { return init.srq; }
   RecvQueue& recv_queue() { return init.srq ? init.srq->rq : rq; }
 };
