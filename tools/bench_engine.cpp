@@ -1,4 +1,4 @@
-// Transport engine benchmarks on the host kit (tests/host_kit), timed in thread CPU time so that a
+// Transport engine benchmarks on the host kit (tests/common/host_kit.h), timed in thread CPU time so that a
 // loaded machine slows the run without changing the figures much.
 //
 //   bench_engine [message_bytes] [messages]
@@ -16,7 +16,7 @@
 #include <cstring>
 #include <vector>
 
-#include "host_kit/host_kit.h"
+#include "common/host_kit.h"
 #include "rc/engine.h"
 
 using namespace melon::rc;

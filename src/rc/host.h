@@ -1,6 +1,6 @@
 // The transport engine's one seam to whatever hosts it: the soft provider (process memory, UDP
 // sockets, CLOCK_MONOTONIC), the emulated ConnectX (mkeys over IOVAs, its wire, its clock) and the
-// test kit (tests/host_kit). The engine owns no memory of the application's, no socket and no
+// test kit (tests/common/host_kit.h). The engine owns no memory of the application's, no socket and no
 // clock; it reaches them only through the four interfaces below, gathered in Host.
 //
 //   HostMemory      registered memory by key: checks a range and returns it as contiguous spans

@@ -22,7 +22,7 @@
 #endif
 
 // The exported symbols are C; within the library the macros of <infiniband/verbs.h> that shadow
-// them must be gone (rdma-core-abi.md §7.13).
+// them must be gone (verbs.h defines ibv_query_port and ibv_reg_mr* as macros).
 #undef ibv_query_port
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
@@ -143,6 +143,12 @@ auto no_throw(F&& f) -> decltype(f()) {
 // Purge events of a dying object from the context's async queue, and wait until every delivered
 // event for it has been acknowledged (rdma-core's destroy contract).
 void retire_async_events(ibv_context* ctx, const void* element);
+
+// The command descriptor and context sharing (import.cpp). open_command_fd gives a fresh context
+// its cmd_fd (an errno value on failure); release_context closes it on ibv_close_device and says
+// whether the provider context must now be closed (no other context shares it).
+int open_command_fd(ContextBase* base);
+bool release_context(ContextBase* base);
 
 // Synthesised sysfs (ibv_read_sysfs_file on the device's ibdev_path).
 extern const char kSysfsRoot[];

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "host_kit/host_kit.h"
+#include "common/host_kit.h"
 #include "rc/engine.h"
 
 using namespace melon::rc;

@@ -2,7 +2,7 @@
 // queue error state of UC/UD (SQE) and SQE -> RTS.
 #include <gtest/gtest.h>
 
-#include "host_kit/host_kit.h"
+#include "common/host_kit.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // the responder's event and state.
 #include <gtest/gtest.h>
 
-#include "host_kit/host_kit.h"
+#include "common/host_kit.h"
 #include "roce/aeth.h"
 #include "roce/opcode.h"
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/pcap.h"
-#include "host_kit/host_kit.h"
+#include "common/host_kit.h"
 #include "rc/engine.h"
 #include "roce/aeth.h"
 #include "roce/icrc.h"

@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "host_kit/host_kit.h"
+#include "common/host_kit.h"
 #include "rc/engine.h"
 #include "roce/ip_udp.h"
 #include "roce/packet.h"

@@ -42,7 +42,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // One socket per address; a packet leaves from the socket whose address is its source GID.
   // Memory and events are called with the engine lock held.
   UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
-               uint16_t port = 4791);
+               const rc::EngineConfig& config = {}, uint16_t port = 4791);
   ~UdpTransport() override;
 
   // Binds every address (those that fail are skipped) and starts the progress thread; errno value

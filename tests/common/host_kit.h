@@ -181,5 +181,4 @@ struct Pair {
   size_t drop(Side& from);
 };
 
-
 }  // namespace melon::kit

@@ -1,4 +1,4 @@
-#include "host_kit/host_kit.h"
+#include "common/host_kit.h"
 
 #include <string.h>
 
