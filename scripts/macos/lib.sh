@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash source-path=SCRIPTDIR
 # shellcheck disable=SC2034  # the settings here are read by the scripts that source this file
 # Common ground of the macOS operator scripts (dev, hot-update, preflight, cold-takeover): settings,
 # exit codes, output, the dry-run gate and the lock. Sourced, never run.

@@ -39,9 +39,11 @@ setup() {
 }
 world() { printf '%s\n' "$2" >"$T/world/$1"; }
 
+# MELON_TEST_BASH runs the scripts under another bash, e.g. a 3.2 built from source to stand in
+# for macOS's /bin/bash (docs/macos.md); by default their #! line chooses.
 run() {  # run <script> <args...>: stdout, stderr and exit code of one script run
   : >"$T/calls"
-  "$top/scripts/macos/$1" "${@:2}" >"$T/out" 2>"$T/err"
+  ${MELON_TEST_BASH:+"$MELON_TEST_BASH"} "$top/scripts/macos/$1" "${@:2}" >"$T/out" 2>"$T/err"
   rc=$?
 }
 
