@@ -249,6 +249,19 @@ EOF
   expect_out "dev: the card is back with AppleEthernetMLX5"
 }
 
+case_dev_deactivate_dry_run() {
+  world owner ours
+  world our_pid 7000
+  run dev deactivate --dry-run
+  expect_rc 0
+  expect_no_actions
+  expect_dry <<'EOF'
+dry-run: $T/Applications/MelonDMA.app/Contents/MacOS/MelonDMA deactivate
+dry-run: wait up to 20s for AppleEthernetMLX5 to take the card
+EOF
+  grep -q 'the card is back' "$T/out" && fail "a dry run claimed the card moved"
+}
+
 case_dev_deactivate_after_reboot() {
   world owner ours
   world loader_out "$(printf 'REQUEST: deactivate org.melondma.rdma.dext\nRESULT: willCompleteAfterReboot')"
