@@ -428,6 +428,37 @@ EOF
   expect_call "log stream --style compact --predicate 'process == \"MlxRDMA\" OR (process == \"kernel\" AND eventMessage CONTAINS \"Mlx\") OR (process == \"sysextd\" AND eventMessage CONTAINS \"org.melondma.rdma.dext\")'"
 }
 
+case_dev_report_gathers_bug_report() {
+  local tgz
+  world owner ours
+  world state ready
+  world logtext "MlxPCIDriver: started"
+  mkdir "$T/rep"
+  run dev report "$T/rep"
+  expect_rc 0
+  expect_no_actions
+  expect_call "kmutil showloaded"
+  expect_call "system_profiler SPPCIDataType SPThunderboltDataType SPSoftwareDataType"
+  expect_call "ioreg -r -c IOUserUserClient -l -w 0"
+  tgz=$(ls "$T"/rep/melondma-report-*.tgz 2>/dev/null)
+  [ -n "$tgz" ] || fail "no report tarball"
+  [ "$(tar -tzf "$tgz" | sed 's|^[^/]*/||' | grep . | sort | tr '\n' ' ')" = \
+    "doctor.txt hardware.txt ioreg-card.txt ioreg-clients.txt kexts.txt log.txt security.txt sysext.txt versions.txt " ] ||
+    fail "report holds $(tar -tzf "$tgz" | tr '\n' ' ')"
+  grep -q -F "  healthy: MlxPCIDriver owns the card and is ready" "$T"/rep/melondma-report-*/doctor.txt || fail "doctor.txt"
+  grep -q -x -F "doctor exit code: 0" "$T"/rep/melondma-report-*/doctor.txt || fail "doctor.txt lacks the exit code"
+  grep -q -F "System Integrity Protection status: disabled." "$T"/rep/melondma-report-*/security.txt || fail "security.txt"
+  run dev --dry-run report "$T/rep"
+  expect_rc 0
+  grep -q "^dry-run: kmutil showloaded > kexts.txt$" "$T/out" || fail "dry run does not list kmutil"
+  grep -q "^dry-run: tar -czf $T/rep/melondma-report-[0-9TZ]*.tgz -C $T/rep melondma-report-[0-9TZ]*$" "$T/out" ||
+    fail "dry run does not list the tarball"
+  [ "$(find "$T/rep" -mindepth 1 -maxdepth 1 | wc -l)" -eq 2 ] || fail "the dry run wrote files"
+  run dev report "$T/missing"
+  expect_rc 2
+  expect_err "dev: no directory $T/missing"
+}
+
 case_dev_doctor_diagnoses() {
   world owner ours
   world our_pid 7000
