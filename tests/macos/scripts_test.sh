@@ -379,6 +379,12 @@ EOF
   world loader_out "RESULT: willCompleteAfterReboot"
   run dev release
   expect_rc 6
+  world loader_out "Illegal instruction"
+  world loader_rc 132
+  run dev release
+  expect_rc 1
+  expect_err "dev: activation failed: failed (the loader printed no RESULT line)"
+  expect_out "  loader: Illegal instruction"
 }
 
 case_dev_release_dry_run() {
