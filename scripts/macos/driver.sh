@@ -143,6 +143,7 @@ takeover_race() {
           [ "$DRY_RUN" = 1 ] && break
           wait_until 15 "the rematch after the kill" settled_after "$pid"
         else
+          note "Apple's driver owns the card but no $APPLE_CLASS process runs yet; waiting for it"
           wait_until 15 "Apple's driver process" apple_alive
         fi
         ;;

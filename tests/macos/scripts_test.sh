@@ -85,6 +85,13 @@ case_dev_usage() {
   run dev log many
   expect_rc 2
   expect_err "dev: log takes a line count and --follow, not 'many'"
+  MLX_MAX_ROUNDS=twelve run dev takeover
+  expect_rc 2
+  expect_err "dev: MLX_MAX_ROUNDS must be a positive whole number"
+  MLX_READY_SECONDS=0 run hot-update
+  expect_rc 2
+  expect_err "hot-update: MLX_READY_SECONDS must be a positive whole number"
+  expect_no_actions
 }
 
 case_dev_takeover_kills_apple_then_wins() {
