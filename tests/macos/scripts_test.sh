@@ -364,8 +364,13 @@ case_dev_release_refusals() {
   world uid 501
   world sysext "$(printf '*\t*\tABCDE12345\torg.melondma.rdma.dext (0.2/2)\tMlxRDMA\t[terminating for uninstall but still running]')"
   run dev release
-  expect_rc 6
+  expect_rc 3
   expect_err "dev: the extension swap is stuck; run scripts/macos/hot-update, which cures it first"
+  expect_no_actions
+  world bootargs "-v"
+  run dev release
+  expect_rc 3
+  expect_err 'dev: missing boot-arg dextrelaunch=1 (development Macs: sudo nvram boot-args="dextrelaunch=1 daily_max_dext_crashes=1000", then reboot)'
   expect_no_actions
 }
 
