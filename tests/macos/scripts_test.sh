@@ -477,7 +477,7 @@ case_dev_report_gathers_bug_report() {
   expect_err "dev: no directory $T/missing"
 }
 
-case_dev_doctor_diagnoses() {
+case_dev_doctor_healthy_or_next_step() {
   world owner ours
   world our_pid 7000
   world state ready
@@ -491,6 +491,11 @@ case_dev_doctor_diagnoses() {
   world persona 1
   run dev doctor
   expect_rc 6
+  expect_out "  our personality is not in the kernel's catalogue: reboot, then scripts/macos/dev takeover"
+  expect_no_actions
+}
+
+case_dev_doctor_install_and_stuck_swap() {
   world sysext ""
   run dev doctor
   expect_rc 1
@@ -504,11 +509,16 @@ case_dev_doctor_diagnoses() {
   run dev doctor
   expect_rc 1
   expect_out "  the extension swap is stuck with a live driver process; cure: scripts/macos/hot-update"
+  expect_no_actions
+}
+
+case_dev_doctor_orphaned_or_absent_card() {
   world sysext ""
   world owner none
   world logtext "MlxPCIDriver: config space reads 0xffff"
   run dev doctor
   expect_rc 5
+  expect_out "  the card is orphaned (owner-less, config space reads 0xffff): cold power cycle, then scripts/macos/dev takeover"
   world owner absent
   world pci ""
   run dev doctor
