@@ -13,18 +13,22 @@
 #include "rc/wire.h"
 
 using namespace melon::rc;
-using Clock = std::chrono::steady_clock;
+using WallClock = std::chrono::steady_clock;
 
 namespace {
 
-struct FlatMemory : Memory {
-  uint8_t* local(uint32_t, uint32_t, uint64_t a, uint32_t, uint32_t) override { return reinterpret_cast<uint8_t*>(a); }
-  uint8_t* remote(uint32_t, uint32_t, uint64_t va, uint32_t, uint32_t) override {
-    return reinterpret_cast<uint8_t*>(va);
+struct FlatMemory : HostMemory {
+  MemStatus map(KeyKind, uint32_t, uint32_t, uint64_t a, uint32_t len, uint32_t, Span* first) override {
+    *first = Span{reinterpret_cast<uint8_t*>(a), len};
+    return MemStatus::ok;
   }
 };
 
-struct CountCq : Cq {
+struct FixedClock : melon::rc::Clock {
+  uint64_t now() override { return 1; }
+};
+
+struct CountCq : CompletionSink {
   size_t n = 0, bad = 0;
   bool push(const Wc& wc) override {
     ++n;
@@ -35,7 +39,7 @@ struct CountCq : Cq {
 
 // Frames queue here; the pump hands them to the other engine. Buffers are recycled (no allocation
 // per packet once warm).
-struct FrameLink : Link {
+struct Wire : FrameLink {
   std::deque<std::vector<uint8_t>> q, pool;
   uint64_t packets = 0, bytes = 0;
   void transmit(const TxPacket& t) override {
@@ -56,7 +60,7 @@ void connect(Engine& e, uint32_t qpn, uint32_t peer, uint8_t mtu) {
   QpAttr a;
   a.qp_state = QpState::init;
   a.qp_access_flags = kRemoteWrite | kRemoteRead | kRemoteAtomic;
-  e.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0);
+  e.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags);
   a.qp_state = QpState::rtr;
   a.path_mtu = mtu;
   a.dest_qp_num = peer;
@@ -64,22 +68,22 @@ void connect(Engine& e, uint32_t qpn, uint32_t peer, uint8_t mtu) {
   a.av.sgid[10] = a.av.sgid[11] = a.av.dgid[10] = a.av.dgid[11] = 0xff;
   a.av.sgid[15] = 2;
   a.av.dgid[15] = 3;
-  e.modify_qp(qpn, a,
-              kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer,
-              0);
+  e.modify_qp(
+      qpn, a,
+      kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer);
   a.qp_state = QpState::rts;
   a.max_rd_atomic = 16;
-  e.modify_qp(qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0);
+  e.modify_qp(qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic);
 }
 
-void pump(FrameLink& from, Engine& to) {
+void pump(Wire& from, Engine& to) {
   while (!from.q.empty()) {
     std::vector<uint8_t> f = std::move(from.q.front());
     from.q.pop_front();
     melon::roce::IpUdp ip;
     const uint8_t* roce;
     size_t len;
-    if (frame_to_rx(f.data(), f.size(), ip, &roce, &len) == melon::roce::ParseError::ok) to.receive(ip, roce, len, 1);
+    if (frame_to_rx(f.data(), f.size(), ip, &roce, &len) == melon::roce::ParseError::ok) to.receive(ip, roce, len);
     from.pool.push_back(std::move(f));
   }
 }
@@ -87,19 +91,20 @@ void pump(FrameLink& from, Engine& to) {
 double memcpy_gbps(size_t size) {
   std::vector<uint8_t> a(size, 1), b(size);
   size_t total = 0;
-  auto t0 = Clock::now();
-  while (std::chrono::duration<double>(Clock::now() - t0).count() < 0.3) {
+  auto t0 = WallClock::now();
+  while (std::chrono::duration<double>(WallClock::now() - t0).count() < 0.3) {
     memcpy(b.data(), a.data(), size);
     a[total % size] = uint8_t(total);
     total += size;
   }
-  return total / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9;
+  return total / std::chrono::duration<double>(WallClock::now() - t0).count() / 1e9;
 }
 
 void run(const char* name, WrOpcode op, uint8_t mtu, size_t msg, size_t count, double memcpy_bw) {
-  FrameLink la, lb;
+  Wire la, lb;
   FlatMemory ma, mb;
-  Engine a(la, ma), b(lb, mb);
+  FixedClock clock;
+  Engine a(Host{ma, la, clock}), b(Host{mb, lb, clock});
   CountCq sa, ra, sb, rb;
   QpInit init;
   init.cap.max_send_wr = 256;
@@ -125,18 +130,18 @@ void run(const char* name, WrOpcode op, uint8_t mtu, size_t msg, size_t count, d
   RecvWr rw;
   rw.sg_list = &r;
   rw.num_sge = 1;
-  auto t0 = Clock::now();
+  auto t0 = WallClock::now();
   size_t posted = 0;
   while (sa.n < count) {
     while (posted < count && posted - sa.n < 64) {
       if (op == WrOpcode::send) b.post_recv(qb, rw);
-      a.post_send(qa, w, 1);
+      a.post_send(qa, w);
       ++posted;
     }
     pump(la, b);
     pump(lb, a);
   }
-  double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  double sec = std::chrono::duration<double>(WallClock::now() - t0).count();
   uint64_t pkts = la.packets + lb.packets;
   double gbps = double(msg) * count / sec / 1e9;
   std::printf("%-6s mtu %4u msg %8zu: %9.0f packets/s  %6.2f GB/s  (memcpy %.2f GB/s, ratio %.3f)%s\n", name,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "rc/engine_impl.h"
+#include "rc/scatter_gather.h"
 #include "roce/aeth.h"
 #include "roce/psn.h"
 
@@ -53,7 +54,6 @@ bool EngineImpl::complete_send(Qp& qp, SendWqe& w, WcStatus st) {
   if (is_cur) {
     // The requester was (re)sending this WQE: it continues after it, never reusing its PSNs.
     ++qp.sq_cur;
-    qp.cur_offset = 0;
     if (w.started && psn_diff(psn_add(w.last_psn, 1), qp.next_psn) > 0) qp.next_psn = psn_add(w.last_psn, 1);
   }
   if (!signaled) return true;
@@ -183,7 +183,11 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
         to_error(qp);
         return;
       }
-      copy_to_segments(w.seg, w.nseg, off, p.payload, p.payload_len);
+      if (scatter(mem_, qp.init.pd, w.seg, w.nseg, off, p.payload, p.payload_len) != MemStatus::ok) {
+        complete_send(qp, w, WcStatus::loc_prot_err);  // the region went away after post_send
+        to_error(qp);
+        return;
+      }
       w.read_next_psn = psn_add(psn, 1);
       qp.una_psn = w.read_next_psn;
       progressed = true;
@@ -211,7 +215,13 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
         if (psn_diff(psn, w.first_psn) > 0) rewind(qp, w.first_psn);
         break;
       }
-      if (w.nseg) memcpy(w.seg[0].ptr, &p.atomic_orig, 8);  // host order, as rxe does
+      // The original value lands in host order, as rxe does.
+      if (w.nseg && scatter(mem_, qp.init.pd, w.seg, w.nseg, 0, reinterpret_cast<const uint8_t*>(&p.atomic_orig), 8) !=
+                        MemStatus::ok) {
+        complete_send(qp, w, WcStatus::loc_prot_err);
+        to_error(qp);
+        return;
+      }
       qp.una_psn = psn_add(psn, 1);
       progressed = true;
       w.done = true;

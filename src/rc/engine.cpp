@@ -10,8 +10,7 @@ namespace melon::rc {
 
 using namespace roce;
 
-Engine::Engine(Link& link, Memory& memory, EventSink* events, const EngineConfig& config)
-    : impl_(new EngineImpl(link, memory, events, config)) {}
+Engine::Engine(const Host& host, const EngineConfig& config) : impl_(new EngineImpl(host, config)) {}
 Engine::~Engine() = default;
 
 int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
@@ -19,10 +18,10 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   if (!qpn) return EINVAL;
   if (init.type != QpType::rc && init.type != QpType::uc && init.type != QpType::ud) return EINVAL;
   const QpCaps& c = init.cap;
-  if (c.max_send_wr == 0 || c.max_send_wr > 32768 || c.max_send_sge > uint32_t(SendWqe::kMaxSge) ||
-      c.max_recv_sge > uint32_t(RecvWqe::kMaxSge) || c.max_inline_data > 4096)
+  if (c.max_send_wr == 0 || c.max_send_wr > kMaxQpWr || c.max_send_sge > kMaxSge || c.max_recv_sge > kMaxSge ||
+      c.max_inline_data > kMaxInlineData)
     return EINVAL;
-  if (!init.srq && (c.max_recv_wr == 0 || c.max_recv_wr > 32768)) return EINVAL;
+  if (!init.srq && (c.max_recv_wr == 0 || c.max_recv_wr > kMaxQpWr)) return EINVAL;
   if (!init.send_cq || !init.recv_cq) return EINVAL;
   if (init.srq && init.srq->pd != init.pd) return EINVAL;
 
@@ -42,9 +41,9 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   return 0;
 }
 
-int Engine::modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask, uint64_t now) {
+int Engine::modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask) {
   Qp* qp = impl_->find(qpn);
-  return qp ? impl_->modify(*qp, attr, mask, now) : EINVAL;
+  return qp ? impl_->modify(*qp, attr, mask, impl_->now()) : EINVAL;
 }
 
 int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpInit* init) const {
@@ -62,8 +61,7 @@ int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpInit* init) const {
 int Engine::destroy_qp(uint32_t qpn) { return impl_->qps_.erase(qpn) ? 0 : EINVAL; }
 
 int Engine::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** srq, uint32_t* srqn) {
-  if (!srq || max_wr == 0 || max_wr > 32768 || max_sge == 0 || max_sge > uint32_t(RecvWqe::kMaxSge) || limit > max_wr)
-    return EINVAL;
+  if (!srq || max_wr == 0 || max_wr > kMaxSrqWr || max_sge == 0 || max_sge > kMaxSge || limit > max_wr) return EINVAL;
   auto s = std::make_unique<Srq>();
   s->srqn = impl_->next_srqn_++;
   s->pd = pd;
@@ -81,6 +79,12 @@ int Engine::modify_srq(Srq* srq, uint32_t limit) {
   return 0;
 }
 
+int Engine::query_srq(const Srq* srq, uint32_t* limit) const {
+  if (!srq || !limit || !impl_->srqs_.count(srq->srqn)) return EINVAL;
+  *limit = srq->limit;
+  return 0;
+}
+
 int Engine::destroy_srq(Srq* srq) {
   if (!srq) return EINVAL;
   for (auto& [n, qp] : impl_->qps_)
@@ -88,9 +92,9 @@ int Engine::destroy_srq(Srq* srq) {
   return impl_->srqs_.erase(srq->srqn) ? 0 : EINVAL;
 }
 
-int Engine::post_send(uint32_t qpn, const SendWr& wr, uint64_t now) {
+int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   Qp* qp = impl_->find(qpn);
-  return qp ? impl_->post_send(*qp, wr, now) : EINVAL;
+  return qp ? impl_->post_send(*qp, wr, impl_->now()) : EINVAL;
 }
 
 int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
@@ -114,7 +118,7 @@ int Engine::post_srq_recv(Srq* srq, const RecvWr& wr) {
   return 0;
 }
 
-void Engine::receive(const IpUdp& ip, const uint8_t* roce, size_t len, uint64_t now) {
+void Engine::receive(const IpUdp& ip, const uint8_t* roce, size_t len) {
   EngineImpl& e = *impl_;
   Packet p;
   if (parse_transport(roce, len, p) != ParseError::ok) {
@@ -135,6 +139,7 @@ void Engine::receive(const IpUdp& ip, const uint8_t* roce, size_t len, uint64_t 
     ++e.dropped_;
     return;
   }
+  uint64_t now = e.now();
   if (op.is(kRequest)) {
     e.on_request(*qp, ip, p, now);
   } else {
@@ -143,7 +148,8 @@ void Engine::receive(const IpUdp& ip, const uint8_t* roce, size_t len, uint64_t 
   }
 }
 
-void Engine::tick(uint64_t now) {
+void Engine::tick() {
+  uint64_t now = impl_->now();
   for (auto& [n, qp] : impl_->qps_) {
     impl_->on_timer(*qp, now);
     impl_->requester_progress(*qp, now);

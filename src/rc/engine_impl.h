@@ -13,11 +13,17 @@ namespace melon::rc {
 
 class EngineImpl {
  public:
-  EngineImpl(Link& link, Memory& memory, EventSink* events, const EngineConfig& config)
-      : link_(link), mem_(memory), events_(events), cfg_(config), next_qpn_(config.first_qpn) {}
+  EngineImpl(const Host& host, const EngineConfig& config)
+      : host_(host),
+        link_(host.link),
+        mem_(host.memory),
+        events_(host.events),
+        cfg_(config),
+        next_qpn_(config.first_qpn) {}
 
-  Link& link_;
-  Memory& mem_;
+  Host host_;
+  FrameLink& link_;
+  HostMemory& mem_;
   EventSink* events_;
   EngineConfig cfg_;
   std::map<uint32_t, std::unique_ptr<Qp>> qps_;
@@ -25,6 +31,8 @@ class EngineImpl {
   uint32_t next_qpn_;
   uint32_t next_srqn_ = 1;
   uint64_t dropped_ = 0;
+
+  uint64_t now() { return host_.clock.now(); }
 
   Qp* find(uint32_t qpn) const {
     auto it = qps_.find(qpn);

@@ -11,11 +11,11 @@
 namespace melon::rc {
 
 struct SendWqe {
-  static constexpr int kMaxSge = 32;
   SendWr wr;
-  // Local memory, resolved at post time (inline data points into `inline_buf`).
-  RecvWqe::Seg seg[kMaxSge];
+  // Local memory, checked at post time; inline data is one segment pointing into `inline_buf`.
+  Seg seg[kMaxSge];
   int nseg = 0;
+  bool inline_data = false;
   uint32_t length = 0;
   bool bad_lkey = false;
   // Requester progress.
@@ -60,7 +60,6 @@ class Qp {
   uint32_t sq_head = 0;  // oldest not completed
   uint32_t sq_cur = 0;  // next WQE the requester works on
   uint32_t sq_count = 0;  // posted and not completed
-  uint32_t cur_offset = 0;  // bytes of sq[sq_cur] already sent (SEND/WRITE) in this pass
   uint32_t next_psn = 0;  // PSN of the next packet to send
   uint32_t una_psn = 0;  // oldest unacknowledged PSN
   uint32_t pkts_since_ackreq = 0;
@@ -69,14 +68,12 @@ class Qp {
   uint8_t rnr_left = 7;
   uint64_t retrans_deadline = 0;  // 0 = not armed
   uint64_t rnr_deadline = 0;  // requester paused until then (RNR back-off)
-  bool read_reissue = false;  // sq[sq_cur] is a READ being re-issued from next_psn
   bool read_gap_pending = false;  // a READ was re-issued from read_gap_psn for a response gap
   uint32_t read_gap_psn = 0;
   bool implied_nak_pending = false;  // rewound for an ACK that covered an unanswered READ/atomic
   uint32_t implied_nak_psn = 0;  // ... that WQE's first PSN
   bool seq_nak_pending = false;  // went back to seq_nak_psn for a PSN sequence NAK
   uint32_t seq_nak_psn = 0;
-  bool sq_drained_event_pending = false;
 
   // ---- receive side (responder)
   RecvQueue rq;
@@ -89,8 +86,8 @@ class Qp {
   bool have_wqe = false;  // recv WQE taken for the message in progress
   RecvWqe cur_wqe;
   uint32_t recv_offset = 0;
-  uint8_t* write_ptr = nullptr;  // RDMA WRITE destination, resolved from the RETH
-  uint32_t write_len = 0;
+  uint64_t write_va = 0;  // RDMA WRITE destination, from the RETH
+  uint32_t write_rkey = 0;
   uint32_t write_offset = 0;
   uint32_t write_total = 0;
   bool uc_drop = false;  // UC: dropping until the next FIRST/ONLY

@@ -149,7 +149,6 @@ void EngineImpl::reset(Qp& qp) {
   qp.state = QpState::reset;
   qp.attr.qp_state = QpState::reset;
   qp.sq_head = qp.sq_cur = qp.sq_count = 0;
-  qp.cur_offset = 0;
   qp.rd_atomic_outstanding = 0;
   qp.retrans_deadline = qp.rnr_deadline = 0;
   qp.pkts_since_ackreq = 0;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "rc/engine_impl.h"
+#include "rc/scatter_gather.h"
 #include "roce/aeth.h"
 #include "roce/psn.h"
 
@@ -11,8 +12,8 @@ namespace melon::rc {
 
 using namespace roce;
 
-bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge, Memory& mem, uint32_t pd) {
-  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > max_sge || wr.num_sge > RecvWqe::kMaxSge) return false;
+bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge, HostMemory& mem, uint32_t pd) {
+  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > max_sge) return false;
   if (wr.num_sge && !wr.sg_list) return false;
   w.wr_id = wr.wr_id;
   w.nseg = 0;
@@ -21,32 +22,10 @@ bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge, Memory& mem, 
   for (int i = 0; i < wr.num_sge; ++i) {
     const Sge& s = wr.sg_list[i];
     if (!s.length) continue;
-    uint8_t* p = mem.local(pd, s.lkey, s.addr, s.length, kLocalWrite);
-    if (!p) w.bad = true;
-    w.seg[w.nseg++] = {p, s.length};
+    if (check_range(mem, KeyKind::local, pd, s.lkey, s.addr, s.length, kLocalWrite) != MemStatus::ok) w.bad = true;
+    w.seg[w.nseg++] = {s.addr, s.length, s.lkey};
     w.length += s.length;
   }
-  return true;
-}
-
-void copy_to_segments(const RecvWqe::Seg* seg, int nseg, uint32_t off, const uint8_t* src, uint32_t len) {
-  for (int i = 0; i < nseg && len; ++i) {
-    const auto& s = seg[i];
-    if (off >= s.len) {
-      off -= s.len;
-      continue;
-    }
-    uint32_t n = s.len - off < len ? s.len - off : len;
-    memcpy(s.ptr + off, src, n);
-    src += n;
-    len -= n;
-    off = 0;
-  }
-}
-
-bool scatter(const RecvWqe& w, uint32_t off, const uint8_t* src, uint32_t len) {
-  if (uint64_t(off) + len > w.length) return false;
-  copy_to_segments(w.seg, w.nseg, off, src, len);
   return true;
 }
 
@@ -68,11 +47,11 @@ bool EngineImpl::push_recv_wc(Qp& qp, const Wc& wc) {
 
 namespace {
 
-// Serves READ responses for `len` bytes from host memory `src`, as packets `first`.. of a READ
+// Serves READ responses for `len` bytes at `va` of `rkey`, as packets `first`.. of a READ
 // whose responses number `total` and start at PSN `psn0`. A re-issued READ (a duplicate whose PSN
 // lies inside the original, IBA 9.7.5.1.5) is answered as the continuation of the original:
 // MIDDLE/LAST, not FIRST/ONLY, as Linux rxe and ConnectX do.
-void send_read_responses(EngineImpl& e, Qp& qp, const uint8_t* src, uint32_t len, uint32_t psn0, uint32_t first,
+void send_read_responses(EngineImpl& e, Qp& qp, uint32_t rkey, uint64_t va, uint32_t len, uint32_t psn0, uint32_t first,
                          uint32_t total) {
   uint32_t n = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
   for (uint32_t k = 0; k < n; ++k) {
@@ -84,11 +63,10 @@ void send_read_responses(EngineImpl& e, Qp& qp, const uint8_t* src, uint32_t len
     tx.pkt.aeth.msn = qp.msn & kPsnMask;
     uint32_t off = k * qp.mtu;
     uint32_t chunk = len - off < qp.mtu ? len - off : qp.mtu;
-    if (chunk) {
-      tx.iov[0] = Iov{src + off, chunk};
-      tx.niov = 1;
-    }
-    tx.payload_len = chunk;
+    // The range was checked when the request arrived; a region gone since ends the responses (the
+    // requester's timer re-issues and then meets the access error).
+    if (append_spans(e.mem_, KeyKind::remote, qp.init.pd, rkey, va + off, chunk, kRemoteRead, tx) != MemStatus::ok)
+      return;
     ++qp.counters.tx_packets;
     e.link_.transmit(tx);
   }
@@ -147,8 +125,9 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
     rq.pop();
     uint8_t grh[kGrhSize];
     write_ud_grh(ip, op.hdr_len + p.payload_len + pad_for(p.payload_len) + kIcrcSize, grh);
-    scatter(w, 0, grh, kGrhSize);
-    scatter(w, kGrhSize, p.payload, p.payload_len);
+    if (scatter(mem_, qp.init.pd, w.seg, w.nseg, 0, grh, kGrhSize) != MemStatus::ok ||
+        scatter(mem_, qp.init.pd, w.seg, w.nseg, kGrhSize, p.payload, p.payload_len) != MemStatus::ok)
+      return drop();
     Wc wc;
     wc.wr_id = w.wr_id;
     wc.opcode = WcOpcode::recv;
@@ -194,11 +173,11 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
       if (!r || r->atomic) return drop();
       uint64_t skip = uint64_t(psn_diff(psn, r->first_psn)) * qp.mtu;
       if (p.reth.va != r->va + skip || uint64_t(p.reth.dma_len) + skip > r->len) return drop();
-      uint8_t* src =
-          p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteRead) : nullptr;
-      if (p.reth.dma_len && !src) return drop();
-      send_read_responses(*this, qp, src, p.reth.dma_len, r->first_psn, uint32_t(psn_diff(psn, r->first_psn)),
-                          read_packets(r->len, qp.mtu));
+      if (p.reth.dma_len && check_range(mem_, KeyKind::remote, qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len,
+                                        kRemoteRead) != MemStatus::ok)
+        return drop();
+      send_read_responses(*this, qp, p.reth.rkey, p.reth.va, p.reth.dma_len, r->first_psn,
+                          uint32_t(psn_diff(psn, r->first_psn)), read_packets(r->len, qp.mtu));
       return;
     }
     if (op.is(kAtomic)) {
@@ -251,10 +230,14 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
   }
 
   if (send) {
-    if (qp.cur_wqe.bad || !scatter(qp.cur_wqe, qp.recv_offset, p.payload, p.payload_len)) {
+    bool fits = uint64_t(qp.recv_offset) + p.payload_len <= qp.cur_wqe.length;
+    bool placed = !qp.cur_wqe.bad && fits &&
+                  scatter(mem_, qp.init.pd, qp.cur_wqe.seg, qp.cur_wqe.nseg, qp.recv_offset, p.payload,
+                          p.payload_len) == MemStatus::ok;
+    if (!placed) {
       Wc wc;
       wc.wr_id = qp.cur_wqe.wr_id;
-      wc.status = qp.cur_wqe.bad ? WcStatus::loc_prot_err : WcStatus::loc_len_err;
+      wc.status = qp.cur_wqe.bad || fits ? WcStatus::loc_prot_err : WcStatus::loc_len_err;
       wc.opcode = WcOpcode::recv;
       wc.qp_num = qp.qpn;
       qp.have_wqe = false;
@@ -271,9 +254,10 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
       if (!(qp.attr.qp_access_flags & kRemoteWrite)) return rc ? nak(NakCode::remote_access_error) : drop();
       qp.write_total = p.reth.dma_len;
       qp.write_offset = 0;
-      qp.write_ptr =
-          p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteWrite) : nullptr;
-      if (p.reth.dma_len && !qp.write_ptr) {
+      qp.write_va = p.reth.va;
+      qp.write_rkey = p.reth.rkey;
+      if (p.reth.dma_len && check_range(mem_, KeyKind::remote, qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len,
+                                        kRemoteWrite) != MemStatus::ok) {
         if (rc) return nak(NakCode::remote_access_error);
         qp.uc_drop = true;
         return drop();
@@ -286,15 +270,21 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
       qp.uc_drop = true;
       return drop();
     }
-    if (p.payload_len) memcpy(qp.write_ptr + qp.write_offset, p.payload, p.payload_len);
+    if (p.payload_len && copy_in(mem_, KeyKind::remote, qp.init.pd, qp.write_rkey, qp.write_va + qp.write_offset,
+                                 p.payload, p.payload_len, kRemoteWrite) != MemStatus::ok) {
+      if (rc) return nak(NakCode::remote_access_error);
+      qp.in_write = false;
+      qp.uc_drop = true;
+      return drop();
+    }
     qp.write_offset += p.payload_len;
     qp.in_write = !op.is(kEnd);
   } else if (op.is(kReadReq)) {
     if (!(qp.attr.qp_access_flags & kRemoteRead)) return nak(NakCode::remote_access_error);
     if (qp.resources.empty()) return nak(NakCode::invalid_request);  // max_dest_rd_atomic 0
-    uint8_t* src =
-        p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteRead) : nullptr;
-    if (p.reth.dma_len && !src) return nak(NakCode::remote_access_error);
+    if (p.reth.dma_len && check_range(mem_, KeyKind::remote, qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len,
+                                      kRemoteRead) != MemStatus::ok)
+      return nak(NakCode::remote_access_error);
     uint32_t n = p.reth.dma_len == 0 ? 1 : (p.reth.dma_len + qp.mtu - 1) / qp.mtu;
     Resource& r = new_resource(qp);
     r.first_psn = psn;
@@ -305,15 +295,17 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
     ++qp.msn;
     qp.epsn = psn_add(psn, int32_t(n));
     ++qp.counters.rx_packets;
-    send_read_responses(*this, qp, src, p.reth.dma_len, psn, 0, n);
+    send_read_responses(*this, qp, p.reth.rkey, p.reth.va, p.reth.dma_len, psn, 0, n);
     return;
   } else if (op.is(kAtomic)) {
     if (!(qp.attr.qp_access_flags & kRemoteAtomic)) return nak(NakCode::remote_access_error);
     if (p.atomic.va & 7) return nak(NakCode::invalid_request);  // C9-37: naturally aligned
     if (qp.resources.empty()) return nak(NakCode::invalid_request);
-    uint8_t* t = mem_.remote(qp.init.pd, p.atomic.rkey, p.atomic.va, 8, kRemoteAtomic);
-    if (!t) return nak(NakCode::remote_access_error);
-    uint64_t* target = reinterpret_cast<uint64_t*>(t);
+    Span t;
+    if (mem_.map(KeyKind::remote, qp.init.pd, p.atomic.rkey, p.atomic.va, 8, kRemoteAtomic, &t) != MemStatus::ok ||
+        t.len < 8)
+      return nak(NakCode::remote_access_error);
+    uint64_t* target = reinterpret_cast<uint64_t*>(t.ptr);
     uint64_t orig;
     if (p.bth.opcode == make_opcode(Transport::rc, kCompareSwap)) {
       orig = p.atomic.compare;

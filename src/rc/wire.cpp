@@ -32,7 +32,7 @@ size_t frame_from_tx(const TxPacket& tx, uint8_t* out) {
   hdr.payload_len = tx.payload_len;  // sets PadCnt
   n += write_transport_headers(hdr, out + n);
   for (int i = 0; i < tx.niov; ++i) {
-    memcpy(out + n, tx.iov[i].base, tx.iov[i].len);
+    memcpy(out + n, tx.iov[i].ptr, tx.iov[i].len);
     n += tx.iov[i].len;
   }
   memset(out + n, 0, pad);

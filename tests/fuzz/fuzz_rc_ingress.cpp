@@ -19,22 +19,30 @@ constexpr uint64_t kVa = 0x100000;
 constexpr uint32_t kRegion = 16384;
 constexpr uint32_t kRkey = 0x1234;
 
-struct FuzzMemory : Memory {
+struct FuzzMemory : HostMemory {
   std::vector<uint8_t> region = std::vector<uint8_t>(kRegion);
   std::vector<uint8_t> local_buf = std::vector<uint8_t>(kRegion);
-  uint8_t* local(uint32_t, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t) override {
-    if (lkey != 1 || addr < uint64_t(uintptr_t(local_buf.data())) ||
-        addr + len > uint64_t(uintptr_t(local_buf.data())) + kRegion)
-      return nullptr;
-    return reinterpret_cast<uint8_t*>(uintptr_t(addr));
-  }
-  uint8_t* remote(uint32_t, uint32_t rkey, uint64_t va, uint32_t len, uint32_t) override {
-    if (rkey != kRkey || va < kVa || va - kVa > kRegion || len > kRegion - (va - kVa)) return nullptr;
-    return region.data() + (va - kVa);
+  MemStatus map(KeyKind kind, uint32_t, uint32_t key, uint64_t addr, uint32_t len, uint32_t, Span* first) override {
+    if (kind == KeyKind::local) {
+      if (key != 1 || addr < uint64_t(uintptr_t(local_buf.data())) ||
+          addr + len > uint64_t(uintptr_t(local_buf.data())) + kRegion)
+        return MemStatus::out_of_range;
+      *first = Span{reinterpret_cast<uint8_t*>(uintptr_t(addr)), len};
+      return MemStatus::ok;
+    }
+    if (key != kRkey) return MemStatus::bad_key;
+    if (addr < kVa || addr - kVa > kRegion || len > kRegion - (addr - kVa)) return MemStatus::out_of_range;
+    *first = Span{region.data() + (addr - kVa), len};
+    return MemStatus::ok;
   }
 };
 
-struct CountingCq : Cq {
+struct FuzzClock : Clock {
+  uint64_t t = 1;
+  uint64_t now() override { return t; }
+};
+
+struct CountingCq : CompletionSink {
   size_t n = 0;
   bool push(const Wc& wc) override {
     if (uint8_t(wc.status) > uint8_t(WcStatus::general_err)) abort();
@@ -43,7 +51,7 @@ struct CountingCq : Cq {
   }
 };
 
-struct NullLink : Link {
+struct NullLink : FrameLink {
   size_t sent = 0;
   void transmit(const TxPacket& p) override {
     // Every packet the engine emits must be a well-formed one of its own transport.
@@ -59,11 +67,12 @@ struct NullLink : Link {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzMemory mem;
   NullLink link;
-  Engine e(link, mem);
+  FuzzClock clock;
+  uint64_t& now = clock.t;
+  Engine e(Host{mem, link, clock});
   CountingCq scq, rcq;
   uint32_t qpn[3];
   const QpType types[3] = {QpType::rc, QpType::uc, QpType::ud};
-  uint64_t now = 1;
   for (int i = 0; i < 3; ++i) {
     QpInit init;
     init.type = types[i];
@@ -75,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     a.qp_access_flags = kRemoteWrite | kRemoteRead | kRemoteAtomic;
     a.qkey = 0x11111111;
     uint32_t m = kAttrState | kAttrPkeyIndex | kAttrPort | (types[i] == QpType::ud ? kAttrQkey : kAttrAccessFlags);
-    if (e.modify_qp(qpn[i], a, m, now)) abort();
+    if (e.modify_qp(qpn[i], a, m)) abort();
     a.qp_state = QpState::rtr;
     a.path_mtu = 1 + (size ? data[0] % 5 : 2);
     a.dest_qp_num = 0x42;
@@ -85,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     m = types[i] == QpType::ud ? kAttrState
                                : kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
                                      (types[i] == QpType::rc ? kAttrMaxDestRdAtomic | kAttrMinRnrTimer : 0);
-    if (e.modify_qp(qpn[i], a, m, now)) abort();
+    if (e.modify_qp(qpn[i], a, m)) abort();
     a.qp_state = QpState::rts;
     a.sq_psn = 0xfffff8;
     a.max_rd_atomic = 4;
@@ -95,7 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     m = types[i] == QpType::rc
             ? kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic
             : kAttrState | kAttrSqPsn;
-    if (e.modify_qp(qpn[i], a, m, now)) abort();
+    if (e.modify_qp(qpn[i], a, m)) abort();
     for (int r = 0; r < 4; ++r) {
       Sge s{uint64_t(uintptr_t(mem.local_buf.data())) + uint64_t(r) * 2048, 2048, 1};
       RecvWr rw;
@@ -118,7 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     w.num_sge = 1;
     w.remote_addr = kVa;
     w.rkey = kRkey;
-    e.post_send(qpn[0], w, now);
+    e.post_send(qpn[0], w);
   }
 
   // Records: [selector][len][bytes...]. Selector picks the QP (its QPN is written into the BTH),
@@ -142,14 +151,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (sel & 4) {
       now += uint64_t(1) << (sel & 0x1f);
-      e.tick(now);
+      e.tick();
     }
-    e.receive(ip, pkt.data(), pkt.size(), now);
+    e.receive(ip, pkt.data(), pkt.size());
   }
   // Drain timers to the end: retries exhaust, everything must end up completed.
   for (int i = 0; i < 64 && e.next_deadline() != UINT64_MAX; ++i) {
     now = e.next_deadline();
-    e.tick(now);
+    e.tick();
   }
   return 0;
 }

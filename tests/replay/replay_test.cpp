@@ -79,7 +79,7 @@ bool is_rc_response(const Frame& f) {
 // ---------------------------------------------------------------------------------------------
 // Host side for the engine: memory, link, CQ
 
-class ReplayMemory : public Memory {
+class ReplayMemory : public HostMemory {
  public:
   struct Region {
     uint32_t key;
@@ -97,12 +97,12 @@ class ReplayMemory : public Memory {
       if (r.key == key && va >= r.base && va + len <= r.base + r.size()) return r.data() + (va - r.base);
     return nullptr;
   }
-  uint8_t* local(uint32_t, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t) override {
-    return at(lkey, addr, len);
-  }
-  uint8_t* remote(uint32_t, uint32_t rkey, uint64_t va, uint32_t len, uint32_t) override {
-    ++remote_calls;
-    return at(rkey, va, len);
+  MemStatus map(KeyKind kind, uint32_t, uint32_t key, uint64_t addr, uint32_t len, uint32_t, Span* first) override {
+    if (kind == KeyKind::remote) ++remote_calls;
+    uint8_t* p = at(key, addr, len);
+    if (!p) return MemStatus::out_of_range;
+    *first = Span{p, len};
+    return MemStatus::ok;
   }
   size_t remote_calls = 0;
 
@@ -143,12 +143,13 @@ Out out_of(const Packet& p, uint32_t payload_len) {
   return o;
 }
 
-class RecLink : public Link {
+class RecLink : public FrameLink, public Clock {
  public:
+  uint64_t now() override { return clock_ns; }
   void transmit(const TxPacket& t) override {
     Out o = out_of(t.pkt, t.payload_len);
     o.after = cur_frame;
-    o.at_ns = now;
+    o.at_ns = clock_ns;
     Packet p = t.pkt;
     p.payload_len = t.payload_len;
     o.hdr.resize(transport_header_len(p.bth.opcode));
@@ -157,10 +158,10 @@ class RecLink : public Link {
   }
   std::vector<Out> out;
   size_t cur_frame = 0;
-  uint64_t now = 0;
+  uint64_t clock_ns = 0;  // the clock the engine reads
 };
 
-class VecCq : public Cq {
+class VecCq : public CompletionSink {
  public:
   bool push(const Wc& wc) override {
     wcs.push_back(wc);
@@ -270,7 +271,7 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
   VecCq scq, rcq;
   EngineConfig ec;
   ec.first_qpn = my_qpn;
-  Engine eng(link, mem, nullptr, ec);
+  Engine eng(Host{mem, link, link}, ec);
   QpInit init;
   init.type = QpType::rc;
   init.send_cq = &scq;
@@ -284,7 +285,7 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
   QpAttr a;
   a.qp_state = QpState::init;
   a.qp_access_flags = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic;
-  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0), 0);
+  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags), 0);
   a.qp_state = QpState::rtr;
   gid_from_ipv4(a.av.dgid, requester_ip);
   gid_from_ipv4(a.av.sgid, run.requests[0]->dst);
@@ -293,16 +294,15 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
   a.rq_psn = run.requests[0]->p.bth.psn;
   a.max_dest_rd_atomic = cfg.max_dest_rd_atomic;
   a.min_rnr_timer = 12;
-  EXPECT_EQ(
-      eng.modify_qp(
-          qpn, a,
-          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer, 0),
-      0);
+  EXPECT_EQ(eng.modify_qp(qpn, a,
+                          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic |
+                              kAttrMinRnrTimer),
+            0);
   a.qp_state = QpState::rts;
   a.sq_psn = 0;
   a.max_rd_atomic = 16;
-  EXPECT_EQ(eng.modify_qp(
-                qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0),
+  EXPECT_EQ(eng.modify_qp(qpn, a,
+                          kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic),
             0);
   std::vector<Sge> sges(wqes);
   for (size_t i = 0; i < wqes; ++i) {
@@ -316,8 +316,8 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
 
   for (const Frame* f : run.requests) {
     link.cur_frame = f->index;
-    link.now = f->ts_ns;
-    eng.receive(f->ip, f->roce.data(), f->roce.size(), f->ts_ns);
+    link.clock_ns = f->ts_ns;
+    eng.receive(f->ip, f->roce.data(), f->roce.size());
   }
   for (auto& [va, unused] : seeded) {
     (void)unused;
@@ -592,7 +592,7 @@ RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_
   VecCq scq, rcq;
   EngineConfig ec;
   ec.first_qpn = run.responses[0]->p.bth.dest_qp;
-  Engine eng(link, mem, nullptr, ec);
+  Engine eng(Host{mem, link, link}, ec);
   QpInit init;
   init.type = QpType::rc;
   init.send_cq = &scq;
@@ -605,7 +605,7 @@ RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_
   QpAttr a;
   a.qp_state = QpState::init;
   a.qp_access_flags = kLocalWrite;
-  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0), 0);
+  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags), 0);
   a.qp_state = QpState::rtr;
   gid_from_ipv4(a.av.dgid, reqs[0]->dst);
   gid_from_ipv4(a.av.sgid, requester_ip);
@@ -614,25 +614,24 @@ RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_
   a.rq_psn = 0;
   a.max_dest_rd_atomic = 16;
   a.min_rnr_timer = 12;
-  EXPECT_EQ(
-      eng.modify_qp(
-          qpn, a,
-          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer, 0),
-      0);
+  EXPECT_EQ(eng.modify_qp(qpn, a,
+                          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic |
+                              kAttrMinRnrTimer),
+            0);
   a.qp_state = QpState::rts;
   a.sq_psn = reqs[0]->p.bth.psn;
   a.timeout = 14;  // perftest's default, the ~67 ms timer of the captures
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = max_rd_atomic;
-  EXPECT_EQ(eng.modify_qp(
-                qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0),
+  EXPECT_EQ(eng.modify_qp(qpn, a,
+                          kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic),
             0);
 
   const uint64_t t0 = reqs[0]->ts_ns;
-  link.now = t0;
+  link.clock_ns = t0;
   link.cur_frame = reqs[0]->index;
-  for (const auto& wr : wrs) EXPECT_EQ(eng.post_send(qpn, wr, t0), 0);
+  for (const auto& wr : wrs) EXPECT_EQ(eng.post_send(qpn, wr), 0);
   auto collect = [&](bool timer) {
     for (auto& o : link.out) run.sent.push_back(Sent{std::move(o), timer});
     link.out.clear();
@@ -640,16 +639,16 @@ RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_
   collect(false);
   auto advance = [&](uint64_t until) {
     for (uint64_t d; (d = eng.next_deadline()) <= until;) {
-      link.now = d;
-      eng.tick(d);
+      link.clock_ns = d;
+      eng.tick();
       collect(true);
     }
   };
   for (const Frame* f : run.responses) {
     advance(f->ts_ns);
-    link.now = f->ts_ns;
+    link.clock_ns = f->ts_ns;
     link.cur_frame = f->index;
-    eng.receive(f->ip, f->roce.data(), f->roce.size(), f->ts_ns);
+    eng.receive(f->ip, f->roce.data(), f->roce.size());
     collect(false);
   }
   run.wcs = std::move(scq.wcs);
@@ -944,7 +943,7 @@ UnreliableRun run_unreliable(const std::vector<Frame>& frames, uint32_t sender_i
   VecCq scq, rcq;
   EngineConfig ec;
   ec.first_qpn = my_qpn;
-  Engine eng(link, mem, nullptr, ec);
+  Engine eng(Host{mem, link, link}, ec);
   QpInit init;
   init.type = type;
   init.send_cq = &scq;
@@ -957,10 +956,9 @@ UnreliableRun run_unreliable(const std::vector<Frame>& frames, uint32_t sender_i
   a.qp_state = QpState::init;
   a.qp_access_flags = kLocalWrite | kRemoteWrite;
   a.qkey = 0x11111111;
-  EXPECT_EQ(
-      eng.modify_qp(qpn, a,
-                    kAttrState | kAttrPkeyIndex | kAttrPort | (type == QpType::ud ? kAttrQkey : kAttrAccessFlags), 0),
-      0);
+  EXPECT_EQ(eng.modify_qp(
+                qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | (type == QpType::ud ? kAttrQkey : kAttrAccessFlags)),
+            0);
   a.qp_state = QpState::rtr;
   gid_from_ipv4(a.av.dgid, sender_ip);
   gid_from_ipv4(a.av.sgid, in[0]->dst);
@@ -968,10 +966,10 @@ UnreliableRun run_unreliable(const std::vector<Frame>& frames, uint32_t sender_i
   a.dest_qp_num = peer_qpn;
   a.rq_psn = in[0]->p.bth.psn;
   uint32_t rtr_mask = type == QpType::ud ? kAttrState : kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn;
-  EXPECT_EQ(eng.modify_qp(qpn, a, rtr_mask, 0), 0);
+  EXPECT_EQ(eng.modify_qp(qpn, a, rtr_mask), 0);
   a.qp_state = QpState::rts;
   a.sq_psn = 0;
-  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrSqPsn, 0), 0);
+  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrSqPsn), 0);
   std::vector<Sge> sges(wqes);
   for (size_t i = 0; i < wqes; ++i) {
     sges[i] = Sge{kBase + i * kBuf, kBuf, kLkey};
@@ -981,7 +979,10 @@ UnreliableRun run_unreliable(const std::vector<Frame>& frames, uint32_t sender_i
     wr.num_sge = 1;
     EXPECT_EQ(eng.post_recv(qpn, wr), 0);
   }
-  for (const Frame* f : in) eng.receive(f->ip, f->roce.data(), f->roce.size(), f->ts_ns);
+  for (const Frame* f : in) {
+    link.clock_ns = f->ts_ns;
+    eng.receive(f->ip, f->roce.data(), f->roce.size());
+  }
   run.tx = std::move(link.out);
   run.wcs = std::move(rcq.wcs);
   for (size_t i = 0; i < wqes; ++i) {

@@ -99,7 +99,7 @@ class Edge : public testing::Test {
     qb_ = {b_, 0, &scq_b_, &rcq_b_};
     ASSERT_EQ(connect_pair(*sim_, qa_, qb_, oa, ob), 0);
   }
-  int post(const QpEnd& e, const SendWr& wr) { return sim_->engine(e.node).post_send(e.qpn, wr, sim_->now()); }
+  int post(const QpEnd& e, const SendWr& wr) { return sim_->engine(e.node).post_send(e.qpn, wr); }
   int post_recv(const QpEnd& e, uint64_t id, const Sge* sg, int n) {
     RecvWr r;
     r.wr_id = id;
@@ -179,7 +179,7 @@ TEST(WireFrames, CorruptedFrameIsRejectedWithBadIcrcAndNeverReachesTheEngine) {
   int delivered = 0;
   sim.on_deliver = [&](const WireFrame&) { ++delivered; };
   SendWr wr = make_wr(WrOpcode::send, 1, nullptr, 0);
-  ASSERT_EQ(sim.engine(a).post_send(qa.qpn, wr, sim.now()), 0);
+  ASSERT_EQ(sim.engine(a).post_send(qa.qpn, wr), 0);
   ASSERT_TRUE(sim.run_until([&] { return scq.size() >= 1; }, sim.now() + 100 * kMs));
   Wc wc;
   ASSERT_TRUE(scq.poll(&wc));

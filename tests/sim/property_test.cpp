@@ -214,7 +214,6 @@ std::string PropertyRun::setup() {
   for (auto& c : ec) {
     c.max_inflight_packets = uint32_t(uni(16, 256));
     c.ack_every = uint32_t(uni(4, 64));
-    c.ack_coalesce = uint32_t(uni(1, 32));
   }
   a_ = sim_.add_node("A", cfg_.v6, ec[0]);
   b_ = sim_.add_node("B", cfg_.v6, ec[1]);
@@ -523,7 +522,7 @@ std::string PropertyRun::post_one(Lane& lane, int s) {
     ++recvs_;
   }
   p.wr.sg_list = p.sges.data();
-  int rc = sim_.engine(me.node).post_send(me.end.qpn, p.wr, sim_.now());
+  int rc = sim_.engine(me.node).post_send(me.end.qpn, p.wr);
   if (rc) return fail("post_send failed with errno " + std::to_string(rc) + " for " + p.what);
   // Inline data was copied at post time: scribbling over the source must not change the message.
   if (p.scratch.len) fill_random(me.scratch->data() + p.scratch.off, p.scratch.len);

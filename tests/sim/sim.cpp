@@ -32,27 +32,33 @@ bool in_bounds(const Region& r, uint64_t addr, uint32_t len) {
 }
 }  // namespace
 
-uint8_t* TestMemory::local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t access) {
-  auto it = by_lkey_.find(lkey);
-  if (it != by_lkey_.end()) {
+MemStatus TestMemory::map(KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
+                          Span* first) {
+  bool remote = kind == KeyKind::remote;
+  auto& keys = remote ? by_rkey_ : by_lkey_;
+  auto it = keys.find(key);
+  MemStatus st = MemStatus::bad_key;
+  if (it != keys.end()) {
     Region& r = *it->second;
-    if (r.pd == pd && in_bounds(r, addr, len) && !(access & ~r.access & kLocalWrite)) return r.data() + (addr - r.va());
-  }
-  ++local_denied;
-  return nullptr;
-}
-
-uint8_t* TestMemory::remote(uint32_t pd, uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) {
-  auto it = by_rkey_.find(rkey);
-  if (it != by_rkey_.end()) {
-    Region& r = *it->second;
-    if (r.rkey_valid && r.pd == pd && in_bounds(r, va, len) && !(access & ~r.access)) {
-      ++remote_accesses;
-      return r.data() + (va - r.va());
+    uint32_t need = remote ? access : access & kLocalWrite;
+    if (remote && !r.rkey_valid)
+      st = MemStatus::bad_key;
+    else if (r.pd != pd)
+      st = MemStatus::wrong_pd;
+    else if (!in_bounds(r, addr, len))
+      st = MemStatus::out_of_range;
+    else if (need & ~r.access)
+      st = MemStatus::no_access;
+    else
+      st = MemStatus::ok;
+    if (st == MemStatus::ok) {
+      if (remote) ++remote_accesses;
+      *first = Span{r.data() + (addr - r.va()), len};
+      return st;
     }
   }
-  ++remote_denied;
-  return nullptr;
+  ++(remote ? remote_denied : local_denied);
+  return st;
 }
 
 bool TestMemory::invalidate(uint32_t pd, uint32_t rkey) {
@@ -62,6 +68,8 @@ bool TestMemory::invalidate(uint32_t pd, uint32_t rkey) {
   ++it->second->invalidations;
   return true;
 }
+
+uint64_t SimClock::now() { return sim_.now(); }
 
 // ---- CQ ----------------------------------------------------------------------------------------
 
@@ -136,7 +144,8 @@ int Sim::add_node(const std::string& name, bool v6, const EngineConfig& config) 
   }
   n->mem = std::make_unique<TestMemory>(0x1000u * uint32_t(idx + 1) + 0x42);
   n->link = std::make_unique<SimLink>(*this, idx);
-  n->engine = std::make_unique<Engine>(*n->link, *n->mem, nullptr, config);
+  n->clock = std::make_unique<SimClock>(*this);
+  n->engine = std::make_unique<Engine>(Host{*n->mem, *n->link, *n->clock, nullptr}, config);
   nodes_.push_back(std::move(n));
   return idx;
 }
@@ -278,7 +287,7 @@ void Sim::deliver(Event& ev) {
   }
   ++stats_.delivered;
   if (trace_) trace("rx", ev.from, ev.to, ev.frame);
-  nodes_[ev.to]->engine->receive(ip, roce, len, now_);
+  nodes_[ev.to]->engine->receive(ip, roce, len);
 }
 
 bool Sim::step(uint64_t limit) {
@@ -300,7 +309,7 @@ bool Sim::step(uint64_t limit) {
     for (auto& n : nodes_) {
       if (n->engine->next_deadline() <= now_) {
         ++stats_.ticks;
-        n->engine->tick(now_);
+        n->engine->tick();
       }
     }
     if (++spins_ > 100000) {
@@ -354,7 +363,7 @@ int create_qp(Sim& sim, int node, TestCq* scq, TestCq* rcq, const QpOptions& o, 
     a.qp_access_flags = o.access;
     mask |= kAttrAccessFlags;
   }
-  return sim.engine(node).modify_qp(*qpn, a, mask, sim.now());
+  return sim.engine(node).modify_qp(*qpn, a, mask);
 }
 
 int connect_qp(Sim& sim, int node, uint32_t qpn, int peer, uint32_t peer_qpn, uint32_t peer_sq_psn,
@@ -375,7 +384,7 @@ int connect_qp(Sim& sim, int node, uint32_t qpn, int peer, uint32_t peer_qpn, ui
       mask |= kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
     }
   }
-  if (int rc = e.modify_qp(qpn, a, mask, sim.now())) return rc;
+  if (int rc = e.modify_qp(qpn, a, mask)) return rc;
   QpAttr b;
   b.qp_state = QpState::rts;
   b.sq_psn = o.sq_psn;
@@ -387,7 +396,7 @@ int connect_qp(Sim& sim, int node, uint32_t qpn, int peer, uint32_t peer_qpn, ui
     b.max_rd_atomic = o.max_rd_atomic;
     mask |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
   }
-  return e.modify_qp(qpn, b, mask, sim.now());
+  return e.modify_qp(qpn, b, mask);
 }
 
 int connect_pair(Sim& sim, QpEnd& a, QpEnd& b, const QpOptions& oa, const QpOptions& ob) {
@@ -400,7 +409,7 @@ int connect_pair(Sim& sim, QpEnd& a, QpEnd& b, const QpOptions& oa, const QpOpti
 int to_error(Sim& sim, int node, uint32_t qpn) {
   QpAttr a;
   a.qp_state = QpState::err;
-  return sim.engine(node).modify_qp(qpn, a, kAttrState, sim.now());
+  return sim.engine(node).modify_qp(qpn, a, kAttrState);
 }
 
 QpState qp_state(Sim& sim, int node, uint32_t qpn) {

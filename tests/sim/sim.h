@@ -46,13 +46,13 @@ struct Region {
 
 // The host's memory table: keys -> regions, with the PD, bounds and permission checks a real HCA
 // makes. nullptr means "not allowed".
-class TestMemory final : public rc::Memory {
+class TestMemory final : public rc::HostMemory {
  public:
   explicit TestMemory(uint32_t key_base) : next_key_(key_base) {}
   Region& add(uint32_t pd, size_t size, uint32_t access);
 
-  uint8_t* local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t access) override;
-  uint8_t* remote(uint32_t pd, uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) override;
+  rc::MemStatus map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
+                    rc::Span* first) override;
   bool invalidate(uint32_t pd, uint32_t rkey) override;
 
   uint64_t local_denied = 0, remote_denied = 0, remote_accesses = 0;
@@ -64,7 +64,7 @@ class TestMemory final : public rc::Memory {
 };
 
 // A completion queue: a bounded FIFO of Wc.
-class TestCq final : public rc::Cq {
+class TestCq final : public rc::CompletionSink {
  public:
   explicit TestCq(size_t capacity = 1 << 20) : capacity_(capacity) {}
   bool push(const rc::Wc& wc) override;
@@ -107,7 +107,7 @@ struct WireFrame {
 
 class Sim;
 
-class SimLink final : public rc::Link {
+class SimLink final : public rc::FrameLink {
  public:
   SimLink(Sim& sim, int node) : sim_(sim), node_(node) {}
   void transmit(const rc::TxPacket& p) override;
@@ -117,12 +117,22 @@ class SimLink final : public rc::Link {
   int node_;
 };
 
+class SimClock final : public rc::Clock {
+ public:
+  explicit SimClock(Sim& sim) : sim_(sim) {}
+  uint64_t now() override;
+
+ private:
+  Sim& sim_;
+};
+
 struct Node {
   std::string name;
   uint8_t gid[16] = {};
   bool v6 = false;
   std::unique_ptr<TestMemory> mem;
   std::unique_ptr<SimLink> link;
+  std::unique_ptr<SimClock> clock;
   std::unique_ptr<rc::Engine> engine;
 };
 

@@ -453,7 +453,7 @@ TEST_F(SoftVerbs, CreateCqValidatesArguments) {
   EXPECT_EQ(ibv_create_cq(ctx, 0, nullptr, nullptr, 0), nullptr);
   EXPECT_EQ(errno, EINVAL);
   errno = 0;
-  EXPECT_EQ(ibv_create_cq(ctx, soft::kMaxCqe + 1, nullptr, nullptr, 0), nullptr);
+  EXPECT_EQ(ibv_create_cq(ctx, int(rc::kMaxCqe) + 1, nullptr, nullptr, 0), nullptr);
   EXPECT_EQ(errno, EINVAL);
   errno = 0;
   EXPECT_EQ(ibv_create_cq(ctx, 4, nullptr, nullptr, 1), nullptr);  // one completion vector
@@ -515,7 +515,7 @@ TEST_F(SoftVerbs, ConcurrentProducersAndAPollerLoseNothing) {
   // The engine's progress thread(s) push while the application polls. The CQ holds all 40000
   // completions, so no push may fail and each completion is polled exactly once.
   constexpr int kPerThread = 20000;
-  ibv_cq* cq = ibv_create_cq(ctx, soft::kMaxCqe, nullptr, nullptr, 0);
+  ibv_cq* cq = ibv_create_cq(ctx, int(rc::kMaxCqe), nullptr, nullptr, 0);
   ASSERT_NE(cq, nullptr);
   SoftCq* c = SoftCq::from(cq);
   std::atomic<int> failed{0};
@@ -716,7 +716,7 @@ TEST_F(SoftVerbs, SrqRingFifoFullAndSgeLimits) {
   EXPECT_EQ(ibv_create_srq(pd, &ia), nullptr);
   EXPECT_EQ(errno, EINVAL);
   ia.attr.max_wr = 4;
-  ia.attr.max_sge = soft::kMaxSge + 1;
+  ia.attr.max_sge = rc::kMaxSge + 1;
   EXPECT_EQ(ibv_create_srq(pd, &ia), nullptr);
 }
 
@@ -846,7 +846,7 @@ TEST_F(SoftVerbs, QueuePairTypesAndCapsAreChecked) {
   EXPECT_EQ(ibv_create_qp(pd, &qa), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
   qa.qp_type = IBV_QPT_RC;
-  qa.cap.max_send_sge = soft::kMaxSge + 1;
+  qa.cap.max_send_sge = rc::kMaxSge + 1;
   errno = 0;
   EXPECT_EQ(ibv_create_qp(pd, &qa), nullptr);
   EXPECT_EQ(errno, EINVAL);

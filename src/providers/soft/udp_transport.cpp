@@ -53,9 +53,9 @@ bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) 
 
 }  // namespace
 
-UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events,
+UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
                            uint16_t port)
-    : port_(port), engine_(*this, memory, events) {
+    : port_(port), engine_(rc::Host{memory, *this, *this, events}) {
   for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1});
   tx_.resize(kBatch);
   tx_msgs_.resize(kBatch);
@@ -185,8 +185,8 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   int n = 0;
   s.iov[n++] = {s.hdr, hlen};
   for (int i = 0; i < p.niov; ++i) {
-    c.add(p.iov[i].base, p.iov[i].len);
-    s.iov[n++] = {const_cast<uint8_t*>(p.iov[i].base), p.iov[i].len};
+    c.add(p.iov[i].ptr, p.iov[i].len);
+    s.iov[n++] = {p.iov[i].ptr, p.iov[i].len};
   }
   memset(s.tail, 0, pad);
   c.add(s.tail, pad);
@@ -260,7 +260,7 @@ int UdpTransport::receive_batch(size_t sock) {
   if (n == 0) n = -1;
 #endif
   if (n <= 0) return 0;
-  uint64_t now = now_ns();
+  batch_now_ = now_ns();
   for (int i = 0; i < n; ++i) {
     const uint8_t* pkt = rx_buf_.data() + size_t(i) * kRxBuf;
     size_t len = rx_msgs_[i].msg_len;
@@ -284,9 +284,10 @@ int UdpTransport::receive_batch(size_t sock) {
     }
     ip.ip_id = id;
     stats_.rx_packets++;
-    engine_.receive(ip, pkt, len, now);
+    engine_.receive(ip, pkt, len);
   }
-  engine_.tick(now);
+  engine_.tick();
+  batch_now_ = 0;
   flush_tx();
   return n;
 }
@@ -296,9 +297,8 @@ bool UdpTransport::poll_progress() {
   int got = 0;
   for (size_t s = 0; s < socks_.size(); ++s)
     if (socks_[s].fd >= 0) got += receive_batch(s);
-  uint64_t now = now_ns();
-  if (engine_.next_deadline() <= now) {
-    engine_.tick(now);
+  if (engine_.next_deadline() <= now_ns()) {
+    engine_.tick();
     flush_tx();
   }
   mu_.unlock();
@@ -349,9 +349,8 @@ void UdpTransport::run() {
       }
     }
     std::lock_guard<std::mutex> g(mu_);
-    uint64_t now = now_ns();
-    if (engine_.next_deadline() <= now) {
-      engine_.tick(now);
+    if (engine_.next_deadline() <= now_ns()) {
+      engine_.tick();
       flush_tx();
     }
   }
