@@ -88,19 +88,19 @@ CmdStatus Hca::query_mkey(Cmd& c) {
   return {};
 }
 
-// Resolves [va, va+len) of key `key` for an access by PD `pd` into IOVA segments. Returns the CQE
-// syndrome that applies when it may not (0 = allowed).
+// Resolves [va, va+len) of key `key` for an access by PD `pd` into IOVA segments. Returns 0 when
+// allowed, else why not, numbered as rc::MemStatus (1 bad key, 2 wrong PD, 3 out of range, 4 no access).
 uint8_t Hca::mkey_resolve(uint32_t key, uint32_t pd, uint64_t va, uint64_t len, uint32_t access,
                           std::vector<IovaSeg>* segs) {
   auto it = mkeys_.find(key >> 8);
   if (it == mkeys_.end() || it->second.key8 != uint8_t(key)) return 1;
   const Mkey& mk = it->second;
-  if (mk.pd != pd) return 1;
+  if (mk.pd != pd) return 2;
   bool remote = access & kAccRemote;
-  if ((access & kAccWrite) && !(remote ? mk.rw : mk.lw)) return 1;
-  if ((access & kAccRead) && remote && !mk.rr) return 1;
-  if ((access & kAccAtomic) && !mk.a) return 1;
-  if (!mk.len64 && (va < mk.start || len > mk.len || va - mk.start > mk.len - len)) return 1;
+  if (!mk.len64 && (va < mk.start || len > mk.len || va - mk.start > mk.len - len)) return 3;
+  if ((access & kAccWrite) && !(remote ? mk.rw : mk.lw)) return 4;
+  if ((access & kAccRead) && remote && !mk.rr) return 4;
+  if ((access & kAccAtomic) && !mk.a) return 4;
   if (segs) segs->clear();
   if (len == 0) return 0;
   if (mk.access_mode == prm::mkc_access_mode::PA) {
