@@ -130,7 +130,7 @@ CmdStatus Hca::set_roce_address(Cmd& c) {
     return fail(S::BAD_PARAM_ERR, synd::BAD_ROCE_ADDRESS);
   GidEntry& g = gids_[idx];
   memcpy(g.addr, a.data(), sizeof g.addr);
-  // An all-zero address clears the entry (Linux gid.c deletes an entry this way).
+  // An all-zero address clears the entry (Linux deletes a GID this way).
   static const uint8_t kZero[16] = {};
   g.valid = memcmp(a.bytes(prm::roce_addr_layout::source_l3_address), kZero, 16) != 0;
   return {};

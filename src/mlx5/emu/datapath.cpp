@@ -188,7 +188,7 @@ void Hca::sq_process(Qp& qp) {
         av = rc::AddressVector{};
         memcpy(av.dgid, d.bytes(prm::wqe_datagram_seg::rgid), 16);
         uint32_t gi = uint32_t(d.get(prm::wqe_datagram_seg::sgid_index));
-        memcpy(av.sgid, prm::addr(gids_[gi].addr, prm::roce_addr_layout::source_l3_address), 16);
+        gids_[gi].gid(av.sgid);
         av.hop_limit = uint8_t(d.get(prm::wqe_datagram_seg::hop_limit));
         av.traffic_class = uint8_t(d.get(prm::wqe_datagram_seg::tclass));
         av.flow_label = uint32_t(d.get(prm::wqe_datagram_seg::flow_label));
@@ -370,8 +370,11 @@ void Hca::rx_frame(const std::vector<uint8_t>& f) {
   }
   // Only frames for one of our addresses reach the RDMA engine (the NIC's steering).
   bool ours = false;
-  for (const GidEntry& g : gids_)
-    ours = ours || (g.valid && memcmp(prm::addr(g.addr, prm::roce_addr_layout::source_l3_address), ip.dst, 16) == 0);
+  for (const GidEntry& g : gids_) {
+    uint8_t gid[16];
+    g.gid(gid);
+    ours = ours || (g.valid && memcmp(gid, ip.dst, 16) == 0);
+  }
   if (!ours) {
     ++stats_.frames_dropped;
     return;

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <condition_variable>
 #include <deque>
@@ -152,6 +153,18 @@ struct Qp {
 struct GidEntry {
   bool valid = false;
   uint8_t addr[prm::roce_addr_layout::size_bytes] = {};
+  // The address as a 16-byte GID. An IPv4 entry keeps its address in the last 4 bytes of
+  // source_l3_address (Linux mlx5_core_roce_gid_set); its GID is the IPv4-mapped ::ffff:a.b.c.d.
+  void gid(uint8_t out[16]) const {
+    const uint8_t* l3 = prm::addr(addr, prm::roce_addr_layout::source_l3_address);
+    if (prm::get(addr, prm::roce_addr_layout::roce_l3_type) == prm::roce_l3_type::IPV4) {
+      static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+      memcpy(out, kMapped, 12);
+      memcpy(out + 12, l3 + 12, 4);
+    } else {
+      memcpy(out, l3, 16);
+    }
+  }
 };
 
 struct QCounter {

@@ -220,7 +220,7 @@ bool Hca::tp_modify_qp(Qp& qp, uint8_t to) {
       at.rq_psn = uint32_t(c.get(q::next_rcv_psn));
       memcpy(at.av.dgid, path.bytes(a::rgid_rip), 16);
       uint32_t gi = uint32_t(path.get(a::src_addr_index));
-      memcpy(at.av.sgid, prm::addr(gids_[gi].addr, prm::roce_addr_layout::source_l3_address), 16);
+      gids_[gi].gid(at.av.sgid);
       at.av.hop_limit = uint8_t(path.get(a::hop_limit));
       at.av.traffic_class = uint8_t(path.get(a::tclass));
       at.av.flow_label = uint32_t(path.get(a::flow_label));

@@ -8,7 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <vector>
+
+#include "roce/icrc.h"
 #include "roce/icrc_udp.h"
+#include "roce/opcode.h"
 #include "roce/ip_udp.h"
 
 namespace melon::mlx5::emu {
@@ -64,7 +68,18 @@ void UdpWire::transmit(const uint8_t* frame, size_t len) {
   to.sin_family = AF_INET;
   to.sin_port = htons(h.dport);
   to.sin_addr.s_addr = htonl(roce::gid_to_ipv4(h.dst));
-  sendto(fd_, frame + h.hdr_len, h.udp_len - 8, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+  // The socket sends from its bound port, not the frame's entropy port, and the kernel picks the IPv4
+  // identification: the ICRC covers both, so it is recomputed for what the peer will see (the soft
+  // provider and rxe solve for the identification, roce/icrc_udp.h).
+  size_t n = h.udp_len - 8;
+  if (n < roce::kIcrcSize) return;
+  std::vector<uint8_t> payload(frame + h.hdr_len, frame + h.hdr_len + n);
+  roce::IpUdp sent = h;
+  sent.sport = port_;
+  sent.ip_id = 0;
+  roce::store_icrc(payload.data() + n - roce::kIcrcSize,
+                   roce::icrc_for_udp_payload(sent, payload.data(), n - roce::kIcrcSize));
+  sendto(fd_, payload.data(), n, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
 }
 
 int UdpWire::poll(int timeout_ms) {

@@ -37,8 +37,10 @@ inline std::vector<uint8_t> cmd_in(uint16_t opcode, uint32_t bytes, uint16_t op_
 
 class Harness {
  public:
-  explicit Harness(DeviceConfig cfg = {}, FramePort* wire = nullptr)
-      : dev(HostPorts{&host, &host, &clock, wire}, cfg) {}
+  // steady_clock: the device runs on CLOCK_MONOTONIC (tests against a real peer), not `clock`.
+  explicit Harness(DeviceConfig cfg = {}, FramePort* wire = nullptr, bool steady_clock = false)
+      : dev(HostPorts{&host, &host, steady_clock ? nullptr : &clock, wire}, cfg), steady_(steady_clock) {}
+  bool steady_ = false;
 
   TestHost host;
   ManualClock clock;
@@ -56,6 +58,7 @@ class Harness {
   void power_up() {
     dev.config_write(kPciCommand, 2, kPciCommandMemory | kPciCommandBusMaster);
     clock.advance(dev.config().init_delay_ns + 1);
+    for (int i = 0; steady_ && i < 1000 && (reg(prm::init_seg_offset::initializing) >> 31); ++i) usleep(1000);
     ASSERT_EQ(reg(prm::init_seg_offset::initializing) >> 31, 0u);
     cmdq = host.alloc(4096);
     set_reg(prm::init_seg_offset::cmdq_addr_h, uint32_t(cmdq.iova >> 32));
@@ -325,13 +328,14 @@ class Harness {
     }
     return exec(in, out_size(opcode));
   }
-  // GID index 0 = the IPv4-mapped address `ip` (RoCE v2).
+  // GID `index` = the IPv4 address `ip` (RoCE v2), stored as Linux mlx5_core_roce_gid_set does: the
+  // address in the last 4 bytes of source_l3_address.
   Result set_gid(uint32_t index, const uint8_t ip[4]) {
     auto in = cmd_in(prm::opcode::SET_ROCE_ADDRESS, in_size(prm::opcode::SET_ROCE_ADDRESS));
     prm::set_roce_address_in::view v(in.data());
     v.set(prm::set_roce_address_in::roce_address_index, index).set(prm::set_roce_address_in::vhca_port_num, 1);
     auto a = v.at(prm::set_roce_address_in::roce_address);
-    uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[0], ip[1], ip[2], ip[3]};
+    uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ip[0], ip[1], ip[2], ip[3]};
     a.set_bytes(prm::roce_addr_layout::source_l3_address, gid);
     a.set(prm::roce_addr_layout::roce_l3_type, prm::roce_l3_type::IPV4)
         .set(prm::roce_addr_layout::roce_version, prm::roce_version::VERSION_2);
