@@ -114,6 +114,8 @@ struct Mkey {
   bool len64 = false;  // covers the whole address space
   uint8_t log_page_size = 12;
   std::vector<uint64_t> mtt;  // page IOVAs (MTT mode)
+  bool free = false;  // invalid until re-enabled (created free, or invalidated remotely)
+  bool en_rinval = false;  // a SEND with invalidate may invalidate it
   uint32_t key() const { return (index << 8) | key8; }
 };
 

@@ -62,6 +62,16 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     return rc::MemStatus::ok;
   }
 
+  // SEND with invalidate: the rkey's mkey goes free if it allows remote invalidation (mkc.en_rinval).
+  bool invalidate(uint32_t pd, uint32_t rkey) override {
+    auto it = h_.mkeys_.find(rkey >> 8);
+    if (it == h_.mkeys_.end() || it->second.key8 != uint8_t(rkey) || it->second.pd != pd || it->second.free ||
+        !it->second.en_rinval)
+      return false;
+    it->second.free = true;
+    return true;
+  }
+
   void transmit(const rc::TxPacket& p) override {
     bool v6 = p.av && !roce::gid_is_v4_mapped(p.av->dgid);
     std::vector<uint8_t> f(rc::frame_size(p, v6));

@@ -48,6 +48,15 @@ UdpWire::~UdpWire() {
 int UdpWire::open() {
   fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return errno;
+  // A window of full-MTU packets must fit in the socket buffers, or the kernel drops them silently.
+  int buf = 4 << 20;
+  if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf) != 0 ||
+      setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf) != 0) {
+    int e = errno;
+    close(fd_);
+    fd_ = -1;
+    return e;
+  }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port_);

@@ -165,6 +165,35 @@ TEST_F(EmuDataPath, WriteWithImmediateConsumesAReceive) {
   EXPECT_EQ(b.bytes()[50000 + 2047], 0x3c);
 }
 
+TEST_F(EmuDataPath, SendWithInvalidateFreesTheRemoteKey) {
+  TestHost::Buffer win = b.h.host.alloc(4096);
+  uint32_t rkey = 0;
+  ASSERT_TRUE(
+      b.h.create_mkey_raw(
+             win, 4096, 0xf, &rkey,
+             [](uint8_t* in) {
+               prm::create_mkey_in::view(in).at(prm::create_mkey_in::memory_key_mkey_entry).set(prm::mkc::en_rinval, 1);
+             })
+          .ok());
+  b.h.post_recv(b.qp, {{b.va(), 64, b.key}});
+  Harness::SendOpts o;
+  o.imm = rkey;
+  a.h.post_send(a.qp, wo::SEND_INVAL, {{a.va(), 8, a.key}}, o);
+  pump();
+  const uint8_t* r = b.h.poll_cq(b.cq);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(prm::get(r, prm::cqe64::opcode), co::RESP_SEND_INV);
+  EXPECT_EQ(prm::get(r, prm::cqe64::imm_inval_pkey), rkey);
+  ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
+  // The key is dead now: a WRITE through it is a remote access error.
+  Harness::SendOpts w;
+  w.raddr = reinterpret_cast<uint64_t>(win.va), w.rkey = rkey;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 8, a.key}}, w);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::REMOTE_ACCESS_ERR);
+}
+
 TEST_F(EmuDataPath, AtomicsReturnTheOriginalValue) {
   uint64_t v = 1000;
   memcpy(b.bytes() + 64, &v, 8);
