@@ -1,6 +1,7 @@
 // Library-internal declarations shared by the src/verbs translation units.
 #pragma once
 
+#include "abi/gen/ibverbs_prototypes.h"  // rdma-core v44's prototype of every export: a mismatch does not compile
 #include "verbs/provider.h"
 
 #include <sys/socket.h>
@@ -142,6 +143,12 @@ auto no_throw(F&& f) -> decltype(f()) {
 // Purge events of a dying object from the context's async queue, and wait until every delivered
 // event for it has been acknowledged (rdma-core's destroy contract).
 void retire_async_events(ibv_context* ctx, const void* element);
+
+// The command descriptor and context sharing (import.cpp). open_command_fd gives a fresh context
+// its cmd_fd (an errno value on failure); release_context closes it on ibv_close_device and says
+// whether the provider context must now be closed (no other context shares it).
+int open_command_fd(ContextBase* base);
+bool release_context(ContextBase* base);
 
 // Synthesised sysfs (ibv_read_sysfs_file on the device's ibdev_path).
 extern const char kSysfsRoot[];
