@@ -169,6 +169,7 @@ struct GidEntry {
   }
 };
 
+// A Q counter set: the values at the last clear (queries report the transport's counts minus these).
 struct QCounter {
   uint32_t id = 0;
   uint32_t out_of_buffer = 0, out_of_sequence = 0, duplicate_request = 0, rnr_nak_retry_err = 0, packet_seq_err = 0,

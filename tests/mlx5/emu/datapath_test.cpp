@@ -37,6 +37,7 @@ struct Side {
 
 class EmuDataPath : public ::testing::Test {
  protected:
+  uint8_t retry_count_ = 7;  // qpc.retry_count both QPs get
   MemoryLink link;
   Side a{link, 1}, b{link, 2};
 
@@ -71,8 +72,9 @@ class EmuDataPath : public ::testing::Test {
       p.set(prm::ads::src_addr_index, 0).set(prm::ads::hop_limit, 64).set_bytes(prm::ads::rgid_rip, dgid);
     });
     ASSERT_TRUE(r.ok()) << std::hex << r.syndrome;
-    ASSERT_TRUE(h.transition(op::RTR2RTS_QP, s.qp.qpn, [](prm::qpc::view q) {
-                   q.set(prm::qpc::next_send_psn, 100).set(prm::qpc::retry_count, 7).set(prm::qpc::rnr_retry, 7);
+    uint8_t retry = retry_count_;
+    ASSERT_TRUE(h.transition(op::RTR2RTS_QP, s.qp.qpn, [&](prm::qpc::view q) {
+                   q.set(prm::qpc::next_send_psn, 100).set(prm::qpc::retry_count, retry).set(prm::qpc::rnr_retry, 7);
                    q.set(prm::qpc::log_sra_max, 3).at(prm::qpc::primary_address_path).set(prm::ads::ack_timeout, 14);
                  }).ok());
   }
@@ -311,6 +313,72 @@ TEST_F(EmuDataPath, RingWrapsAroundManyTimes) {
     ASSERT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ) << round;
     ASSERT_EQ(b.bytes()[0], uint8_t(round));
   }
+}
+
+// Binds `s`'s QP to a new Q counter set and returns its id.
+uint32_t bind_counter(Side& s) {
+  uint32_t id = s.h.alloc(op::ALLOC_Q_COUNTER, prm::alloc_q_counter_out::counter_set_id);
+  Result r = s.h.transition(
+      op::RTS2RTS_QP, s.qp.qpn, [&](prm::qpc::view q) { q.set(prm::qpc::counter_set_id, id); },
+      1u << 25 /* MLX5_QP_OPTPAR_COUNTER_SET_ID */);
+  EXPECT_TRUE(r.ok()) << std::hex << r.syndrome;
+  return id;
+}
+uint32_t counter(Side& s, uint32_t id, const prm::Field& f) {
+  auto q = cmd_in(op::QUERY_Q_COUNTER, Harness::in_size(op::QUERY_Q_COUNTER));
+  prm::set(q.data(), prm::query_q_counter_in::counter_set_id, id);
+  Result r = s.h.exec(q, Harness::out_size(op::QUERY_Q_COUNTER));
+  return uint32_t(prm::get(r.out.data(), f));
+}
+
+TEST_F(EmuDataPath, ALostPacketIsRecoveredAndCounted) {
+  uint32_t ca = bind_counter(a), cb = bind_counter(b);
+  struct Drop {
+    int seen = 0;
+  } d;
+  link.drop_arg = &d;
+  link.drop = [](void* arg, const uint8_t*, size_t) { return ++static_cast<Drop*>(arg)->seen == 2; };
+  for (int i = 0; i < 8192; ++i) a.bytes()[i] = uint8_t(i * 5);
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 8192, a.key}}, o);  // 8 packets; the second is lost
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ);
+  EXPECT_EQ(memcmp(a.bytes(), b.bytes(), 8192), 0);
+  EXPECT_EQ(link.dropped(), 1u);
+  EXPECT_EQ(counter(b, cb, prm::query_q_counter_out::out_of_sequence), 1u);  // one NAK for the gap
+  EXPECT_EQ(counter(a, ca, prm::query_q_counter_out::packet_seq_err), 1u);
+}
+
+class EmuRetry : public EmuDataPath {
+ protected:
+  EmuRetry() { retry_count_ = 2; }
+};
+
+TEST_F(EmuRetry, RetryCountAndAckTimeoutAreHonoured) {
+  uint32_t ca = bind_counter(a);
+  link.drop = [](void*, const uint8_t*, size_t) { return true; };
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 64, a.key}}, o);
+  pump();
+  EXPECT_EQ(link.frames(), 1u);
+  // ack_timeout 14: 4.096 us * 2^14 = 67 ms per try. Nothing happens before it expires.
+  a.h.clock.advance(60'000'000), b.h.clock.advance(60'000'000);
+  pump();
+  EXPECT_EQ(link.frames(), 1u);
+  const uint8_t* e = nullptr;
+  for (int i = 0; i < 10 && !(e = a.h.poll_cq(a.cq)); ++i) {
+    a.h.clock.advance(70'000'000), b.h.clock.advance(70'000'000);
+    pump();
+  }
+  // The first try and retry_count = 2 retries, then the error.
+  EXPECT_EQ(link.frames(), 3u);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::TRANSPORT_RETRY_EXC_ERR);
+  EXPECT_EQ(counter(a, ca, prm::query_q_counter_out::local_ack_timeout_err), 3u);
 }
 
 TEST(EmuCqOverflow, OverrunRaisesACqErrorEvent) {
