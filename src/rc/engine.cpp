@@ -25,25 +25,83 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   if (!init.send_cq || !init.recv_cq) return EINVAL;
   if (init.srq && init.srq->pd != init.pd) return EINVAL;
 
+  if (e.nqps_ >= kMaxQp) return ENOMEM;
   auto qp = std::make_unique<Qp>();
-  uint32_t n = e.next_qpn_;
-  while (e.qps_.count(n) || n < 2) n = (n + 1) & kPsnMask;  // QPN 0 and 1 are special (SMI/GSI)
-  e.next_qpn_ = (n + 1) & kPsnMask;
+  uint32_t slot = 0;
+  uint32_t n = e.choose_qpn(&slot);
   qp->qpn = n;
   qp->init = init;
   qp->attr.cap = c;
   qp->sq.resize(c.max_send_wr);
   qp->inline_buf.resize(size_t(c.max_send_wr) * c.max_inline_data);
   if (!init.srq) qp->rq.init(c.max_recv_wr, c.max_recv_sge);
-  qp->resources.assign(1, Resource{});
+  qp->resp.resources.assign(1, Resource{});
   *qpn = n;
-  e.qps_[n] = std::move(qp);
+  if (slot >= e.slots_.size()) e.slots_.resize(slot + 1);
+  e.slots_[slot] = std::move(qp);
+  ++e.nqps_;
   return 0;
+}
+
+uint32_t EngineImpl::choose_qpn(uint32_t* slot) {
+  // QPN 0 and 1 are the SMI and GSI, 0xFFFFFF the multicast QPN. Sequential: from first_qpn, the
+  // next whose slot is free. Random: a random QPN whose slot is free; when the table is nearly
+  // full, a random tag on a free slot.
+  auto usable = [&](uint32_t n) {
+    uint32_t s = n & kQpnSlotMask;
+    return n > 1 && n != kPsnMask && (s >= slots_.size() || !slots_[s]);
+  };
+  uint32_t n = 0;
+  if (cfg_.random_qpn) {
+    for (int i = 0; i < 64; ++i) {
+      n = cfg_.random_qpn(cfg_.random_qpn_arg) & kPsnMask;
+      if (usable(n)) break;
+    }
+    if (!usable(n)) {
+      uint32_t s = 0;
+      while (s < slots_.size() && slots_[s]) ++s;
+      do n = (cfg_.random_qpn(cfg_.random_qpn_arg) & ~kQpnSlotMask & kPsnMask) | s;
+      while (!usable(n));
+    }
+  } else {
+    do n = next_qpn_++ & kPsnMask;
+    while (!usable(n));
+  }
+  *slot = n & kQpnSlotMask;
+  return n;
+}
+
+void EngineImpl::schedule(Qp& qp) {
+  uint64_t d = qp.deadline();
+  if (d && (!qp.timer_at || d < qp.timer_at)) {
+    timers_.push({d, qp.qpn});
+    qp.timer_at = d;
+  }
+}
+
+uint64_t EngineImpl::earliest_deadline() {
+  while (!timers_.empty()) {
+    Timer t = timers_.top();
+    Qp* qp = find(t.qpn);
+    if (qp && qp->timer_at == t.at) {
+      uint64_t d = qp->deadline();
+      if (d == t.at) return d;
+      qp->timer_at = 0;  // the deadline moved or went away: re-file it
+      timers_.pop();
+      schedule(*qp);
+      continue;
+    }
+    timers_.pop();  // destroyed QP, or one with a newer entry
+  }
+  return UINT64_MAX;
 }
 
 int Engine::modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask) {
   Qp* qp = impl_->find(qpn);
-  return qp ? impl_->modify(*qp, attr, mask, impl_->now()) : EINVAL;
+  if (!qp) return EINVAL;
+  int r = impl_->modify(*qp, attr, mask, impl_->now());
+  impl_->schedule(*qp);
+  return r;
 }
 
 int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpInit* init) const {
@@ -52,17 +110,24 @@ int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpInit* init) const {
   if (attr) {
     *attr = qp->attr;
     attr->qp_state = attr->cur_qp_state = qp->state;
-    attr->sq_draining = qp->state == QpState::sqd && qp->sq_cur != qp->sq_head;
+    attr->sq_draining = qp->state == QpState::sqd && !qp->sq_drained();
     // Live PSNs once the QP runs, as rxe's ibv_query_qp reports them (the emulated HCA's QUERY_QP
     // shows them in next_send_psn / next_rcv_psn).
-    if (qp->state != QpState::reset && qp->state != QpState::init) attr->rq_psn = qp->epsn;
-    if (qp->state == QpState::rts || qp->state == QpState::sqd || qp->state == QpState::sqe) attr->sq_psn = qp->next_psn;
+    if (qp->state != QpState::reset && qp->state != QpState::init) attr->rq_psn = qp->resp.next_rcv_psn;
+    if (qp->state == QpState::rts || qp->state == QpState::sqd || qp->state == QpState::sqe)
+      attr->sq_psn = qp->req.next_send_psn;
   }
   if (init) *init = qp->init;
   return 0;
 }
 
-int Engine::destroy_qp(uint32_t qpn) { return impl_->qps_.erase(qpn) ? 0 : EINVAL; }
+int Engine::destroy_qp(uint32_t qpn) {
+  EngineImpl& e = *impl_;
+  if (!e.find(qpn)) return EINVAL;
+  e.slots_[qpn & EngineImpl::kQpnSlotMask].reset();
+  --e.nqps_;
+  return 0;
+}
 
 int Engine::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** srq, uint32_t* srqn) {
   if (!srq || max_wr == 0 || max_wr > kMaxSrqWr || max_sge == 0 || max_sge > kMaxSge || limit > max_wr) return EINVAL;
@@ -91,14 +156,17 @@ int Engine::query_srq(const Srq* srq, uint32_t* limit) const {
 
 int Engine::destroy_srq(Srq* srq) {
   if (!srq) return EINVAL;
-  for (auto& [n, qp] : impl_->qps_)
-    if (qp->init.srq == srq) return EBUSY;
+  for (auto& qp : impl_->slots_)
+    if (qp && qp->init.srq == srq) return EBUSY;
   return impl_->srqs_.erase(srq->srqn) ? 0 : EINVAL;
 }
 
 int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   Qp* qp = impl_->find(qpn);
-  return qp ? impl_->post_send(*qp, wr, impl_->now()) : EINVAL;
+  if (!qp) return EINVAL;
+  int r = impl_->post_send(*qp, wr, impl_->now());
+  impl_->schedule(*qp);
+  return r;
 }
 
 int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
@@ -107,7 +175,7 @@ int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
   if (!qp || qp->init.srq || qp->state == QpState::reset) return EINVAL;
   if (qp->rq.full()) return ENOMEM;
   RecvWqe tmp;
-  if (!fill_recv_wqe(tmp, wr, qp->rq.max_sge(), e.mem_, qp->init.pd)) return EINVAL;
+  if (!fill_recv_wqe(tmp, wr, qp->rq.max_sge())) return EINVAL;
   qp->rq.push_slot() = tmp;
   if (qp->state == QpState::err) e.flush_rq(*qp);
   return 0;
@@ -117,7 +185,7 @@ int Engine::post_srq_recv(Srq* srq, const RecvWr& wr) {
   if (!srq || !impl_->srqs_.count(srq->srqn)) return EINVAL;
   if (srq->rq.full()) return ENOMEM;
   RecvWqe tmp;
-  if (!fill_recv_wqe(tmp, wr, srq->rq.max_sge(), impl_->mem_, srq->pd)) return EINVAL;
+  if (!fill_recv_wqe(tmp, wr, srq->rq.max_sge())) return EINVAL;
   srq->rq.push_slot() = tmp;
   return 0;
 }
@@ -145,29 +213,30 @@ void Engine::receive(const IpUdp& ip, const uint8_t* roce, size_t len) {
   }
   uint64_t now = e.now();
   if (op.is(kRequest)) {
-    e.on_request(*qp, ip, p, now);
+    e.on_request(*qp, ip, p);
   } else {
     ++qp->counters.rx_packets;
     e.on_response(*qp, p, now);
   }
+  e.schedule(*qp);
 }
 
 void Engine::tick() {
-  uint64_t now = impl_->now();
-  for (auto& [n, qp] : impl_->qps_) {
-    impl_->on_timer(*qp, now);
-    impl_->requester_progress(*qp, now);
+  EngineImpl& e = *impl_;
+  uint64_t now = e.now();
+  while (!e.timers_.empty() && e.timers_.top().at <= now) {
+    EngineImpl::Timer t = e.timers_.top();
+    e.timers_.pop();
+    Qp* qp = e.find(t.qpn);
+    if (!qp || qp->timer_at != t.at) continue;  // stale entry
+    qp->timer_at = 0;
+    e.on_timer(*qp, now);
+    e.requester_progress(*qp, now);
+    e.schedule(*qp);
   }
 }
 
-uint64_t Engine::next_deadline() const {
-  uint64_t d = UINT64_MAX;
-  for (auto& [n, qp] : impl_->qps_) {
-    if (qp->retrans_deadline && qp->retrans_deadline < d) d = qp->retrans_deadline;
-    if (qp->rnr_deadline && qp->rnr_deadline < d) d = qp->rnr_deadline;
-  }
-  return d;
-}
+uint64_t Engine::next_deadline() const { return impl_->earliest_deadline(); }
 
 const QpCounters* Engine::counters(uint32_t qpn) const {
   Qp* qp = impl_->find(qpn);

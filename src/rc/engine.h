@@ -89,7 +89,8 @@ struct QpAttr {
   uint8_t timeout = 14;  // local ACK timeout exponent
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;  // 7 = retry forever
-  uint8_t sq_draining = 0;
+  uint8_t sq_draining = 0;  // query: SQD and requests still unacknowledged
+  uint8_t en_sqd_async_notify = 0;  // with kAttrEnSqdAsyncNotify on RTS -> SQD: raise sq_drained when drained
   QpCaps cap;
 };
 
@@ -100,7 +101,13 @@ struct QpCounters {
 };
 
 struct EngineConfig {
+  // QPNs: with random_qpn, each is drawn from the host's random source (unpredictable to anyone who
+  // can reach the port, as a QPN and a PSN in the window are all a forged packet needs); without,
+  // sequential from first_qpn, for deterministic tests and replays. Either way QPN 0 and 1 (SMI,
+  // GSI), 0xFFFFFF (the multicast QPN) and QPNs whose slot is in use are skipped.
   uint32_t first_qpn = 0x11;  // rxe starts here too
+  uint32_t (*random_qpn)(void* arg) = nullptr;
+  void* random_qpn_arg = nullptr;
   uint32_t max_inflight_packets = 128;  // requester window per QP
   uint32_t ack_every = 64;  // AckReq at least every N packets of a long message
 };

@@ -1,6 +1,6 @@
 // The transport engine's one seam to whatever hosts it: the soft provider (process memory, UDP
 // sockets, CLOCK_MONOTONIC), the emulated ConnectX (mkeys over IOVAs, its wire, its clock) and the
-// test kit (tests/host_kit). The engine owns no memory of the application's, no socket and no
+// test kit (tests/common/host_kit.h). The engine owns no memory of the application's, no socket and no
 // clock; it reaches them only through the four interfaces below, gathered in Host.
 //
 //   HostMemory      registered memory by key: checks a range and returns it as contiguous spans
@@ -17,6 +17,7 @@
 
 #include "rc/limits.h"
 #include "rc/verbs_values.h"
+#include "roce/frame.h"
 #include "roce/packet.h"
 
 namespace melon::rc {
@@ -24,10 +25,7 @@ namespace melon::rc {
 // ---- memory ------------------------------------------------------------------------------------
 
 // Host bytes of registered memory, contiguous for `len` bytes.
-struct Span {
-  uint8_t* ptr = nullptr;
-  uint32_t len = 0;
-};
+using Span = roce::Span;
 
 // Which key namespace a key is looked up in (an lkey from a local SGE, an rkey from a RETH/AtomicETH).
 enum class KeyKind : uint8_t { local, remote };
@@ -70,7 +68,7 @@ struct AddressVector {
 
 // One packet leaving the engine. Headers are in `pkt` (payload fields unused); the payload is
 // gathered from `iov` (spans of registered memory or engine-held bytes), zero-copy until the host
-// sends. roce/frame.h turns it into a frame or a UDP payload.
+// sends. roce/frame.h turns it into a frame or a UDP payload; rc/wire.h gives its IP/UDP side.
 using Iov = Span;
 struct TxPacket {
   static constexpr int kMaxIov = 2 * kMaxSge;  // every SGE piece of one MTU split at most once (HostMemory::map)

@@ -9,13 +9,13 @@
 
 namespace melon::rc {
 
-// One receive WQE: its scatter list, checked against the host's memory at post time.
+// One receive WQE: its scatter list as keys and addresses.
 struct RecvWqe {
   uint64_t wr_id = 0;
   Seg seg[kMaxSge];
   int nseg = 0;
   uint32_t length = 0;  // sum of seg lengths
-  bool bad = false;  // an lkey did not grant local write: completes with IBV_WC_LOC_PROT_ERR when used
+  bool bad = false;  // taken, and an lkey did not grant local write (Outcome::recv_protection_error)
 };
 
 class RecvQueue {
@@ -43,8 +43,11 @@ class RecvQueue {
   uint32_t head_ = 0, count_ = 0, max_sge_ = 0;
 };
 
-// Checks and stores a receive WR; false (EINVAL) if it has too many SGEs.
-bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge, HostMemory& mem, uint32_t pd);
+// Stores a receive WR; false (EINVAL) if it has too many SGEs. Its keys are checked when the
+// responder takes it (recv_wqe_writable), so a region re-registered or gone meanwhile is seen as it
+// is then.
+bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge);
+bool recv_wqe_writable(const RecvWqe& w, HostMemory& mem, uint32_t pd);
 
 class Srq {
  public:

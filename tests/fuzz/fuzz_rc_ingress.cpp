@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/host_kit.h"
 #include "rc/engine.h"
 
 using namespace melon::rc;
@@ -19,58 +20,24 @@ constexpr uint64_t kVa = 0x100000;
 constexpr uint32_t kRegion = 16384;
 constexpr uint32_t kRkey = 0x1234;
 
-struct FuzzMemory : HostMemory {
-  std::vector<uint8_t> region = std::vector<uint8_t>(kRegion);
-  std::vector<uint8_t> local_buf = std::vector<uint8_t>(kRegion);
-  MemStatus map(KeyKind kind, uint32_t, uint32_t key, uint64_t addr, uint32_t len, uint32_t, Span* first) override {
-    if (kind == KeyKind::local) {
-      if (key != 1 || addr < uint64_t(uintptr_t(local_buf.data())) ||
-          addr + len > uint64_t(uintptr_t(local_buf.data())) + kRegion)
-        return MemStatus::out_of_range;
-      *first = Span{reinterpret_cast<uint8_t*>(uintptr_t(addr)), len};
-      return MemStatus::ok;
-    }
-    if (key != kRkey) return MemStatus::bad_key;
-    if (addr < kVa || addr - kVa > kRegion || len > kRegion - (addr - kVa)) return MemStatus::out_of_range;
-    *first = Span{region.data() + (addr - kVa), len};
-    return MemStatus::ok;
-  }
-};
-
-struct FuzzClock : Clock {
-  uint64_t t = 1;
-  uint64_t now() override { return t; }
-};
-
-struct CountingCq : CompletionSink {
-  size_t n = 0;
-  bool push(const Wc& wc) override {
-    if (uint8_t(wc.status) > uint8_t(WcStatus::general_err)) abort();
-    ++n;
-    return n < 4096;
-  }
-};
-
-struct NullLink : FrameLink {
-  size_t sent = 0;
-  void transmit(const TxPacket& p) override {
-    // Every packet the engine emits must be a well-formed one of its own transport.
-    uint32_t total = 0;
-    for (int i = 0; i < p.niov; ++i) total += p.iov[i].len;
-    if (total != p.payload_len || p.payload_len > 4096) abort();
-    ++sent;
-  }
-};
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  FuzzMemory mem;
-  NullLink link;
-  FuzzClock clock;
+  // The host kit: a local buffer and a remote region (at kVa, rkey kRkey) in PD 0; every packet the
+  // engine emits becomes a frame that must parse back (wire.malformed).
+  melon::kit::Memory mem;
+  melon::kit::Region& local = mem.add(0, kRegion, kLocalWrite);
+  mem.add_at(0, kVa, kRegion, 0x77, kRkey, kRemoteWrite | kRemoteRead | kRemoteAtomic);
+  melon::kit::FrameWire wire;
+  wire.on_frame = [&](std::vector<uint8_t>&& f, const TxPacket& p) {
+    if (p.payload_len > 4096) abort();
+    wire.recycle(std::move(f));
+  };
+  melon::kit::ManualClock clock;
+  clock.t = 1;
   uint64_t& now = clock.t;
-  Engine e(Host{mem, link, clock});
-  CountingCq scq, rcq;
+  Engine e(Host{mem, wire, clock});
+  melon::kit::Cq scq(4096), rcq(4096);
   uint32_t qpn[3];
   const QpType types[3] = {QpType::rc, QpType::uc, QpType::ud};
   for (int i = 0; i < 3; ++i) {
@@ -106,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             : kAttrState | kAttrSqPsn;
     if (e.modify_qp(qpn[i], a, m)) abort();
     for (int r = 0; r < 4; ++r) {
-      Sge s{uint64_t(uintptr_t(mem.local_buf.data())) + uint64_t(r) * 2048, 2048, 1};
+      Sge s{local.va() + uint64_t(r) * 2048, 2048, local.lkey};
       RecvWr rw;
       rw.wr_id = uint64_t(r);
       rw.sg_list = &s;
@@ -118,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const WrOpcode ops[] = {WrOpcode::send, WrOpcode::rdma_write, WrOpcode::rdma_read, WrOpcode::atomic_fetch_and_add,
                           WrOpcode::atomic_cmp_and_swp};
   for (int i = 0; i < 5; ++i) {
-    Sge s{uint64_t(uintptr_t(mem.local_buf.data())) + 8192 + uint64_t(i) * 1024, i >= 3 ? 8u : 3000u, 1};
+    Sge s{local.va() + 8192 + uint64_t(i) * 1024, i >= 3 ? 8u : 3000u, local.lkey};
     SendWr w;
     w.wr_id = uint64_t(100 + i);
     w.opcode = ops[i];
@@ -160,5 +127,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     now = e.next_deadline();
     e.tick();
   }
+  if (wire.malformed || scq.invalid() || rcq.invalid()) abort();
   return 0;
 }

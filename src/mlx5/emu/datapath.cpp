@@ -4,7 +4,8 @@
 #include <string.h>
 
 #include "mlx5/emu/hca.h"
-#include "rc/wire.h"
+#include "rc/outcome.h"
+#include "roce/frame.h"
 #include "roce/ip_udp.h"
 
 namespace melon::mlx5::emu {
@@ -21,25 +22,6 @@ uint16_t wr_wqe_index(uint64_t id) { return uint16_t(id); }
 uint8_t wr_opcode(uint64_t id) { return uint8_t(id >> 16); }
 uint32_t wr_length(uint64_t id) { return uint32_t(id >> 32); }
 
-uint8_t cqe_syndrome(rc::WcStatus s) {
-  namespace c = prm::cqe_syndrome;
-  switch (s) {
-    case rc::WcStatus::loc_len_err: return c::LOCAL_LENGTH_ERR;
-    case rc::WcStatus::loc_qp_op_err: return c::LOCAL_QP_OP_ERR;
-    case rc::WcStatus::loc_prot_err: return c::LOCAL_PROT_ERR;
-    case rc::WcStatus::wr_flush_err: return c::WR_FLUSH_ERR;
-    case rc::WcStatus::mw_bind_err: return c::MW_BIND_ERR;
-    case rc::WcStatus::bad_resp_err: return c::BAD_RESP_ERR;
-    case rc::WcStatus::loc_access_err: return c::LOCAL_ACCESS_ERR;
-    case rc::WcStatus::rem_inv_req_err: return c::REMOTE_INVAL_REQ_ERR;
-    case rc::WcStatus::rem_access_err: return c::REMOTE_ACCESS_ERR;
-    case rc::WcStatus::rem_op_err: return c::REMOTE_OP_ERR;
-    case rc::WcStatus::retry_exc_err: return c::TRANSPORT_RETRY_EXC_ERR;
-    case rc::WcStatus::rnr_retry_exc_err: return c::RNR_RETRY_EXC_ERR;
-    case rc::WcStatus::rem_abort_err: return c::REMOTE_ABORTED_ERR;
-    default: return c::LOCAL_QP_OP_ERR;
-  }
-}
 }  // namespace
 
 void Hca::write_completion(const PendingCqe& p) {
@@ -55,7 +37,7 @@ void Hca::write_completion(const PendingCqe& p) {
   if (wc.status != rc::WcStatus::success) {
     prm::err_cqe::view e(cqe);
     e.set(prm::err_cqe::opcode, p.send ? prm::cqe_opcode::REQ_ERR : prm::cqe_opcode::RESP_ERR);
-    e.set(prm::err_cqe::syndrome, cqe_syndrome(wc.status));
+    e.set(prm::err_cqe::syndrome, rc::mlx5_cqe_syndrome(wc.status));  // the transport's outcome table
     e.set(prm::err_cqe::vendor_err_synd, wc.vendor_err & 0xff);
     e.set(prm::err_cqe::wqe_counter, p.send ? wr_wqe_index(wc.wr_id) : uint16_t(wc.wr_id));
     if (p.send) e.set(prm::err_cqe::s_wqe_opcode, wr_opcode(wc.wr_id));
@@ -363,7 +345,7 @@ void Hca::rx_frame(const std::vector<uint8_t>& f) {
   roce::IpUdp ip;
   const uint8_t* pkt = nullptr;
   size_t len = 0;
-  if (rc::frame_to_rx(f.data(), f.size(), ip, &pkt, &len) != roce::ParseError::ok || !roce_en_ ||
+  if (roce::read_frame(f.data(), f.size(), ip, &pkt, &len) != roce::ParseError::ok || !roce_en_ ||
       port_oper_ != prm::kPortUp) {
     ++stats_.frames_dropped;
     return;

@@ -132,6 +132,7 @@ struct Srq {
   uint16_t head = 0;  // next WQE of the linked list (PRM: follow next_wqe_index)
   uint32_t refs = 0;
   rc::Srq* engine_srq = nullptr;
+  uint32_t engine_srqn = 0;  // the transport's number for it (its events name that one)
 };
 
 struct Qp {

@@ -10,6 +10,7 @@
 
 #include "mlx5/emu/hca.h"
 #include "rc/wire.h"
+#include "roce/frame.h"
 
 namespace melon::mlx5::emu {
 
@@ -73,9 +74,9 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
   }
 
   void transmit(const rc::TxPacket& p) override {
-    bool v6 = p.av && !roce::gid_is_v4_mapped(p.av->dgid);
-    std::vector<uint8_t> f(rc::frame_size(p, v6));
-    f.resize(rc::frame_from_tx(p, f.data()));
+    roce::IpUdp ip = rc::tx_ip(p);
+    std::vector<uint8_t> f(roce::frame_length(ip.v6, p.pkt.bth.opcode, p.payload_len));
+    f.resize(roce::write_frame(ip, p.pkt, p.iov, p.niov, f.data()));
     ++h_.stats_.frames_tx;
     h_.out_.frames.push_back(std::move(f));
   }
@@ -163,9 +164,16 @@ void Hca::engine_done() {
       case rc::AsyncEvent::cq_err: continue;  // the CQ's own overrun event was posted already
       default: continue;
     }
+    uint32_t n = e.n;
+    if (e.srq) {  // the transport names its own SRQ number; the driver knows the PRM one
+      n = 0;
+      for (auto& [srqn, s] : srqs_)
+        if (s.engine_srq && s.engine_srqn == e.n) n = srqn;
+      if (!n) continue;
+    }
     uint8_t data[28] = {};
     prm::set(data, prm::qp_events::type, e.srq ? prm::kEventObjSrq : prm::kEventObjQp);
-    prm::set(data, prm::qp_events::qpn_rqn_sqn, e.n);
+    prm::set(data, prm::qp_events::qpn_rqn_sqn, n);
     post_async(type, 0, data);
   }
 }
@@ -285,8 +293,7 @@ void Hca::tp_destroy_qp(Qp& qp) {
 }
 
 bool Hca::tp_create_srq(Srq& s) {
-  uint32_t n = 0;
-  int r = engine_->create_srq(s.pd, 1u << s.log_size, rc::kMaxSge, s.lwm, &s.engine_srq, &n);
+  int r = engine_->create_srq(s.pd, 1u << s.log_size, rc::kMaxSge, s.lwm, &s.engine_srq, &s.engine_srqn);
   engine_done();
   return r == 0;
 }

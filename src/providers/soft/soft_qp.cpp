@@ -1,5 +1,6 @@
 // QPs of the soft provider: verbs calls translated to the transport engine, under its lock.
 #include "providers/soft/soft_qp.h"
+#include "providers/soft/random.h"
 
 #include <arpa/inet.h>
 
@@ -40,7 +41,10 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
     addrs.push_back(l);
   }
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
-  transport_.reset(new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this)));
+  rc::EngineConfig config;
+  config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
+  transport_.reset(
+      new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this), config));
 }
 
 Hub* Hub::acquire(SoftDevice* dev, int* err) {
@@ -84,10 +88,12 @@ void Hub::remove_srq(uint32_t srqn) {
   srqs_.erase(srqn);
 }
 
-rc::MemStatus Hub::map(rc::KeyKind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
+rc::MemStatus Hub::map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
                        rc::Span* first) {
   void* host = nullptr;
-  switch (dev_->mrs().resolve_by_pd_handle(key, pd, addr, len, access, &host)) {  // lkey == rkey
+  // lkey and rkey live in separate key spaces (soft_mr.cpp).
+  KeyKind k = kind == rc::KeyKind::local ? KeyKind::local : KeyKind::remote;
+  switch (dev_->mrs().resolve_by_pd_handle(k, key, pd, addr, len, access, &host)) {
     case MrStatus::Ok: *first = {static_cast<uint8_t*>(host), len}; return rc::MemStatus::ok;
     case MrStatus::BadKey: return rc::MemStatus::bad_key;
     case MrStatus::WrongPd: return rc::MemStatus::wrong_pd;
@@ -149,8 +155,14 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
     errno = e;
     return nullptr;
   };
-  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  if (attr->comp_mask & ~known) return fail(EOPNOTSUPP);  // XRC, RSS, create flags, ...
+  // Creation flags and a TSO header size are accepted when they ask for nothing (rdma-core's
+  // own tests set the mask with zero values); any flag or a TSO header is not supported (the
+  // device reports tso_caps.max_tso 0), nor are XRC domains, RSS or indirection tables.
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                         IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+  if (attr->comp_mask & ~known) return fail(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) return fail(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr->max_tso_header) return fail(EOPNOTSUPP);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !owns(attr->pd)) return fail(EINVAL);
   rc::QpType type;
   switch (attr->qp_type) {
@@ -169,7 +181,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   Hub* h = hub(&err);
   if (!h) return fail(err);
 
-  auto* qp = new SoftQp;
+  auto* qp = new SoftQp();
   qp->ctx = this;
   qp->hub = h;
   qp->scq.cq = SoftCq::from(attr->send_cq);
@@ -253,6 +265,7 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   r.timeout = a->timeout;
   r.retry_cnt = a->retry_cnt;
   r.rnr_retry = a->rnr_retry;
+  r.en_sqd_async_notify = a->en_sqd_async_notify;
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = a->ah_attr;
     if (!ah.is_global || ah.grh.flow_label > 0xfffff) return EINVAL;  // RoCE needs the GRH

@@ -8,7 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "roce/icrc.h"
+#include "rc/wire.h"
+#include "roce/frame.h"
 #include "roce/icrc_udp.h"
 #include "roce/ip_udp.h"
 
@@ -54,8 +55,8 @@ bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) 
 }  // namespace
 
 UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
-                           uint16_t port)
-    : port_(port), engine_(rc::Host{memory, *this, *this, events}) {
+                           const rc::EngineConfig& config, uint16_t port)
+    : port_(port), engine_(rc::Host{memory, *this, *this, events}, config) {
   for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1});
   tx_.resize(kBatch);
   tx_msgs_.resize(kBatch);
@@ -158,40 +159,27 @@ void UdpTransport::wake() {
 void UdpTransport::transmit(const rc::TxPacket& p) {
   if (tx_count_ == kBatch) flush_tx();
   TxSlot& s = tx_[tx_count_];
-  roce::Packet hdr = p.pkt;
-  hdr.payload_len = p.payload_len;  // sets PadCnt
-  size_t hlen = write_transport_headers(hdr, s.hdr);
-  uint8_t pad = pad_for(p.payload_len);
-
   s.sock = socket_for(p.av->sgid);
   if (s.sock == socks_.size()) {
     stats_.tx_errors++;
     return;
   }
   const Socket& k = socks_[s.sock];
-  IpUdp ip;
+  // The ICRC covers IP and UDP as the kernel will send them: from this socket's address and port (a
+  // socket has one source port, so the engine's entropy port in tx_ip() is replaced), IPv4
+  // identification 0 with DF set (see start()).
+  IpUdp ip = rc::tx_ip(p);
   ip.v6 = k.v6;
   memcpy(ip.src, k.addr.gid, 16);
-  memcpy(ip.dst, p.av->dgid, 16);
   ip.sport = port_;
   ip.dport = kRoceV2Port;
   ip.ip_id = 0;
   ip.df = true;
-  uint8_t iph[kIpv6HeaderSize + kUdpHeaderSize];
-  size_t ipl = write_ip_udp(ip, hlen + p.payload_len + pad + kIcrcSize, iph);
-  Icrc c;
-  c.begin_with_bth(iph, ipl, s.hdr);
-  c.add(s.hdr + kBthSize, hlen - kBthSize);
+  write_payload_frame(ip, p.pkt, p.iov, p.niov, s.frame);
   int n = 0;
-  s.iov[n++] = {s.hdr, hlen};
-  for (int i = 0; i < p.niov; ++i) {
-    c.add(p.iov[i].ptr, p.iov[i].len);
-    s.iov[n++] = {p.iov[i].ptr, p.iov[i].len};
-  }
-  memset(s.tail, 0, pad);
-  c.add(s.tail, pad);
-  store_icrc(s.tail + pad, c.value());
-  s.iov[n++] = {s.tail, size_t(pad) + kIcrcSize};
+  s.iov[n++] = {s.frame.transport, s.frame.transport_len};
+  for (int i = 0; i < p.niov; ++i) s.iov[n++] = {p.iov[i].ptr, p.iov[i].len};
+  s.iov[n++] = {s.frame.tail, s.frame.tail_len};
 
   mmsghdr& m = tx_msgs_[tx_count_];
   memset(&m, 0, sizeof m);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "rc/engine.h"
+#include "roce/frame.h"
 
 #if !defined(__linux__)
 // sendmmsg/recvmmsg are Linux's; elsewhere the same batches go out one sendmsg at a time.
@@ -41,7 +42,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // One socket per address; a packet leaves from the socket whose address is its source GID.
   // Memory and events are called with the engine lock held.
   UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
-               uint16_t port = 4791);
+               const rc::EngineConfig& config = {}, uint16_t port = 4791);
   ~UdpTransport() override;
 
   // Binds every address (those that fail are skipped) and starts the progress thread; errno value
@@ -102,8 +103,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
 
   // Transmit batch (guarded by mu_).
   struct TxSlot {
-    uint8_t hdr[64];  // BTH + extended headers
-    uint8_t tail[8];  // pad + ICRC
+    roce::PayloadFrame frame;  // transport headers, pad + ICRC around the payload
     sockaddr_storage to;
     size_t sock;
     iovec iov[kMaxIovPerPkt];
