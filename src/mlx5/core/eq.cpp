@@ -112,7 +112,7 @@ Err Hca::setup_eqs() {
   return Err::ok;
 }
 
-void Hca::drain_eq(Eq& eq) {
+void Hca::drain_eq(Eq& eq, bool from_vector) {
   if (!eq.live) return;
   HalLock l(*hal_, eq.lock);
   if (!eq.live) return;
@@ -127,9 +127,9 @@ void Hca::drain_eq(Eq& eq) {
     ++n;
   }
   stats_.events += n;
-  // Consumer index update and re-arm in one doorbell, even when nothing was new (Linux does the
-  // same): an EQ left unarmed never interrupts again.
-  hal_->write32(uint32_t(eq_uar_->bar_off + p::kUarEqArm), (eq.eqn << 24) | (eq.cc & 0xffffff));
+  // Consumer index update and re-arm in one doorbell. After an interrupt always (Linux does the
+  // same: an EQ left unarmed never interrupts again); when polling only if something was taken.
+  if (n || from_vector) hal_->write32(uint32_t(eq_uar_->bar_off + p::kUarEqArm), (eq.eqn << 24) | (eq.cc & 0xffffff));
 }
 
 void Hca::poll_events() {
@@ -138,9 +138,9 @@ void Hca::poll_events() {
 }
 
 void Hca::on_vector(uint32_t vector) {
-  if (vector == 0) drain_eq(async_eq_);
+  if (vector == 0) drain_eq(async_eq_, true);
   for (uint32_t i = 0; i < ncomp_eqs_; ++i)
-    if (comp_eqs_[i].vector == vector) drain_eq(comp_eqs_[i]);
+    if (comp_eqs_[i].vector == vector) drain_eq(comp_eqs_[i], true);
 }
 
 // Runs in the event context: no commands here. Page requests are only noted; service() does them.

@@ -218,7 +218,7 @@ class Hca : private CmdWaitHooks, private VectorHandler {
   void fill_uar(Uar* u, uint32_t index);
   Err create_eq(Eq& eq, uint32_t log_size, uint64_t mask, uint32_t vector);
   void destroy_eq(Eq& eq);
-  void drain_eq(Eq& eq);
+  void drain_eq(Eq& eq, bool from_vector = false);
   void dispatch_eqe(const uint8_t* eqe);
   void route_async(uint8_t type, uint8_t sub, uint32_t number, bool srq_obj);
 
