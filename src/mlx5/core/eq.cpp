@@ -78,7 +78,11 @@ void Hca::destroy_eq(Eq& eq) {
   p::cmd_set_header(in, p::opcode::DESTROY_EQ, 0);
   p::destroy_eq_in::view(in).set(p::destroy_eq_in::eq_number, eq.eqn);
   Err e = cmd(in, sizeof in, out, sizeof out);
-  eq.live = false;
+  {
+    // An interrupt on another CPU may be draining it right now: wait for it, then it is gone.
+    HalLock l(*hal_, eq.lock);
+    eq.live = false;
+  }
   // Refused or unanswered: the device may still write events into it.
   ledger_.free(eq.buf, e != Err::ok);
   eq.buf = {};
