@@ -513,6 +513,9 @@ Err Hca::recover() {
   if (state() == HcaState::detached) return Err::bad_state;
   MLX_WARN(*hal_, pci, "recovery: function reset and full bring-up (was %s)", hca_state_name(state()));
   failure_ = {};
+  // Objects still alive (a recovery asked for while up) vanish with the reset: their owners hear of
+  // it (after a fatal error they already have).
+  if (state() != HcaState::fatal && objs_) notify_lost();
   if (hal_->function_reset() != kHalOk) {
     failure_.stage = Stage::function_reset;
     return fail(Err::dead);
@@ -627,6 +630,12 @@ void Hca::enter_fatal(FatalReason r, uint8_t syndrome) {
   MLX_ERR(*hal_, health, "device fatal: %s; new work stopped, bus mastering off, DMA quarantined",
           fatal_reason_name(r));
   if (r != FatalReason::pci_gone) log_health_buffer();
+  notify_lost();
+}
+
+// The device and every object on it are lost (fatal, or reset under live objects): tell the
+// device sink and every owner, once.
+void Hca::notify_lost() {
   AsyncEvent ev{p::event_type::INTERNAL_ERROR, 0, 0, "INTERNAL_ERROR"};
   if (device_sink_) device_sink_->on_async_event(ev);
   HalLock l(*hal_, obj_lock_);

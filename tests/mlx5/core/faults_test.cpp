@@ -132,6 +132,15 @@ TEST_F(Faults, FatalSyndromeStopsWorkFencesBusMasteringAndQuarantines) {
   expect_clean_after_teardown();
 }
 
+TEST_F(Faults, RecoveryWhileUpTellsOwnersTheirObjectsAreGone) {
+  ASSERT_EQ(r.hca.recover(), Err::ok);
+  ASSERT_EQ(cq_sink.events.size(), 1u);
+  EXPECT_EQ(cq_sink.events[0].type, p::event_type::INTERNAL_ERROR);
+  EXPECT_EQ(r.hca.live(core::ObjKind::cq), 0u);
+  EXPECT_EQ(r.hca.live(core::ObjKind::pd), 0u);
+  expect_clean_after_teardown();
+}
+
 TEST_F(Faults, StalledHealthCounterIsFatalAfterMisses) {
   r.dev->inject_fatal(0);  // the firmware stops without a syndrome
   for (uint32_t i = 0; i < 3; ++i) {
