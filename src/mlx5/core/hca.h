@@ -83,6 +83,7 @@ struct HcaConfig {
   uint32_t health_misses = 3;  // health counter unchanged this many polls -> fatal
   uint32_t health_interval_ms = 2000;  // service() polls health this often (Linux: 2 s)
   bool enable_roce = true;
+  uint32_t max_fw_pages = 1u << 20;  // 4 GiB of firmware pages at most
 };
 
 // Counters a benchmark or a test reads.

@@ -63,6 +63,7 @@ void Hca::attach(Hal* hal, const HcaConfig& cfg) {
   if (cfg_.comp_eqs > kMaxCompEqs) cfg_.comp_eqs = kMaxCompEqs;
   ledger_.init(hal);
   pages_.init(hal, &ledger_, &cmd_);
+  pages_.set_limit(cfg_.max_fw_pages);
   obj_lock_ = hal->lock_create();
   async_eq_.lock = hal->lock_create();
   for (auto& eq : comp_eqs_) eq.lock = hal->lock_create();
@@ -226,6 +227,10 @@ Err Hca::query_all_caps() {
   caps_.num_ports = uint32_t(c.get(p::cmd_hca_cap::num_ports));
   caps_.port_type = uint32_t(c.get(p::cmd_hca_cap::port_type));
   caps_.log_uar_page_sz = uint32_t(c.get(p::cmd_hca_cap::log_uar_page_sz));
+  if (caps_.log_uar_page_sz > kMaxLogUarPage) {
+    MLX_ERR(*hal_, pci, "UAR page size 2^%u x 4 KiB is not believable", caps_.log_uar_page_sz);
+    return Err::unsupported;
+  }
   if (caps_.has_roce && !caps_.gid_table_size)
     caps_.gid_table_size = uint32_t(p::get(caps_.roce, p::roce_cap::roce_address_table_size));
   MLX_INFO(*hal_, pci, "caps: log_max_qp %u log_max_cq %u log_max_mkey %u roce %u gid table %u port type %u",

@@ -39,6 +39,12 @@ class EventSink {
   ~EventSink() = default;
 };
 
+// The largest queue (log2 of entries) the core accepts whatever the caps claim: the PRM's log
+// size fields are 5 bits, and this keeps every size computation far from overflow.
+inline constexpr uint32_t kMaxLogQueueSize = 24;
+// The largest UAR page (log2 of 4 KiB units) the core accepts from the caps.
+inline constexpr uint32_t kMaxLogUarPage = 8;
+
 // Access flags, with the values of ibv_access_flags.
 enum : uint32_t {
   kAccessLocalWrite = 1,
