@@ -335,6 +335,13 @@ TEST_F(Objects, GidTableThroughSetRoceAddress) {
   EXPECT_EQ(memcmp(back.gid, gid, 16), 0);
   EXPECT_EQ(memcmp(back.mac, g.mac, 6), 0);
   EXPECT_EQ(back.version, p::roce_version::VERSION_2);
+  EXPECT_EQ(back.l3_type, p::roce_l3_type::IPV4) << "an IPv4-mapped GID is stored as IPv4";
+  uint8_t v6[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0x4d, 0x45, 0xff, 0xfe, 0x4c, 0, 1};
+  memcpy(g.gid, v6, 16);
+  ASSERT_EQ(r.hca.set_gid(4, g), Err::ok);
+  ASSERT_EQ(r.hca.query_gid(4, &back), Err::ok);
+  EXPECT_EQ(memcmp(back.gid, v6, 16), 0);
+  EXPECT_EQ(back.l3_type, p::roce_l3_type::IPV6);
   ASSERT_EQ(r.hca.clear_gid(3), Err::ok);
   ASSERT_EQ(r.hca.query_gid(3, &back), Err::ok);
   uint8_t zero[16] = {};
