@@ -39,7 +39,8 @@ class UdpTransport final : private rc::Link {
  public:
   // One socket per address; a packet leaves from the socket whose address is its source GID.
   // Memory and events are the provider's; both are called with the engine lock held.
-  UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events, uint16_t port = 4791);
+  UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events,
+               const rc::EngineConfig& config = {}, uint16_t port = 4791);
   ~UdpTransport() override;
 
   // Binds every address (those that fail are skipped) and starts the progress thread; errno value
