@@ -19,6 +19,7 @@ namespace melon::mlx5::core::test {
 
 struct RigOptions {
   bool threaded = false;  // the device's worker thread and the steady clock, real sleeps
+  emu::FramePort* wire = nullptr;  // the Ethernet port's link (src/mlx5/emu/wire.h), if any
   dext::EmuHalOptions hal;
   HcaConfig cfg;
   emu::DeviceConfig dev;
@@ -30,6 +31,7 @@ struct Rig {
     ports.dma = &host;
     ports.irq = &host;
     ports.clock = o.threaded ? nullptr : &clock;
+    ports.wire = o.wire;
     dev = std::make_unique<emu::Device>(ports, o.dev);
     dext::EmuHalOptions ho = o.hal;
     if (getenv("MELON_CORE_LOG")) ho.echo_log = true, ho.echo_level = LogLevel::debug;  // to debug a test
