@@ -57,7 +57,10 @@ struct Side {
     memcpy(out, g, 16);
   }
 
-  void build() {
+  core::QpType type = core::QpType::rc;
+  static constexpr uint32_t kQkey = 0x11111111;
+  void build(core::QpType t = core::QpType::rc) {
+    type = t;
     ASSERT_EQ(r.hca.bring_up(), Err::ok);
     ASSERT_EQ(r.set_gid(0, last), Err::ok);
     ASSERT_EQ(r.hca.alloc_uar(&uar), Err::ok);
@@ -68,6 +71,7 @@ struct Side {
     ASSERT_EQ(r.hca.create_cq(c, &cq), Err::ok);
     qp_ring = r.buffer((1u << kLogRq << kLogRqStride) + (64u << kLogSq)), qp_dbr = r.buffer(4096);
     core::QpParams q;
+    q.type = type;
     q.pd = pd, q.send_cq = cq, q.recv_cq = cq, q.uar = uar;
     q.log_sq_size = kLogSq, q.log_rq_size = kLogRq, q.log_rq_stride = kLogRqStride;
     q.buf = &qp_ring, q.nbuf = 1, q.dbr_iova = qp_dbr.iova, q.owner = &qp_sink;
@@ -81,6 +85,7 @@ struct Side {
 
   void connect(Side& peer) {
     core::QpAttr a;
+    a.qkey = kQkey;
     a.access = core::kAccessRemoteWrite | core::kAccessRemoteRead | core::kAccessRemoteAtomic;
     a.dest_qpn = peer.qp->qpn;
     a.mtu = p::qpc_mtu::MTU_1K_BYTES;
@@ -102,10 +107,14 @@ struct Side {
   uint8_t* rq(uint32_t i) { return va(qp_ring.iova) + (1u << kLogRqStride) * (i & ((1u << kLogRq) - 1)); }
 
   // One signalled WQE: ctrl, optional raddr, one data segment. Doorbell record, then BlueFlame.
-  void post_send(uint8_t opcode, uint64_t laddr, uint32_t len, uint64_t raddr = 0, uint32_t rkey = 0,
-                 uint32_t imm = 0) {
-    uint8_t w[64] = {};
+  void post_send(uint8_t opcode, uint64_t laddr, uint32_t len, uint64_t raddr = 0, uint32_t rkey = 0, uint32_t imm = 0,
+                 const core::AddressVector* av = nullptr) {
+    uint8_t w[128] = {};
     uint32_t ds = 1;
+    if (av) {  // UD: the address vector the core built, as the provider copies it into each WQE
+      memcpy(w + 16, av->bytes, sizeof av->bytes);
+      ds += sizeof av->bytes / 16;
+    }
     if (opcode == p::wqe_opcode::RDMA_WRITE || opcode == p::wqe_opcode::RDMA_READ) {
       p::wqe_raddr_seg::view(w + 16 * ds++).set(p::wqe_raddr_seg::raddr, raddr).set(p::wqe_raddr_seg::rkey, rkey);
     }
@@ -120,8 +129,9 @@ struct Side {
         .set(p::wqe_ctrl_seg::ds, ds)
         .set(p::wqe_ctrl_seg::ce, 2)
         .set(p::wqe_ctrl_seg::imm, imm);
-    memcpy(sq(sq_pi), w, 64);
-    ++sq_pi;
+    uint32_t bbs = (ds * 16 + 63) / 64;
+    for (uint32_t i = 0; i < bbs; ++i) memcpy(sq(sq_pi + i), w + 64 * i, 64);
+    sq_pi += bbs;
     p::set(va(qp_dbr.iova), p::qp_dbrec::snd_counter, sq_pi & 0xffff);
     // The first 8 bytes of the WQE, in memory order, to the QP's UAR (BlueFlame register 0).
     r.hal->write64(uar->bf_off[0], p::get_bits(w, 0, 64));
@@ -238,6 +248,37 @@ TEST_F(CoreDataPath, RemoteAccessErrorWithABadKey) {
   ASSERT_EQ(a.r.hca.query_qp(a.qp, &qq), Err::ok);
   EXPECT_EQ(qq.state, core::QpState::err) << "an error completion moves the QP to ERR";
   EXPECT_EQ(a.qp->state, core::QpState::err);
+}
+
+class CoreDataPathUd : public CoreDataPath {
+ protected:
+  void SetUp() override {
+    a.build(core::QpType::ud);
+    b.build(core::QpType::ud);
+    a.connect(b);
+    b.connect(a);
+  }
+};
+
+TEST_F(CoreDataPathUd, SendThroughAnAddressVectorFromTheCore) {
+  b.post_recv(b.data.iova, 40 + 512);  // UD receives start with the 40-byte GRH
+  core::AddressPath path;
+  b.gid(path.dgid);
+  memcpy(path.dmac, b.r.hca.port().mac, 6);
+  path.sgid_index = 0;
+  path.hop_limit = 64;
+  path.udp_sport = 0xc101;
+  core::AddressVector av;
+  core::make_address_vector(path, b.qp->qpn, Side::kQkey, &av);
+  for (int i = 0; i < 512; ++i) a.bytes()[i] = uint8_t(i * 3);
+  a.post_send(p::wqe_opcode::SEND, a.data.iova, 512, 0, 0, 0, &av);
+  pump();
+  const uint8_t* e = b.poll_cq();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(p::get(e, p::cqe64::opcode), p::cqe_opcode::RESP_SEND);
+  EXPECT_EQ(p::get(e, p::cqe64::byte_cnt), 40u + 512) << "GRH + payload";
+  EXPECT_EQ(memcmp(b.bytes() + 40, a.bytes(), 512), 0);
+  ASSERT_NE(a.poll_cq(), nullptr);
 }
 
 }  // namespace
