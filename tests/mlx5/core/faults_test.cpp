@@ -87,7 +87,6 @@ TEST_F(Faults, BadStatusOnAModifyLeavesTheQpWhereItWas) {
   f.bad_status_syndrome = 0xabc;
   r.dev->set_faults(f);
   core::QpAttr a;
-  core::CmdFailure fail;
   EXPECT_EQ(r.hca.modify_qp(qp, core::QpTransition::rst2init, a), Err::cmd_status);
   EXPECT_EQ(qp->state, core::QpState::rst);
   core::QpQuery qq;

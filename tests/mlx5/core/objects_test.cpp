@@ -180,7 +180,6 @@ TEST_F(Objects, FirmwareRefusalLeavesNoRecord) {
   core::DmaSegment ring = r.buffer(4096), dbr = r.buffer(4096);
   c.buf = &ring, c.nbuf = 1, c.dbr_iova = dbr.iova;
   core::Cq* out = nullptr;
-  core::CmdFailure fail;
   EXPECT_EQ(r.hca.create_cq(c, &out), Err::cmd_status);
   EXPECT_EQ(r.hca.live(core::ObjKind::cq), 0u);
   EXPECT_TRUE(r.hal->logged("MlxCmd: CREATE_CQ(0x400) op_mod 0x0 failed: status LIM_ERR(0x8) syndrome 0x77"));
