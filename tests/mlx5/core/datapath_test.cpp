@@ -45,7 +45,7 @@ struct Side {
   core::Cq* cq = nullptr;
   core::Qp* qp = nullptr;
   core::Mr* mr = nullptr;
-  CompletionSink sink, qp_sink;
+  CompletionSink sink, qp_sink, srq_sink;
   core::DmaSegment cq_ring{}, cq_dbr{}, qp_ring{}, qp_dbr{}, data{};
   uint32_t cq_ci = 0, sq_pi = 0, rq_pi = 0;
   static constexpr uint32_t kLogCq = 6, kLogSq = 6, kLogRq = 4, kLogRqStride = 6;  // 64-byte receives
@@ -59,7 +59,11 @@ struct Side {
 
   core::QpType type = core::QpType::rc;
   static constexpr uint32_t kQkey = 0x11111111;
-  void build(core::QpType t = core::QpType::rc) {
+  core::Srq* srq = nullptr;
+  core::DmaSegment srq_ring{}, srq_dbr{};
+  uint32_t srq_pi = 0;
+  static constexpr uint32_t kLogSrq = 4, kLogSrqStride = 6;
+  void build(core::QpType t = core::QpType::rc, bool with_srq = false) {
     type = t;
     ASSERT_EQ(r.hca.bring_up(), Err::ok);
     ASSERT_EQ(r.set_gid(0, last), Err::ok);
@@ -70,8 +74,16 @@ struct Side {
     c.log_size = kLogCq, c.uar = uar, c.buf = &cq_ring, c.nbuf = 1, c.dbr_iova = cq_dbr.iova, c.owner = &sink;
     ASSERT_EQ(r.hca.create_cq(c, &cq), Err::ok);
     qp_ring = r.buffer((1u << kLogRq << kLogRqStride) + (64u << kLogSq)), qp_dbr = r.buffer(4096);
+    if (with_srq) {
+      srq_ring = r.buffer(1u << kLogSrq << kLogSrqStride), srq_dbr = r.buffer(4096);
+      core::SrqParams sp;
+      sp.pd = pd, sp.log_size = kLogSrq, sp.log_stride = kLogSrqStride, sp.owner = &srq_sink;
+      sp.buf = &srq_ring, sp.nbuf = 1, sp.dbr_iova = srq_dbr.iova;
+      ASSERT_EQ(r.hca.create_srq(sp, &srq), Err::ok);
+    }
     core::QpParams q;
     q.type = type;
+    q.srq = srq;
     q.pd = pd, q.send_cq = cq, q.recv_cq = cq, q.uar = uar;
     q.log_sq_size = kLogSq, q.log_rq_size = kLogRq, q.log_rq_stride = kLogRqStride;
     q.buf = &qp_ring, q.nbuf = 1, q.dbr_iova = qp_dbr.iova, q.owner = &qp_sink;
@@ -147,6 +159,21 @@ struct Side {
     p::wqe_data_seg::view(w + 16).set(p::wqe_data_seg::lkey, 0x100);  // MLX5_INVALID_LKEY ends the list
     ++rq_pi;
     p::set(va(qp_dbr.iova), p::qp_dbrec::rcv_counter, rq_pi & 0xffff);
+  }
+
+  // An SRQ receive: the next segment (next_wqe_index, linked list in ring order), then the scatter.
+  void post_srq_recv(uint64_t laddr, uint32_t len) {
+    uint8_t* w = va(srq_ring.iova) + (1u << kLogSrqStride) * (srq_pi & ((1u << kLogSrq) - 1));
+    memset(w, 0, 1u << kLogSrqStride);
+    uint16_t next = uint16_t((srq_pi + 1) & ((1u << kLogSrq) - 1));
+    w[2] = uint8_t(next >> 8), w[3] = uint8_t(next);
+    p::wqe_data_seg::view(w + 16)
+        .set(p::wqe_data_seg::byte_count, len)
+        .set(p::wqe_data_seg::lkey, mr->mkey)
+        .set(p::wqe_data_seg::addr, laddr);
+    p::wqe_data_seg::view(w + 32).set(p::wqe_data_seg::lkey, 0x100);
+    ++srq_pi;
+    p::set_bits(va(srq_dbr.iova), 16, 16, srq_pi & 0xffff);  // the SRQ's WQE counter (rdma-core srq.c)
   }
 
   const uint8_t* poll_cq() {
@@ -279,6 +306,35 @@ TEST_F(CoreDataPathUd, SendThroughAnAddressVectorFromTheCore) {
   EXPECT_EQ(p::get(e, p::cqe64::byte_cnt), 40u + 512) << "GRH + payload";
   EXPECT_EQ(memcmp(b.bytes() + 40, a.bytes(), 512), 0);
   ASSERT_NE(a.poll_cq(), nullptr);
+}
+
+class CoreDataPathSrq : public CoreDataPath {
+ protected:
+  void SetUp() override {
+    a.build();
+    b.build(core::QpType::rc, true);
+    a.connect(b);
+    b.connect(a);
+  }
+};
+
+TEST_F(CoreDataPathSrq, ReceivesComeFromTheSrqTheCoreMade) {
+  for (int i = 0; i < 4; ++i) b.post_srq_recv(b.data.iova + 4096 * i, 4096);
+  ASSERT_EQ(b.r.hca.arm_srq(b.srq, 3), Err::ok);
+  for (int i = 0; i < 2; ++i) {
+    memset(a.bytes(), 'a' + i, 100);
+    a.post_send(p::wqe_opcode::SEND, a.data.iova, 100);
+    pump();
+  }
+  const uint8_t* e = b.poll_cq();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(p::get(e, p::cqe64::opcode), p::cqe_opcode::RESP_SEND);
+  EXPECT_EQ(p::get(e, p::cqe64::byte_cnt), 100u);
+  EXPECT_EQ(b.bytes()[0], 'a');
+  ASSERT_NE(b.poll_cq(), nullptr);
+  EXPECT_EQ(b.bytes()[4096], 'b') << "the second SEND took the next SRQ WQE in the linked list";
+  // The SRQ limit event (fewer than 3 WQEs left) is not asserted here yet: emu-dp @ b0684e5 posts it
+  // with the transport's SRQ number instead of the PRM SRQN, so it reaches no owner (reported).
 }
 
 }  // namespace
