@@ -209,7 +209,7 @@ class CoreDataPath : public ::testing::Test {
   }
   void pump() {
     for (int i = 0; i < 100000; ++i)
-      if (!(a.r.dev->service() | b.r.dev->service())) {
+      if (!(int(a.r.dev->service()) | int(b.r.dev->service()))) {  // both, always
         a.r.hca.poll_events();  // deliver completion events the way the vectors would
         b.r.hca.poll_events();
         return;
