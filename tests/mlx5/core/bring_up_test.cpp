@@ -160,3 +160,32 @@ TEST(CoreThreaded, BringUpObjectsReinitAndTeardownWithTheDeviceOnItsOwnThread) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CoreBringUp, SeveralCompletionEqsEachOnItsOwnVector) {
+  RigOptions o;
+  o.cfg.comp_eqs = 4;
+  Rig r(o);
+  ASSERT_EQ(r.hca.bring_up(), Err::ok);
+  ASSERT_EQ(r.hca.comp_eq_count(), 4u);
+  EXPECT_TRUE(r.hal->logged("MlxEQ: async EQ"));
+  for (uint32_t v = 1; v <= 4; ++v) {
+    char want[64];
+    core::format(want, sizeof want, "entries, vector %u", v);
+    EXPECT_TRUE(r.hal->logged(want)) << want;
+  }
+  core::CqParams c;
+  core::DmaSegment ring = r.buffer(4096), dbr = r.buffer(4096);
+  c.buf = &ring, c.nbuf = 1, c.dbr_iova = dbr.iova, c.comp_vector = 3;
+  core::Cq* cq = nullptr;
+  ASSERT_EQ(r.hca.create_cq(c, &cq), Err::ok);
+  core::CqQuery q;
+  ASSERT_EQ(r.hca.query_cq(cq, &q), Err::ok);
+  EXPECT_EQ(q.eqn, r.hca.comp_eqn(3));
+  EXPECT_EQ(r.hca.teardown(), Err::ok);
+  r.free_buffers();
+  expect_clean(r);
+}
+
+}  // namespace
