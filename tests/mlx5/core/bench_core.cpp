@@ -6,7 +6,7 @@
 // clock, so the time measured is the CPU work of core + emulator alone) and "threaded" (the
 // device's worker thread, the steady clock, real sleeps: what the emulator host daemon does).
 //
-//   build/release/tools/bench_core [cycles]
+//   build/release/tests/mlx5/core/bench_core [cycles]
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -119,6 +119,6 @@ int main(int argc, char** argv) {
   run("deterministic, polled", false, false, cycles);
   run("deterministic, MSI-X", false, true, cycles);
   run("threaded, MSI-X", true, true, cycles);
-  printf("rerun: build/release/tools/bench_core %d\n", cycles);
+  printf("rerun: build/release/tests/mlx5/core/bench_core %d\n", cycles);
   return 0;
 }
