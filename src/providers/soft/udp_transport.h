@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "providers/soft/soft_counters.h"
 #include "rc/engine.h"
 
 #if !defined(__linux__)
@@ -25,10 +26,6 @@ struct mmsghdr {
 
 namespace melon::soft {
 
-struct TransportStats {
-  std::atomic<uint64_t> rx_packets{0}, tx_packets{0}, rx_bad_icrc{0}, rx_malformed{0}, tx_errors{0};
-};
-
 // One local address of the device, as a GID (IPv4-mapped or IPv6), with the IPv6 scope.
 struct LocalAddress {
   uint8_t gid[16];
@@ -38,13 +35,17 @@ struct LocalAddress {
 class UdpTransport final : private rc::Link {
  public:
   // One socket per address; a packet leaves from the socket whose address is its source GID.
-  // Memory and events are the provider's; both are called with the engine lock held.
-  UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events, uint16_t port = 4791);
+  // Memory and events are the provider's; both are called with the engine lock held. With a
+  // `counter_name` (the device name) the counters are published for melonctl (soft_counters.h).
+  UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events, uint16_t port = 4791,
+               const char* counter_name = nullptr);
   ~UdpTransport() override;
 
-  // Binds every address (those that fail are skipped) and starts the progress thread; errno value
-  // if no address could be bound.
-  int start();
+  // Opens every address's socket (udp_socket.h) and starts the progress thread. A socket option
+  // that cannot be set fails the start (errno value, *why says which and what it would break); an
+  // address that cannot be bound is skipped with a warning on stderr, and the start fails only if
+  // none could be bound.
+  int start(std::string* why = nullptr);
   void stop();
   size_t bound() const;
 
@@ -94,7 +95,8 @@ class UdpTransport final : private rc::Link {
   std::thread thread_;
   std::atomic<bool> running_{false};
   uint64_t armed_deadline_ = UINT64_MAX;
-  TransportStats stats_;
+  CounterFile counters_;
+  TransportStats& stats_;  // in counters_
 
   // Transmit batch (guarded by mu_).
   struct TxSlot {
