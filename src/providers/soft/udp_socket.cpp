@@ -59,14 +59,23 @@ constexpr Option kIpv4Options[] = {
      "without DF XNU writes a random IPv4 identification, which the ICRC covers: every peer would drop "
      "every packet"},
 };
-constexpr const Option* kIpv6Options = nullptr;  // IPv6 GIDs are unusable (gid_family_unusable)
 #endif
 
+struct OptionList {
+  const Option* options;
+  size_t count;
+};
 template <size_t N>
-constexpr size_t count_of(const Option (&)[N]) {
-  return N;
+constexpr OptionList list_of(const Option (&a)[N]) {
+  return {a, N};
 }
-constexpr size_t count_of(const Option*) { return 0; }
+constexpr OptionList kIpv4 = list_of(kIpv4Options);
+#if defined(__APPLE__)
+constexpr OptionList kIpv6 = {nullptr, 0};  // IPv6 GIDs are unusable (gid_family_unusable)
+#else
+constexpr OptionList kIpv6 = list_of(kIpv6Options);
+#endif
+static_assert(kIpv4.count > 0, "IPv4 needs at least the option that gives identification 0");
 
 std::string address_text(const uint8_t gid[16]) {
   char buf[INET6_ADDRSTRLEN] = "?";
@@ -97,10 +106,9 @@ int set_buffer(int fd, int name, const char* text, std::string* why) {
 int set_options(int fd, bool v6, std::string* why) {
   if (int e = set_buffer(fd, SO_RCVBUF, "SO_RCVBUF", why)) return e;
   if (int e = set_buffer(fd, SO_SNDBUF, "SO_SNDBUF", why)) return e;
-  const Option* opts = v6 ? kIpv6Options : kIpv4Options;
-  size_t n = v6 ? count_of(kIpv6Options) : count_of(kIpv4Options);
-  for (size_t i = 0; i < n; ++i) {
-    const Option& o = opts[i];
+  const OptionList& l = v6 ? kIpv6 : kIpv4;
+  for (size_t i = 0; i < l.count; ++i) {
+    const Option& o = l.options[i];
     if (setsockopt(fd, o.level, o.name, &o.value, sizeof o.value) != 0) {
       int e = errno;
       return fail(why, std::string("setsockopt(") + o.text + ") failed (" + o.needed_for + ")", e);
