@@ -84,6 +84,7 @@ size_t UdpTransport::bound() const {
 int UdpTransport::start(std::string* why) {
   int last_err = EADDRNOTAVAIL;
   std::string last_why = "no address";
+  std::vector<std::string> unbound;
   for (Socket& k : socks_) {
     if (gid_family_unusable(k.v6)) continue;  // refused at use, with the reason (soft_device.cpp)
     std::string w;
@@ -100,13 +101,15 @@ int UdpTransport::start(std::string* why) {
       if (why) *why = w;
       return last_err;
     }
-    // Not silent: this GID's packets will not arrive.
-    std::fprintf(stderr, "melondma soft: %s; packets to this address will not be received\n", w.c_str());
+    unbound.push_back(w);
   }
   if (!bound()) {
     if (why) *why = last_why;
     return last_err;
   }
+  // Not silent: packets to these GIDs will not arrive.
+  for (const std::string& w : unbound)
+    std::fprintf(stderr, "melondma soft: %s; packets to this address will not be received\n", w.c_str());
   int p[2];
   if (pipe(p) < 0) {
     int e = errno;
