@@ -1,6 +1,7 @@
 // Library-internal declarations shared by the src/verbs translation units.
 #pragma once
 
+#include "abi/gen/ibverbs_prototypes.h"  // rdma-core v44's prototype of every export: a mismatch does not compile
 #include "verbs/provider.h"
 
 #include <sys/socket.h>

@@ -301,11 +301,11 @@ int synth_sysfs_file(const char* path, char* buf, size_t size) {
 
 using namespace melon::verbs;
 
-MELON_EXPORT int ibv_get_sysfs_path(char* buf, size_t size) {
-  if (!buf || !size) return -1;
-  int n = std::snprintf(buf, size, "%s", kSysfsRoot);
-  return n < 0 || static_cast<size_t>(n) >= size ? -1 : 0;
-}
+// rdma-core v44 (libibverbs/driver.h): `const char *ibv_get_sysfs_path(void)`, never NULL ("/sys"
+// there). Ours is the root of the synthesised sysfs, so that what a caller builds from it (librdmacm
+// reads <root>/class/misc/rdma_cm/abi_version) resolves like the devices' ibdev_path: a device
+// attribute is found, anything else is ENOENT.
+MELON_EXPORT const char* ibv_get_sysfs_path(void) { return kSysfsRoot; }
 
 // Reads <dir>/<file>: up to `size` bytes, a trailing newline replaced by NUL. Returns the length
 // (without the newline), or -1 with errno. Content that would not fit with its terminator fails.
@@ -439,12 +439,14 @@ void ah_from_kern(ibv_ah_attr* dst, const KernAhAttr* src) {
 
 }  // namespace
 
-MELON_EXPORT void ibv_copy_ah_attr_from_kern(ibv_ah_attr* dst, const void* src) {
-  ah_from_kern(dst, static_cast<const KernAhAttr*>(src));
+// The kernel structures (rdma/ib_user_verbs.h, rdma/ib_user_sa.h) are opaque in the prototypes;
+// their layouts are the Kern* mirrors above.
+MELON_EXPORT void ibv_copy_ah_attr_from_kern(ibv_ah_attr* dst, ib_uverbs_ah_attr* src) {
+  ah_from_kern(dst, reinterpret_cast<const KernAhAttr*>(src));
 }
 
-MELON_EXPORT void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, const void* src_) {
-  const auto* src = static_cast<const KernQpAttr*>(src_);
+MELON_EXPORT void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr* src_) {
+  const auto* src = reinterpret_cast<const KernQpAttr*>(src_);
   dst->cur_qp_state = static_cast<ibv_qp_state>(src->cur_qp_state);
   dst->path_mtu = static_cast<ibv_mtu>(src->path_mtu);
   dst->path_mig_state = static_cast<ibv_mig_state>(src->path_mig_state);
@@ -475,8 +477,8 @@ MELON_EXPORT void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, const void* src_)
   dst->alt_timeout = src->alt_timeout;
 }
 
-MELON_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, const void* src_) {
-  const auto* src = static_cast<const KernPathRec*>(src_);
+MELON_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src_) {
+  const auto* src = reinterpret_cast<const KernPathRec*>(src_);
   std::memcpy(dst->dgid.raw, src->dgid, 16);
   std::memcpy(dst->sgid.raw, src->sgid, 16);
   dst->dlid = src->dlid;
@@ -498,8 +500,8 @@ MELON_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, const void* 
   dst->preference = src->preference;
 }
 
-MELON_EXPORT void ibv_copy_path_rec_to_kern(void* dst_, const ibv_sa_path_rec* src) {
-  auto* dst = static_cast<KernPathRec*>(dst_);
+MELON_EXPORT void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst_, ibv_sa_path_rec* src) {
+  auto* dst = reinterpret_cast<KernPathRec*>(dst_);
   std::memset(dst, 0, sizeof(*dst));
   std::memcpy(dst->dgid, src->dgid.raw, 16);
   std::memcpy(dst->sgid, src->sgid.raw, 16);

@@ -149,8 +149,9 @@ MELON_EXPORT int ibv_query_gid(ibv_context* context, uint8_t port_num, int index
 }
 
 // IBVERBS_PRIVATE: uses the sysfs numbering (0 = IB/RoCE v1, 1 = RoCE v2), not enum ibv_gid_type.
-// Exported through a versioned alias in symbols.cpp.
-extern "C" int melon_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
+// Exported through a versioned alias in private_symbols.cpp.
+extern "C" int melon_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index,
+                                    ibv_gid_type_sysfs* type) {
   if (!context || !type) {
     errno = EINVAL;
     return -1;
@@ -160,7 +161,7 @@ extern "C" int melon_query_gid_type(ibv_context* context, uint8_t port_num, unsi
     errno = rc;
     return -1;
   }
-  *type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
+  *type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? IBV_GID_TYPE_SYSFS_ROCE_V2 : IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
   return 0;
 }
 

@@ -70,10 +70,58 @@ TEST_F(SharedLibrary, PrivateStubsLetAStockProviderLink) {
   for (const char* sym : {"verbs_register_driver_34", "ibv_cmd_get_context", "verbs_set_ops",
                           "_verbs_init_and_alloc_context", "verbs_allow_disassociate_destroy"})
     EXPECT_NE(dlvsym(h, sym, "IBVERBS_PRIVATE_34"), nullptr) << sym;
-  using cmd_t = int (*)();
+  // Each fails the way rdma-core's does (driver.h prototypes): an errno value from the command
+  // wrappers, -1 with errno from the ones that return a count, *bad_wr set by the post calls.
+  using cmd_t = int (*)(void*, void*, void*, size_t, void*, size_t);
   auto cmd = reinterpret_cast<cmd_t>(dlvsym(h, "ibv_cmd_alloc_pd", "IBVERBS_PRIVATE_34"));
   ASSERT_NE(cmd, nullptr);
-  EXPECT_EQ(cmd(), EOPNOTSUPP);
+  EXPECT_EQ(cmd(nullptr, nullptr, nullptr, 0, nullptr, 0), EOPNOTSUPP);
+  using poll_t = int (*)(void*, int, void*);
+  auto poll = reinterpret_cast<poll_t>(dlvsym(h, "ibv_cmd_poll_cq", "IBVERBS_PRIVATE_34"));
+  ASSERT_NE(poll, nullptr);
+  errno = 0;
+  EXPECT_EQ(poll(nullptr, 4, nullptr), -1);  // a count: never a positive errno
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  using post_t = int (*)(void*, void*, void**);
+  auto post = reinterpret_cast<post_t>(dlvsym(h, "ibv_cmd_post_send", "IBVERBS_PRIVATE_34"));
+  ASSERT_NE(post, nullptr);
+  int wr = 0;
+  void* bad = nullptr;
+  EXPECT_EQ(post(nullptr, &wr, &bad), EOPNOTSUPP);
+  EXPECT_EQ(bad, &wr);
+  using read_t = int (*)(char*, size_t, void*, const char*, ...);
+  auto read = reinterpret_cast<read_t>(dlvsym(h, "ibv_read_ibdev_sysfs_file", "IBVERBS_PRIVATE_34"));
+  ASSERT_NE(read, nullptr);
+  char buf[8];
+  errno = 0;
+  EXPECT_EQ(read(buf, sizeof(buf), nullptr, "%s", "node_type"), -1);  // a length: never a positive errno
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  using open_t = void* (*)(void*, void*);
+  auto open = reinterpret_cast<open_t>(dlvsym(h, "verbs_open_device", "IBVERBS_PRIVATE_34"));
+  ASSERT_NE(open, nullptr);
+  errno = 0;
+  EXPECT_EQ(open(nullptr, nullptr), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
+TEST_F(SharedLibrary, SysfsPathIsTheStringLibrdmacmReadsFrom) {
+  // librdmacm's rdma_create_event_channel calls it as rdma-core v44 declares it (driver.h):
+  // `const char *ibv_get_sysfs_path(void)`, and hands the result to ibv_read_sysfs_file.
+  using path_t = const char* (*)(void);
+  using read_t = int (*)(const char*, const char*, char*, size_t);
+  auto path = reinterpret_cast<path_t>(dlvsym(h, "ibv_get_sysfs_path", "IBVERBS_1.0"));
+  auto read = reinterpret_cast<read_t>(dlvsym(h, "ibv_read_sysfs_file", "IBVERBS_1.0"));
+  ASSERT_TRUE(path && read);
+  const char* root = path();
+  ASSERT_NE(root, nullptr);
+  EXPECT_STREQ(root, "/melondma/sysfs");
+  EXPECT_EQ(path(), root);  // one string for the life of the process
+  char buf[64];
+  EXPECT_EQ(read(root, "class/infiniband/dl0/node_type", buf, sizeof(buf)), 5);
+  EXPECT_STREQ(buf, "1: CA");
+  errno = 0;
+  EXPECT_EQ(read(root, "class/misc/rdma_cm/abi_version", buf, sizeof(buf)), -1);
+  EXPECT_EQ(errno, ENOENT);
 }
 
 TEST(SharedLibraryVariant, OneDefaultPrivateNodePlusAliases) {
