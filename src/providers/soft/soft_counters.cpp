@@ -81,13 +81,14 @@ CounterFile::CounterFile(const char* device) {
   map_ = m;
   size_ = size;
   path_ = path;
+  owner_ = getpid();
 }
 
 CounterFile::~CounterFile() {
   if (!map_) return;
   stats_->~TransportStats();
   munmap(map_, size_);
-  unlink(path_.c_str());
+  if (getpid() == owner_) unlink(path_.c_str());  // a forked child leaves its parent's file alone
 }
 
 }  // namespace melon::soft

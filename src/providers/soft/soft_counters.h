@@ -68,6 +68,7 @@ class CounterFile {
   void* map_ = nullptr;
   size_t size_ = 0;
   std::string path_;
+  int owner_ = 0;  // the process that made the file
 };
 
 }  // namespace melon::soft
