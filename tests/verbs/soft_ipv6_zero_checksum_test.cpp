@@ -3,12 +3,18 @@
 // itself (unshare; the kernel removes it when the process exits), and the provider must complete
 // the receive. A control socket without UDP_NO_CHECK6_RX shows that the datagram really carries
 // checksum 0: the kernel drops it there and counts Udp6InCsumErrors.
-// Needs root (CAP_SYS_ADMIN for the namespace, CAP_NET_RAW for the raw socket); else Skipped.
+// In the same namespace, a packet socket on lo checks what the IPv4 ICRC relies on: the soft
+// provider's IPv4 packets leave with DF set and identification 0.
+// Needs root (CAP_SYS_ADMIN for the namespace, CAP_NET_RAW for the raw sockets); else Skipped.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/ip.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
@@ -75,7 +81,7 @@ class ZeroChecksumIpv6 : public ::testing::Test {
     setenv("MELON_STATS_DIR", stats_dir.c_str(), 1);
     setenv("MELON_SOFT_AUTO", "0", 1);
     setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
-    setenv("MELON_SOFT_DEVICES", "z6=::1", 1);
+    setenv("MELON_SOFT_DEVICES", "z6=::1,z4=127.0.0.1", 1);
   }
   void TearDown() override {
     if (!stats_dir.empty()) ASSERT_EQ(system(("rm -rf '" + stats_dir + "'").c_str()), 0);
@@ -105,11 +111,17 @@ TEST_F(ZeroChecksumIpv6, TheKernelDropsItOnAnOrdinarySocket) {
   close(s);
 }
 
+ibv_context* open_named(ibv_device** list, int n, const char* name) {
+  for (int i = 0; i < n; ++i)
+    if (!strcmp(ibv_get_device_name(list[i]), name)) return ibv_open_device(list[i]);
+  return nullptr;
+}
+
 TEST_F(ZeroChecksumIpv6, TheSoftProviderReceivesIt) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
-  ASSERT_EQ(n, 1);
-  ibv_context* ctx = ibv_open_device(list[0]);
+  ASSERT_NE(list, nullptr);
+  ibv_context* ctx = open_named(list, n, "z6");
   ASSERT_NE(ctx, nullptr);
   {
     melon::test::UdReceiver rx;
@@ -142,6 +154,65 @@ TEST_F(ZeroChecksumIpv6, TheSoftProviderReceivesIt) {
   }
   ibv_close_device(ctx);
   ibv_free_device_list(list);
+}
+
+// A UD SEND from z4 (127.0.0.1) to 127.0.0.2, seen on lo by a packet socket.
+TEST_F(ZeroChecksumIpv6, Ipv4PacketsLeaveWithDfAndIdentificationZero) {
+  int ps = socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_IP));
+  ASSERT_GE(ps, 0) << strerror(errno);
+  sockaddr_ll ll{};
+  ll.sll_family = AF_PACKET;
+  ll.sll_protocol = htons(ETH_P_IP);
+  ll.sll_ifindex = int(if_nametoindex("lo"));
+  ASSERT_EQ(bind(ps, reinterpret_cast<sockaddr*>(&ll), sizeof ll), 0) << strerror(errno);
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_NE(list, nullptr);
+  ibv_context* ctx = open_named(list, n, "z4");
+  ASSERT_NE(ctx, nullptr);
+  {
+    melon::test::UdReceiver q;  // its QP sends as well
+    ASSERT_EQ(q.open(ctx), "");
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_RTS;
+    ASSERT_EQ(ibv_modify_qp(q.qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+    ibv_ah_attr aa{};
+    aa.is_global = 1;
+    aa.port_num = 1;
+    aa.grh.sgid_index = 0;
+    inet_pton(AF_INET6, "::ffff:127.0.0.2", aa.grh.dgid.raw);
+    ibv_ah* ah = ibv_create_ah(q.pd, &aa);
+    ASSERT_NE(ah, nullptr);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(q.buf.data() + 40), 16, q.mr->lkey};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.wr_id = 9;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = ah;
+    wr.wr.ud.remote_qpn = 0x123;
+    wr.wr.ud.remote_qkey = q.kQkey;
+    ASSERT_EQ(ibv_post_send(q.qp, &wr, &bad), 0);
+    EXPECT_EQ(q.wait(5000).status, IBV_WC_SUCCESS);
+    bool seen = false;
+    uint8_t pkt[2048];
+    pollfd pf{ps, POLLIN, 0};
+    while (!seen && poll(&pf, 1, 5000) == 1) {
+      ssize_t len = recv(ps, pkt, sizeof pkt, 0);
+      if (len < 28 || (pkt[0] >> 4) != 4 || pkt[9] != IPPROTO_UDP) continue;
+      size_t ihl = size_t(pkt[0] & 0xf) * 4;
+      if (((pkt[ihl + 2] << 8) | pkt[ihl + 3]) != 4791) continue;
+      seen = true;
+      EXPECT_EQ((pkt[6] << 8 | pkt[7]) & 0x4000, 0x4000) << "DF";
+      EXPECT_EQ(pkt[4] << 8 | pkt[5], 0) << "identification (the ICRC covers it)";
+    }
+    EXPECT_TRUE(seen) << "no RoCEv2 packet on lo";
+    ibv_destroy_ah(ah);
+  }
+  ibv_close_device(ctx);
+  ibv_free_device_list(list);
+  close(ps);
 }
 
 }  // namespace
