@@ -86,7 +86,11 @@ int UdpTransport::start(std::string* why) {
   std::string last_why = "no address";
   std::vector<std::string> unbound;
   for (Socket& k : socks_) {
-    if (gid_family_unusable(k.v6)) continue;  // refused at use, with the reason (soft_device.cpp)
+    if (const char* no = gid_family_unusable(k.v6)) {  // refused at use too, with the reason (soft_device.cpp)
+      last_err = EAFNOSUPPORT;
+      last_why = no;
+      continue;
+    }
     std::string w;
     bool bind_failed = false;
     int fd = open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed);
