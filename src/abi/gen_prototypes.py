@@ -73,7 +73,18 @@ def read_syms(lib):
     return rows
 
 
+_AST_CACHE = {}
+
+
 def clang_ast(code, include_dirs):
+    """clang's JSON AST of a C translation unit (memoised: several libraries parse the same one)."""
+    key = (code, tuple(include_dirs))
+    if key not in _AST_CACHE:
+        _AST_CACHE[key] = _clang_ast(code, include_dirs)
+    return _AST_CACHE[key]
+
+
+def _clang_ast(code, include_dirs):
     args = ["clang", "-xc", "-std=gnu11", "-fsyntax-only", "-Xclang", "-ast-dump=json", "-"]
     for d in reversed(include_dirs):
         args[1:1] = ["-I", d]

@@ -198,7 +198,7 @@ int init_context(ContextBase* base, ContextOps* ops, Device* dev) {
 
   ibv_context& c = v.context;
   c.device = &dev->ibdev;
-  c.cmd_fd = -1;  // there is no kernel command channel
+  c.cmd_fd = -1;  // set last, by open_command_fd (import.cpp)
   c.async_fd = q->read_fd;
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
@@ -229,6 +229,13 @@ int init_context(ContextBase* base, ContextOps* ops, Device* dev) {
   v.create_qp_ex = ext_create_qp_ex;
   v.create_srq_ex = ext_create_srq_ex;
   v.close_xrcd = stub_close_xrcd;  // ibv_close_xrcd calls it unchecked
+  if (int rc = open_command_fd(base)) {
+    q->close();
+    delete q;
+    base->async = nullptr;
+    pthread_mutex_destroy(&c.mutex);
+    return rc;
+  }
   return 0;
 }
 
@@ -340,18 +347,17 @@ MELON_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
 MELON_EXPORT int ibv_close_device(ibv_context* context) {
   if (!context) return EINVAL;
   ContextBase* base = ContextBase::from(context);
+  ContextOps* ops = base->ops;
   AsyncQueue* q = base->async;
-  base->ops->close();  // frees the context object
+  // Closes cmd_fd; an imported context is freed here. The provider context goes with the last
+  // context sharing it (import.cpp).
+  if (!release_context(base)) return 0;
+  ops->close();  // frees the provider's context object
   if (q) {
     q->close();
     delete q;
   }
   return 0;
-}
-
-MELON_EXPORT ibv_context* ibv_import_device(int) {
-  errno = EOPNOTSUPP;  // no kernel command fd to share
-  return nullptr;
 }
 
 // ---- exported: asynchronous events ----------------------------------------------------------------

@@ -144,6 +144,12 @@ auto no_throw(F&& f) -> decltype(f()) {
 // event for it has been acknowledged (rdma-core's destroy contract).
 void retire_async_events(ibv_context* ctx, const void* element);
 
+// The command descriptor and context sharing (import.cpp). open_command_fd gives a fresh context
+// its cmd_fd (an errno value on failure); release_context closes it on ibv_close_device and says
+// whether the provider context must now be closed (no other context shares it).
+int open_command_fd(ContextBase* base);
+bool release_context(ContextBase* base);
+
 // Synthesised sysfs (ibv_read_sysfs_file on the device's ibdev_path).
 extern const char kSysfsRoot[];
 int synth_sysfs_file(const char* path, char* buf, size_t size);  // bytes, or -1 with errno

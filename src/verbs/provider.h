@@ -28,6 +28,7 @@ struct ContextBase {
   ContextOps* ops = nullptr;  // the provider's implementation of this context
   Device* device = nullptr;
   struct AsyncQueue* async = nullptr;  // library-owned; see post_async_event()
+  struct ContextShare* share = nullptr;  // library-owned: the contexts sharing `ops` (import.cpp)
 
   static ContextBase* from(ibv_context* ctx) {
     return reinterpret_cast<ContextBase*>(reinterpret_cast<char*>(ctx) - offsetof(verbs_context, context));

@@ -238,12 +238,7 @@ MELON_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   return ops_of(mr->context)->dereg_mr(mr);
 }
 
-MELON_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return fail<ibv_pd>(EOPNOTSUPP); }
-MELON_EXPORT void ibv_unimport_pd(ibv_pd*) {}
-MELON_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return fail<ibv_mr>(EOPNOTSUPP); }
-MELON_EXPORT void ibv_unimport_mr(ibv_mr*) {}
-MELON_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) { return fail<ibv_dm>(EOPNOTSUPP); }
-MELON_EXPORT void ibv_unimport_dm(ibv_dm*) {}
+// ibv_import_pd/_mr/_dm and the unimport calls: import.cpp.
 
 // ---- completion queues ---------------------------------------------------------------------------
 

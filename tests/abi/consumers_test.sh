@@ -86,7 +86,9 @@ ucx)
   [ $rc -eq 0 ] || fail "ucx_info -d exited $rc"
   expect "loading modules for uct_ib"
   reject "dlopen\(.*libuct_(ib|rdmacm).*failed"
-  expect "rdma_create_event_channel failed: No such file or directory"
+  if [ ! -e /dev/infiniband/rdma_cm ]; then
+    expect "rdma_create_event_channel failed: No such file or directory"
+  fi
   "$py" -c "import ctypes; ctypes.CDLL('$arch_lib/ucx/libuct_ib.so.0'); ctypes.CDLL('$arch_lib/ucx/libuct_rdmacm.so.0'); print('dlopen ok')" > "$out" 2>&1
   expect "^dlopen ok$"
   ;;

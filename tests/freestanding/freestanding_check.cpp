@@ -1,5 +1,10 @@
 // Runs freestanding code with no C++ runtime linked: returns nonzero if any check fails.
+#include <stdlib.h>
 #include <string.h>
+
+#include "mlx5/core/hca.h"
+#include "mlx5/core/log.h"
+#include "mlx5/core/page_list.h"
 
 #include "roce/crc32.h"
 #include "roce/icrc.h"
@@ -8,6 +13,61 @@
 #include "roce/psn.h"
 
 using namespace melon::roce;
+namespace core = melon::mlx5::core;
+
+// A HAL with nothing behind its BAR (reads all ones, like a removed card): the driver core must
+// run, fail cleanly at its first stage and leave nothing behind, all without a C++ runtime.
+struct EmptySlotHal final : core::Hal {
+  int live = 0, lines = 0;
+  uint32_t read32(uint32_t) override { return 0xffffffffu; }
+  void write32(uint32_t, uint32_t) override {}
+  void write64(uint32_t, uint64_t) override {}
+  uint64_t bar_size() override { return 1 << 25; }
+  uint16_t config_read16(uint32_t) override { return 0; }
+  void config_write16(uint32_t, uint16_t) override {}
+  int function_reset() override { return 0; }
+  uint32_t host_page_size() override { return 16384; }
+  int dma_alloc(uint64_t size, uint64_t align, core::DmaBuffer* out) override {
+    void* p = aligned_alloc(align, size);
+    if (!p) return core::kHalNoMemory;
+    *out = {p, uint64_t(uintptr_t(p)), size, 0};
+    ++live;
+    return 0;
+  }
+  void dma_free(const core::DmaBuffer& b) override { free(b.va), --live; }
+  int dma_pin(uint64_t, uint64_t, bool, core::PinnedRange*) override { return core::kHalUnsupported; }
+  uint32_t dma_pinned_segments(const core::PinnedRange&, uint32_t, core::DmaSegment*, uint32_t) override { return 0; }
+  void dma_unpin(const core::PinnedRange&) override {}
+  uint32_t vector_count() override { return 0; }
+  int vector_enable(uint32_t, core::VectorHandler*) override { return core::kHalUnsupported; }
+  void vector_disable(uint32_t) override {}
+  void schedule_service() override {}
+  uint64_t now_ns() override { return 0; }
+  void delay_us(uint32_t) override {}
+  void* lock_create() override { return malloc(1); }
+  void lock_destroy(void* l) override { free(l); }
+  void lock(void*) override {}
+  void unlock(void*) override {}
+  void* mem_alloc(size_t n) override { return calloc(1, n); }
+  void mem_free(void* p, size_t) override { free(p); }
+  void log(core::LogLevel, const char*) override { ++lines; }
+};
+
+static int core_checks() {
+  int failures = 0;
+  char buf[64];
+  core::format(buf, sizeof buf, "%s %u 0x%08x", "MlxCmd:", 5u, 0xabcu);
+  if (strcmp(buf, "MlxCmd: 5 0x00000abc") != 0) ++failures;
+  core::DmaSegment segs[] = {{0x100000, 16384}, {0x104000, 16384}};
+  if (core::best_page_shift(segs, 2, 0x7f0000100000ull, 30) != 15) ++failures;
+  EmptySlotHal hal;
+  static core::Hca hca;  // large: keep it off the stack
+  hca.attach(&hal);
+  if (hca.bring_up() != core::Err::dead) ++failures;
+  if (hca.last_failure().stage != core::Stage::wait_fw) ++failures;
+  if (hca.teardown() != core::Err::ok || hal.live != 0 || hal.lines == 0) ++failures;
+  return failures;
+}
 
 int main() {
   int failures = 0;
@@ -37,5 +97,6 @@ int main() {
   Packet q;
   if (parse_transport(frame + 28, roce_len, q) != ParseError::ok || q.payload_len != 5 || q.bth.psn != 0xfffffe)
     ++failures;
+  failures += core_checks();
   return failures;
 }

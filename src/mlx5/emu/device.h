@@ -1,0 +1,200 @@
+// The device side of the HAL (docs/DESIGN.md "The HAL"): an emulated ConnectX-4 Lx (PCI 15b3:1015,
+// firmware 14.x) as a PCI function. The host (a test, or src/dext/emuhost) sees exactly what a
+// driver sees on real hardware: BAR0 MMIO, PCI config space, MSI-X messages, and DMA through IOVAs.
+//
+// The emulator owns no host memory. Every byte it reads or writes on the host side (command queue,
+// mailboxes, firmware pages, EQ/CQ/WQ rings, doorbell records, data buffers) goes through the
+// DmaPort the host gives it, by IOVA; a false return is an IOMMU fault and the device reacts as
+// hardware would (bad delivery status, CQ/EQ write failure, error CQE, health syndrome).
+//
+// Threading. The device is internally locked: any thread may call any method. MMIO writes only
+// latch registers and doorbells; the work they start (running a command, reading WQEs, moving
+// packets, firing timers) is done by service(). A host either calls service() itself (deterministic
+// tests; a HAL's poll/delay hook) or starts the device's own worker thread with start_worker(),
+// which runs service() whenever a doorbell, an inbound frame or a timer needs it. MSI-X messages
+// (IrqSink::raise) and outbound frames (FramePort::transmit) are delivered from whichever thread
+// runs service(), with the device lock released.
+//
+// Not freestanding: this is userspace (C++ library, threads).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <memory>
+
+namespace melon::mlx5::emu {
+
+// ---- what the host provides ---------------------------------------------------------------------
+
+// Host memory as the device sees it through the IOMMU. Both calls move `len` bytes at `iova` and
+// return false (moving nothing) if any byte of the range is not mapped: an IOMMU fault.
+class DmaPort {
+ public:
+  virtual ~DmaPort() = default;
+  virtual bool read(uint64_t iova, void* dst, size_t len) = 0;
+  virtual bool write(uint64_t iova, const void* src, size_t len) = 0;
+};
+
+// MSI-X: the device raises vector `vector` (an EQ's `intr`, 0..msix_vectors-1). Masking and
+// coalescing are the host's business.
+class IrqSink {
+ public:
+  virtual ~IrqSink() = default;
+  virtual void raise(uint16_t vector) = 0;
+};
+
+// Monotonic time in nanoseconds. Drives the initializing delay, the health counter, the internal
+// timer and the transport's retransmit/RNR timers. Tests pass a manual clock to step time.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual uint64_t now_ns() = 0;
+};
+
+// The Ethernet-side port: whole RoCEv2 frames (IPv4/IPv6 + UDP + BTH.. + ICRC, no L2 header), as
+// src/rc/wire.h builds and parses them. Inbound frames enter through Device::receive_frame.
+// src/mlx5/emu/wire.h has an in-memory link between devices and a UDP socket on port 4791.
+class FramePort {
+ public:
+  virtual ~FramePort() = default;
+  virtual void transmit(const uint8_t* frame, size_t len) = 0;
+};
+
+// The machine's monotonic clock (CLOCK_MONOTONIC): what the device uses when the host gives none.
+class SteadyClock : public Clock {
+ public:
+  uint64_t now_ns() override;
+};
+
+struct HostPorts {
+  DmaPort* dma = nullptr;  // required
+  IrqSink* irq = nullptr;  // optional: no interrupts (polling host)
+  Clock* clock = nullptr;  // optional: the steady clock
+  FramePort* wire = nullptr;  // optional: frames are dropped (port link down)
+};
+
+// ---- identity and geometry ------------------------------------------------------------------------
+
+struct DeviceConfig {
+  uint16_t fw_major = 14, fw_minor = 32, fw_subminor = 1010;  // firmware revision in the init segment
+  uint8_t mac[6] = {0x02, 0x4d, 0x45, 0x4c, 0x00, 0x01};  // port MAC (permanent_address)
+  uint64_t node_guid = 0x024d45fffe4c0001ull;
+  uint16_t msix_vectors = 16;  // MSI-X table size
+  uint32_t init_delay_ns = 2'000'000;  // `initializing` reads 1 this long after power-up/FLR
+  uint32_t health_period_ns = 1'000'000;  // the health counter advances once per period while alive
+  uint16_t port_mtu = 4096;  // PMTU max_mtu (bytes); RoCE path MTU up to 4096
+  // Check the XOR signatures of queue entries and mailboxes (cmd_hca_cap.cmdif_checksum = 3).
+  // Off by default, as Linux drives the card (cmd.c leaves checksums disabled).
+  bool cmd_signatures = false;
+  // Firmware pages the device asks for at each stage (QUERY_PAGES boot / init, then a regular demand
+  // announced by PAGE_REQUEST once an EQ takes that event).
+  uint32_t boot_pages = 8, init_pages = 24, regular_pages = 32;
+};
+
+// BAR0: 32 MiB. The initialization segment sits at 0 (its last field ends at 0x400c); UAR page n is
+// at n * 4 KiB, and ALLOC_UAR hands out n >= kFirstUarIndex so no UAR overlaps the init segment.
+inline constexpr uint64_t kBar0Bytes = 32ull << 20;
+inline constexpr uint32_t kFirstUarIndex = 8;
+inline constexpr uint16_t kPciVendorMellanox = 0x15b3;
+inline constexpr uint16_t kPciDeviceConnectX4Lx = 0x1015;
+
+// PCI configuration space (4 KiB, PCIe). Standard header, a PCIe capability and an MSI-X capability.
+// Command register bit 2 (bus master) must be set before the device does any DMA: without it every
+// DMA the device attempts fails as if unmapped. PCIe Device Control (kPciExpCap + 8) bit 15 is
+// "Initiate Function Level Reset".
+inline constexpr uint32_t kPciCommand = 0x04;
+inline constexpr uint16_t kPciCommandMemory = 1 << 1, kPciCommandBusMaster = 1 << 2;
+inline constexpr uint32_t kPciExpCap = 0x60;  // PCIe capability offset in this model
+inline constexpr uint32_t kPciExpDevCtl = kPciExpCap + 0x08;
+inline constexpr uint16_t kPciExpDevCtlFlr = 1 << 15;
+inline constexpr uint32_t kPciMsixCap = 0x9c;  // MSI-X capability offset in this model
+
+// ---- fault injection switchboard ----------------------------------------------------------------
+
+struct Faults {
+  // Commands are taken (the doorbell is accepted) but never completed: the ownership bit stays with
+  // the device and no completion EQE comes. Cleared by FLR.
+  bool cmd_timeout = false;
+  // The next command whose opcode matches (0 = any) completes with this status and syndrome
+  // instead of running. One-shot: cleared once it fires.
+  uint16_t bad_status_opcode = 0;
+  uint8_t bad_status = 0;  // 0 = switch off
+  uint32_t bad_status_syndrome = 0;
+  // Firmware 14.22 behaviour the anchor project hit: after TEARDOWN_HCA and INIT_HCA with no FLR in
+  // between, the NIC vport context's roce_en reads back 0, and MODIFY_NIC_VPORT_CONTEXT(roce_en=1)
+  // completes OK without taking effect, until an FLR. RoCE traffic is not delivered meanwhile.
+  bool fw_14_22_roce_en_lost = false;
+};
+
+// ---- the device ---------------------------------------------------------------------------------
+
+class Hca;  // the model behind the interface (src/mlx5/emu/hca.h)
+
+class Device {
+ public:
+  explicit Device(const HostPorts& ports, const DeviceConfig& config = {});
+  ~Device();  // stops the worker if it runs
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  // BAR0 MMIO, `off` in bytes from the start of BAR0. BAR0 is a byte array and these calls move the
+  // bytes of `value` in little-endian order, as PCI memory transactions from a little-endian CPU do
+  // (DriverKit MemoryRead32, Linux readl). The device's registers and doorbells are big-endian, so a
+  // driver swaps: Linux's ioread32be/iowrite32be for the init segment, and a doorbell's 8 bytes in
+  // memory order for write64. Accesses must be naturally aligned and inside the BAR; others read all
+  // ones and write nothing. After surprise_remove() every read returns all ones.
+  uint32_t read32(uint64_t off);
+  void write32(uint64_t off, uint32_t value);
+  void write64(uint64_t off, uint64_t value);  // doorbells (CQ arm, send doorbell, BlueFlame)
+  // A BlueFlame write: the first 64 bytes of a WQE copied to UAR + 0x800/0x900 (write-combining).
+  void write_block(uint64_t off, const void* src, size_t len);
+
+  // PCI configuration space, little-endian as PCI defines it. `width` is 1, 2 or 4.
+  uint32_t config_read(uint32_t off, unsigned width);
+  void config_write(uint32_t off, unsigned width, uint32_t value);
+  // Function-level reset, as if Initiate FLR were written: every object, page and register is lost,
+  // the init segment reads `initializing` for init_delay_ns, doorbells are ignored until the
+  // command queue is set up again. Bus master is cleared (config space is reset too).
+  void flr();
+
+  // Runs everything due now: commands rung on the doorbell, send/receive doorbells, inbound frames,
+  // timers, health. Returns true if it did any work.
+  bool service();
+  // The device's own worker thread, running service() on demand (doorbells, frames) and at the next
+  // timer deadline. Idempotent.
+  void start_worker();
+  void stop_worker();
+
+  // An inbound frame from the wire (same format as FramePort::transmit). Queued; handled in service().
+  void receive_frame(const uint8_t* frame, size_t len);
+
+  // Fault injection.
+  void set_faults(const Faults& f);
+  Faults faults() const;
+  // Firmware reports a fatal error: the health buffer gets `syndrome` (prm::health_syndrome), the
+  // health counter stops advancing, commands complete with no status at all (timeout), the data
+  // path stops. Only FLR recovers.
+  void inject_fatal(uint8_t syndrome);
+  // The card is gone: MMIO reads return all ones, writes are dropped, no DMA, no interrupts.
+  void surprise_remove();
+
+  // Diagnostics for tests: things hardware would log or hang on, counted.
+  struct Stats {
+    uint64_t commands = 0;  // commands executed (any status)
+    uint64_t dma_faults = 0;  // DMA attempts the host refused (or with bus master off)
+    uint64_t page_use_after_take = 0;  // the device touched a firmware page it had given back
+    uint64_t doorbells_ignored = 0;  // doorbells on dead/unknown objects or before init
+    uint64_t frames_tx = 0, frames_rx = 0, frames_dropped = 0;
+    uint32_t fw_pages_held = 0;  // firmware pages the device holds now
+  };
+  Stats stats() const;
+
+  const DeviceConfig& config() const;
+  Hca& hca();  // the model, for white-box tests in tests/mlx5/emu
+
+ private:
+  std::unique_ptr<Hca> hca_;
+};
+
+}  // namespace melon::mlx5::emu

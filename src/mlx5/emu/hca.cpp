@@ -1,0 +1,143 @@
+// Hca: power-up/FLR, the service loop, DMA and interrupts as the device sees them.
+#include "mlx5/emu/hca.h"
+
+#include <string.h>
+
+namespace melon::mlx5::emu {
+
+Hca::Hca(const HostPorts& ports, const DeviceConfig& config) : ports_(ports), cfg_(config) {
+  if (!ports_.clock) ports_.clock = &own_clock_;
+  reset(true);
+}
+
+Hca::~Hca() = default;
+
+void Hca::reset(bool power_on) {
+  uint64_t t = now();
+  state_ = FwState::kBooting;
+  boot_done_ns_ = t + cfg_.init_delay_ns;
+  health_epoch_ns_ = t;
+  health_synd_ = 0;
+  health_counter_frozen_ = 0;
+  cmdq_addr_h_ = cmdq_addr_l_ = 0;
+  cmdq_valid_ = false;
+  pending_cmd_bits_ = busy_cmd_bits_ = 0;
+  doorbells_.clear();
+  rx_.clear();
+  faults_.cmd_timeout = false;
+  drop_objects();
+  for (auto& [iova, p] : pages_) returned_pages_.insert(iova);  // FLR: the driver gets every page back
+  pages_.clear();
+  icm_slots_.clear();
+  stats_.fw_pages_held = 0;
+  boot_pages_done_ = init_pages_done_ = false;
+  regular_pages_owed_ = 0;
+  roce_en_ = roce_en_stuck_ = false;
+  vport_mtu_ = pmtu_admin_ = 0;
+  port_admin_ = port_oper_ = prm::kPortUp;
+  torn_down_since_flr_ = false;
+  issi_ = 0;
+  cfg_reset();
+  memset(iseg_, 0, sizeof iseg_);
+  (void)power_on;
+}
+
+void Hca::update_fw_state() {
+  if (state_ == FwState::kBooting && now() >= boot_done_ns_) state_ = FwState::kReady;
+}
+
+void Hca::enter_fatal(uint8_t syndrome) {
+  if (state_ == FwState::kFatal) return;
+  health_counter_frozen_ = uint32_t((now() - health_epoch_ns_) / cfg_.health_period_ns);
+  health_synd_ = syndrome;
+  state_ = FwState::kFatal;
+  doorbells_.clear();
+}
+
+bool Hca::dma_read(uint64_t iova, void* dst, size_t len) {
+  if (state_ == FwState::kRemoved || !(pci_[kPciCommand] & kPciCommandBusMaster)) {
+    ++stats_.dma_faults;
+    return false;
+  }
+  if (!ports_.dma->read(iova, dst, len)) {
+    ++stats_.dma_faults;
+    return false;
+  }
+  return true;
+}
+
+bool Hca::dma_write(uint64_t iova, const void* src, size_t len) {
+  if (state_ == FwState::kRemoved || !(pci_[kPciCommand] & kPciCommandBusMaster)) {
+    ++stats_.dma_faults;
+    return false;
+  }
+  if (!ports_.dma->write(iova, src, len)) {
+    ++stats_.dma_faults;
+    return false;
+  }
+  return true;
+}
+
+void Hca::raise_irq(uint16_t vector) {
+  if (state_ == FwState::kRemoved || vector >= cfg_.msix_vectors) return;
+  out_.irqs.push_back(vector);
+}
+
+uint64_t Hca::next_deadline() {
+  if (state_ == FwState::kBooting) return boot_done_ns_;
+  if (pending_cmd_bits_ || !doorbells_.empty() || !rx_.empty()) return 0;
+  return UINT64_MAX;
+}
+
+bool Hca::service() {
+  update_fw_state();
+  if (!alive()) {
+    doorbells_.clear(), rx_.clear();  // a dead device does nothing
+    return false;
+  }
+  if (state_ == FwState::kBooting) return false;
+  bool worked = false;
+  if (pending_cmd_bits_) {
+    run_commands();
+    worked = true;
+  }
+  while (!doorbells_.empty()) {
+    Doorbell db = doorbells_.front();
+    doorbells_.pop_front();
+    run_doorbell(db);
+    worked = true;
+  }
+  return worked;
+}
+
+void Hca::run_doorbell(const Doorbell& db) {
+  if (state_ != FwState::kInitialized) {
+    ++stats_.doorbells_ignored;
+    return;
+  }
+  switch (db.kind) {
+    case DbKind::kCqArm: cq_doorbell(db); break;
+    case DbKind::kEqArm:
+    case DbKind::kEqUpdate: eq_doorbell(db); break;
+    case DbKind::kSend: send_doorbell(db); break;
+  }
+}
+
+void Hca::drop_objects() {
+  for (auto& [n, qp] : qps_) tp_destroy_qp(qp);
+  for (auto& [n, s] : srqs_) tp_destroy_srq(s);
+  qps_.clear();
+  srqs_.clear();
+  cqs_.clear();
+  eqs_.clear();
+  mkeys_.clear();
+  uars_.clear();
+  pds_.clear();
+  tds_.clear();
+  qcounters_.clear();
+  icm_of_.clear();
+  for (GidEntry& g : gids_) g = GidEntry{};
+  doorbells_.clear();
+}
+
+}  // namespace melon::mlx5::emu

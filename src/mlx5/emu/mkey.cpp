@@ -1,0 +1,129 @@
+// Memory keys (PRM "Memory Key"; Linux mr.c, rdma-core mlx5_vfio.c): PA and MTT translation, the
+// PD and access rights checked on every use, and the length the key covers.
+#include <string.h>
+
+#include "mlx5/emu/hca.h"
+
+namespace melon::mlx5::emu {
+
+namespace {
+using S = prm::cmd_status::Value;
+constexpr uint32_t kNoQp = 0xffffff;
+}  // namespace
+
+CmdStatus Hca::create_mkey(Cmd& c) {
+  prm::create_mkey_in::cview in(c.in);
+  auto m = in.at(prm::create_mkey_in::memory_key_mkey_entry);
+  namespace k = prm::mkc;
+  Mkey mk;
+  mk.access_mode = prm::mkc_get_access_mode(m);
+  mk.pd = uint32_t(m.get(k::pd));
+  mk.key8 = uint8_t(m.get(k::mkey_7_0));
+  mk.lr = m.get(k::lr), mk.lw = m.get(k::lw), mk.rr = m.get(k::rr), mk.rw = m.get(k::rw), mk.a = m.get(k::a);
+  mk.start = m.get(k::start_addr);
+  mk.len = m.get(k::len);
+  mk.len64 = m.get(k::length64);
+  mk.log_page_size = uint8_t(m.get(k::log_page_size));
+  if (mk.access_mode != prm::mkc_access_mode::PA && mk.access_mode != prm::mkc_access_mode::MTT)
+    return fail(S::BAD_PARAM_ERR, synd::BAD_ACCESS_MODE);  // KLM/KSM: not on this model
+  if (m.get(k::qpn) != kNoQp) return fail(S::BAD_PARAM_ERR, synd::BAD_MKEY_QPN);
+  if (m.get(k::bsf_en) || in.get(prm::create_mkey_in::mkey_umem_valid) || in.get(prm::create_mkey_in::pg_access))
+    return fail(S::BAD_PARAM_ERR, synd::BAD_FIELD_SELECT);
+  if (!pds_.count(mk.pd)) return fail(S::BAD_RES_ERR, synd::UNKNOWN_PD);
+  if (mk.access_mode == prm::mkc_access_mode::MTT) {
+    if (mk.len64) return fail(S::BAD_PARAM_ERR, synd::BAD_MKEY_LENGTH);
+    if (mk.log_page_size < 12 || mk.log_page_size > 30) return fail(S::BAD_PARAM_ERR, synd::BAD_PAGE_SIZE);
+    uint64_t pg = 1ull << mk.log_page_size;
+    uint64_t need = (mk.start % pg + mk.len + pg - 1) / pg;
+    uint64_t given = uint64_t(in.get(prm::create_mkey_in::translations_octword_actual_size)) * 2;
+    uint64_t room = (c.in_len - prm::create_mkey_in::size_bytes) / prm::kMttBytes;
+    if (given > room || given < need) return fail(S::BAD_PARAM_ERR, synd::MTT_TOO_SHORT);
+    mk.mtt.resize(need);
+    for (uint64_t i = 0; i < need; ++i) {
+      const uint8_t* e = in.elem(prm::create_mkey_in::klm_pas_mtt, uint32_t(i * 2));
+      uint64_t pa = prm::mtt_pa(e);
+      if (pa % pg) return fail(S::BAD_PARAM_ERR, synd::PAGE_NOT_ALIGNED);
+      mk.mtt[i] = pa;
+    }
+  } else if (!mk.len64 && mk.start + mk.len < mk.start) {
+    return fail(S::BAD_PARAM_ERR, synd::BAD_MKEY_LENGTH);
+  }
+  if (mkeys_.size() >= (1u << prm::get(cur_caps_, prm::cmd_hca_cap::log_max_mkey)))
+    return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
+  uint32_t idx = mkey_cursor_;
+  while (mkeys_.count(idx)) idx = (idx + 1) & 0xffffff ? (idx + 1) & 0xffffff : 1;
+  mkey_cursor_ = idx + 1;
+  uint64_t icm = icm_alloc(prm::mkc::size_bytes);
+  if (!icm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
+  if (!icm_write(icm, m.data(), prm::mkc::size_bytes)) return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);
+  mk.index = idx;
+  icm_of_[(3u << 24) | idx] = icm;
+  mkeys_[idx] = std::move(mk);
+  prm::create_mkey_out::view(c.out).set(prm::create_mkey_out::mkey_index, idx);
+  return {};
+}
+
+CmdStatus Hca::destroy_mkey(Cmd& c) {
+  uint32_t idx = uint32_t(prm::destroy_mkey_in::cview(c.in).get(prm::destroy_mkey_in::mkey_index));
+  auto it = mkeys_.find(idx);
+  if (it == mkeys_.end()) return fail(S::BAD_RES_ERR, synd::UNKNOWN_MKEY);
+  icm_free(icm_of_[(3u << 24) | idx]);
+  icm_of_.erase((3u << 24) | idx);
+  mkeys_.erase(it);
+  return {};
+}
+
+CmdStatus Hca::query_mkey(Cmd& c) {
+  uint32_t idx = uint32_t(prm::query_mkey_in::cview(c.in).get(prm::query_mkey_in::mkey_index));
+  auto it = mkeys_.find(idx);
+  if (it == mkeys_.end()) return fail(S::BAD_RES_ERR, synd::UNKNOWN_MKEY);
+  const Mkey& mk = it->second;
+  auto m = prm::query_mkey_out::view(c.out).at(prm::query_mkey_out::memory_key_mkey_entry);
+  namespace k = prm::mkc;
+  prm::mkc_set_access_mode(m, mk.access_mode);
+  m.set(k::lr, mk.lr).set(k::lw, mk.lw).set(k::rr, mk.rr).set(k::rw, mk.rw).set(k::a, mk.a);
+  m.set(k::qpn, kNoQp).set(k::mkey_7_0, mk.key8).set(k::length64, mk.len64).set(k::pd, mk.pd);
+  m.set(k::start_addr, mk.start).set(k::len, mk.len).set(k::log_page_size, mk.log_page_size);
+  m.set(k::translations_octword_size, (mk.mtt.size() + 1) / 2);
+  return {};
+}
+
+// Resolves [va, va+len) of key `key` for an access by PD `pd` into IOVA segments. Returns the CQE
+// syndrome that applies when it may not (0 = allowed).
+uint8_t Hca::mkey_resolve(uint32_t key, uint32_t pd, uint64_t va, uint64_t len, uint32_t access,
+                          std::vector<IovaSeg>* segs) {
+  auto it = mkeys_.find(key >> 8);
+  if (it == mkeys_.end() || it->second.key8 != uint8_t(key)) return 1;
+  const Mkey& mk = it->second;
+  if (mk.pd != pd) return 1;
+  bool remote = access & kAccRemote;
+  if ((access & kAccWrite) && !(remote ? mk.rw : mk.lw)) return 1;
+  if ((access & kAccRead) && remote && !mk.rr) return 1;
+  if ((access & kAccAtomic) && !mk.a) return 1;
+  if (!mk.len64 && (va < mk.start || len > mk.len || va - mk.start > mk.len - len)) return 1;
+  if (segs) segs->clear();
+  if (len == 0) return 0;
+  if (mk.access_mode == prm::mkc_access_mode::PA) {
+    if (segs) segs->push_back({va, len});
+    return 0;
+  }
+  uint64_t pg = 1ull << mk.log_page_size;
+  uint64_t base = mk.start & ~(pg - 1);
+  uint64_t at = va;
+  while (at < va + len) {
+    uint64_t page = (at - base) / pg;
+    uint64_t in_page = (at - base) % pg;
+    uint64_t n = pg - in_page < va + len - at ? pg - in_page : va + len - at;
+    uint64_t iova = mk.mtt[page] + in_page;
+    if (segs) {
+      if (!segs->empty() && segs->back().iova + segs->back().len == iova)
+        segs->back().len += n;  // contiguous pages merge into one DMA
+      else
+        segs->push_back({iova, n});
+    }
+    at += n;
+  }
+  return 0;
+}
+
+}  // namespace melon::mlx5::emu
