@@ -27,9 +27,7 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   if (init.srq && init.srq->pd != init.pd) return EINVAL;
 
   auto qp = std::make_unique<Qp>();
-  uint32_t n = e.next_qpn_;
-  while (e.qps_.count(n) || n < 2) n = (n + 1) & kPsnMask;  // QPN 0 and 1 are special (SMI/GSI)
-  e.next_qpn_ = (n + 1) & kPsnMask;
+  uint32_t n = e.choose_qpn();
   qp->qpn = n;
   qp->init = init;
   qp->attr.cap = c;
@@ -40,6 +38,14 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   *qpn = n;
   e.qps_[n] = std::move(qp);
   return 0;
+}
+
+uint32_t EngineImpl::choose_qpn() {
+  constexpr uint32_t kQpnMask = 0xffffff;  // QPNs are 24 bits
+  for (;;) {  // terminates: far fewer QPs than QPNs
+    uint32_t n = (cfg_.random_qpn ? cfg_.random_qpn(cfg_.random_qpn_arg) : next_qpn_++) & kQpnMask;
+    if (n > 1 && n != kQpnMask && !qps_.count(n)) return n;
+  }
 }
 
 int Engine::modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask, uint64_t now) {
@@ -98,8 +104,8 @@ int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
   Qp* qp = e.find(qpn);
   if (!qp || qp->init.srq || qp->state == QpState::reset) return EINVAL;
   if (qp->rq.full()) return ENOMEM;
-  RecvWqe tmp;
-  if (!fill_recv_wqe(tmp, wr, qp->rq.max_sge(), e.mem_, qp->init.pd)) return EINVAL;
+  PostedRecv tmp;
+  if (!fill_recv_wqe(tmp, wr, qp->rq.max_sge())) return EINVAL;
   qp->rq.push_slot() = tmp;
   if (qp->state == QpState::err) e.flush_rq(*qp);
   return 0;
@@ -108,8 +114,8 @@ int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
 int Engine::post_srq_recv(Srq* srq, const RecvWr& wr) {
   if (!srq || !impl_->srqs_.count(srq->srqn)) return EINVAL;
   if (srq->rq.full()) return ENOMEM;
-  RecvWqe tmp;
-  if (!fill_recv_wqe(tmp, wr, srq->rq.max_sge(), impl_->mem_, srq->pd)) return EINVAL;
+  PostedRecv tmp;
+  if (!fill_recv_wqe(tmp, wr, srq->rq.max_sge())) return EINVAL;
   srq->rq.push_slot() = tmp;
   return 0;
 }

@@ -166,10 +166,15 @@ struct QpCounters {
 };
 
 struct EngineConfig {
+  // QPNs: with random_qpn, each is drawn from the host's random source (unpredictable to anyone who
+  // can reach the port, as a QPN and a PSN in the window are all a forged packet needs); without,
+  // sequential from first_qpn, for deterministic tests and replays. Either way QPN 0 and 1 (SMI,
+  // GSI), 0xFFFFFF (the multicast QPN) and QPNs in use are skipped.
   uint32_t first_qpn = 0x11;  // rxe starts here too
+  uint32_t (*random_qpn)(void* arg) = nullptr;
+  void* random_qpn_arg = nullptr;
   uint32_t max_inflight_packets = 128;  // requester window per QP
   uint32_t ack_every = 64;  // AckReq at least every N packets of a long message
-  uint32_t ack_coalesce = 16;  // responder: ACK at least every N packets without AckReq
   uint8_t local_port_gid_index = 0;
 };
 

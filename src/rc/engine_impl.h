@@ -26,6 +26,8 @@ class EngineImpl {
   uint32_t next_srqn_ = 1;
   uint64_t dropped_ = 0;
 
+  uint32_t choose_qpn();  // engine.cpp: the next QPN (EngineConfig says how)
+
   Qp* find(uint32_t qpn) const {
     auto it = qps_.find(qpn);
     return it == qps_.end() ? nullptr : it->second.get();
@@ -56,6 +58,8 @@ class EngineImpl {
   // shared
   void fill_tx_common(const Qp& qp, TxPacket& tx, uint8_t opcode, uint32_t psn) const;
   bool push_recv_wc(Qp& qp, const Wc& wc);
+  uint32_t recv_pd(const Qp& qp) const;  // the PD receive WQEs resolve in (the SRQ's, if any)
+  Wc recv_error(const Qp& qp, uint64_t wr_id, WcStatus status) const;
   void raise(Qp& qp, AsyncEvent ev) {
     if (events_) events_->qp_event(qp.qpn, ev);
   }

@@ -11,22 +11,28 @@ namespace melon::rc {
 
 using namespace roce;
 
-bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge, Memory& mem, uint32_t pd) {
-  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > max_sge || wr.num_sge > RecvWqe::kMaxSge) return false;
+bool fill_recv_wqe(PostedRecv& w, const RecvWr& wr, uint32_t max_sge) {
+  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > max_sge || wr.num_sge > PostedRecv::kMaxSge) return false;
   if (wr.num_sge && !wr.sg_list) return false;
   w.wr_id = wr.wr_id;
+  w.nsge = 0;
+  for (int i = 0; i < wr.num_sge; ++i)
+    if (wr.sg_list[i].length) w.sge[w.nsge++] = wr.sg_list[i];
+  return true;
+}
+
+void resolve_recv(RecvWqe& w, const PostedRecv& in, Memory& mem, uint32_t pd) {
+  w.wr_id = in.wr_id;
   w.nseg = 0;
   w.length = 0;
   w.bad = false;
-  for (int i = 0; i < wr.num_sge; ++i) {
-    const Sge& s = wr.sg_list[i];
-    if (!s.length) continue;
+  for (int i = 0; i < in.nsge; ++i) {
+    const Sge& s = in.sge[i];
     uint8_t* p = mem.local(pd, s.lkey, s.addr, s.length, kLocalWrite);
     if (!p) w.bad = true;
     w.seg[w.nseg++] = {p, s.length};
     w.length += s.length;
   }
-  return true;
 }
 
 void copy_to_segments(const RecvWqe::Seg* seg, int nseg, uint32_t off, const uint8_t* src, uint32_t len) {
@@ -57,6 +63,17 @@ void EngineImpl::send_ack(Qp& qp, uint8_t syndrome, uint32_t psn) {
   tx.pkt.aeth.msn = qp.msn & kPsnMask;
   ++qp.counters.tx_packets;
   link_.transmit(tx);
+}
+
+uint32_t EngineImpl::recv_pd(const Qp& qp) const { return qp.srq() ? qp.srq()->pd : qp.init.pd; }
+
+Wc EngineImpl::recv_error(const Qp& qp, uint64_t wr_id, WcStatus status) const {
+  Wc wc;
+  wc.wr_id = wr_id;
+  wc.status = status;
+  wc.opcode = WcOpcode::recv;
+  wc.qp_num = qp.qpn;
+  return wc;
 }
 
 bool EngineImpl::push_recv_wc(Qp& qp, const Wc& wc) {
@@ -141,9 +158,15 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
     if (p.deth.qkey != qp.attr.qkey) return drop();
     RecvQueue& rq = qp.recv_queue();
     if (rq.empty()) return drop();  // UD has no RNR: the datagram is lost
-    RecvWqe w = rq.front();
+    RecvWqe w;
+    resolve_recv(w, rq.front(), mem_, recv_pd(qp));
     uint32_t total = uint32_t(kGrhSize) + p.payload_len;
-    if (total > w.length || w.bad) return drop();
+    if (w.bad) {  // a local protection error completes the WQE in error and ends the QP
+      rq.pop();
+      push_recv_wc(qp, recv_error(qp, w.wr_id, WcStatus::loc_prot_err));
+      return to_error(qp);
+    }
+    if (total > w.length) return drop();
     rq.pop();
     uint8_t grh[kGrhSize];
     write_ud_grh(ip, op.hdr_len + p.payload_len + pad_for(p.payload_len) + kIcrcSize, grh);
@@ -239,7 +262,7 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
         send_ack(qp, syndrome_rnr(qp.attr.min_rnr_timer), psn);
         return;
       }
-      qp.cur_wqe = rq.front();
+      resolve_recv(qp.cur_wqe, rq.front(), mem_, recv_pd(qp));
       rq.pop();
       qp.have_wqe = true;
       qp.recv_offset = 0;
@@ -252,14 +275,13 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
 
   if (send) {
     if (qp.cur_wqe.bad || !scatter(qp.cur_wqe, qp.recv_offset, p.payload, p.payload_len)) {
-      Wc wc;
-      wc.wr_id = qp.cur_wqe.wr_id;
-      wc.status = qp.cur_wqe.bad ? WcStatus::loc_prot_err : WcStatus::loc_len_err;
-      wc.opcode = WcOpcode::recv;
-      wc.qp_num = qp.qpn;
+      const bool prot = qp.cur_wqe.bad;
       qp.have_wqe = false;
-      push_recv_wc(qp, wc);
-      if (rc) return nak(NakCode::invalid_request);
+      push_recv_wc(qp, recv_error(qp, qp.cur_wqe.wr_id, prot ? WcStatus::loc_prot_err : WcStatus::loc_len_err));
+      // A receive WQE the responder cannot use (a protection error of its own) is a Remote
+      // Operational Error to the requester (AETH NAK code 3, as ConnectX and rxe answer); a message
+      // longer than the WQE is an Invalid Request.
+      if (rc) return nak(prot ? NakCode::remote_operational_error : NakCode::invalid_request);
       qp.in_send = false;
       qp.uc_drop = true;
       return;

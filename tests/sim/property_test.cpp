@@ -214,7 +214,7 @@ std::string PropertyRun::setup() {
   for (auto& c : ec) {
     c.max_inflight_packets = uint32_t(uni(16, 256));
     c.ack_every = uint32_t(uni(4, 64));
-    c.ack_coalesce = uint32_t(uni(1, 32));
+    (void)uni(1, 32);  // once drew a responder setting that nothing read; kept so earlier seeds replay
   }
   a_ = sim_.add_node("A", cfg_.v6, ec[0]);
   b_ = sim_.add_node("B", cfg_.v6, ec[1]);

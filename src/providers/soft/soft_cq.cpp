@@ -110,7 +110,7 @@ ibv_cq_ex* SoftContext::create_cq(const ibv_cq_init_attr_ex* attr) {
     return nullptr;
   }
 
-  auto* c = new SoftCq;
+  auto* c = new SoftCq();  // value-initialised: unused ibv_cq_ex members (comp_mask, read_*) are zero
   c->ctx = this;
   c->wc_flags = attr->wc_flags;
   c->ignore_overrun =
@@ -190,7 +190,7 @@ ibv_srq* SoftContext::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
     errno = err;
     return nullptr;
   }
-  auto* s = new SoftSrq;
+  auto* s = new SoftSrq();
   s->ctx = this;
   s->hub = h;
   s->max_wr = a.max_wr;

@@ -235,7 +235,7 @@ void SoftContext::close() {
 
 ibv_pd* SoftContext::alloc_pd() {
   static std::atomic<uint32_t> next_handle{1};
-  auto* pd = new SoftPd;
+  auto* pd = new SoftPd();  // value-initialised: every ibv_* member starts zeroed, as rdma-core providers do
   pd->ibv.context = &vctx.context;
   pd->ibv.handle = next_handle++;
   return &pd->ibv;
@@ -264,7 +264,7 @@ ibv_ah* SoftContext::create_ah(ibv_pd* pd, const ibv_ah_attr* attr) {
     errno = err;
     return nullptr;
   }
-  auto* ah = new SoftAh;
+  auto* ah = new SoftAh();
   ah->ibv.context = &vctx.context;
   ah->ibv.pd = pd;
   ah->attr = *attr;

@@ -1,5 +1,6 @@
 // QPs of the soft provider: verbs calls translated to the transport engine, under its lock.
 #include "providers/soft/soft_qp.h"
+#include "providers/soft/random.h"
 
 #include <arpa/inet.h>
 
@@ -43,7 +44,9 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
     addrs.push_back(l);
   }
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
-  transport_.reset(new UdpTransport(addrs, static_cast<rc::Memory&>(*this), static_cast<rc::EventSink*>(this),
+  rc::EngineConfig config;
+  config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
+  transport_.reset(new UdpTransport(addrs, static_cast<rc::Memory&>(*this), static_cast<rc::EventSink*>(this), config,
                                     roce::kRoceV2Port, dev->name()));
 }
 
@@ -92,13 +95,16 @@ void Hub::remove_srq(uint32_t srqn) {
 
 uint8_t* Hub::local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t access) {
   void* host = nullptr;
-  return dev_->mrs().resolve_by_pd_handle(lkey, pd, addr, len, access, &host) == MrStatus::Ok
+  return dev_->mrs().resolve_by_pd_handle(KeyKind::local, lkey, pd, addr, len, access, &host) == MrStatus::Ok
              ? static_cast<uint8_t*>(host)
              : nullptr;
 }
 
 uint8_t* Hub::remote(uint32_t pd, uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) {
-  return local(pd, rkey, va, len, access);
+  void* host = nullptr;
+  return dev_->mrs().resolve_by_pd_handle(KeyKind::remote, rkey, pd, va, len, access, &host) == MrStatus::Ok
+             ? static_cast<uint8_t*>(host)
+             : nullptr;
 }
 
 void Hub::qp_event(uint32_t qpn, rc::AsyncEvent ev) {
@@ -153,8 +159,14 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
     errno = e;
     return nullptr;
   };
-  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  if (attr->comp_mask & ~known) return fail(EOPNOTSUPP);  // XRC, RSS, create flags, ...
+  // Creation flags and a TSO header size are accepted when they ask for nothing (rdma-core's
+  // own tests set the mask with zero values); any flag or a TSO header is not supported (the
+  // device reports tso_caps.max_tso 0), nor are XRC domains, RSS or indirection tables.
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                         IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+  if (attr->comp_mask & ~known) return fail(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) return fail(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr->max_tso_header) return fail(EOPNOTSUPP);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !owns(attr->pd)) return fail(EINVAL);
   rc::QpType type;
   switch (attr->qp_type) {
@@ -173,7 +185,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   Hub* h = hub(&err);
   if (!h) return fail(err);
 
-  auto* qp = new SoftQp;
+  auto* qp = new SoftQp();
   qp->ctx = this;
   qp->hub = h;
   qp->scq.cq = SoftCq::from(attr->send_cq);

@@ -56,8 +56,8 @@ bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) 
 }  // namespace
 
 UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events,
-                           uint16_t port, const char* counter_name)
-    : port_(port), engine_(*this, memory, events), counters_(counter_name), stats_(counters_.counters()) {
+                           const rc::EngineConfig& config, uint16_t port, const char* counter_name)
+    : port_(port), engine_(*this, memory, events, config), counters_(counter_name), stats_(counters_.counters()) {
   for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1});
   tx_.resize(kBatch);
   tx_msgs_.resize(kBatch);

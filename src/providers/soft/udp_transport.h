@@ -37,8 +37,8 @@ class UdpTransport final : private rc::Link {
   // One socket per address; a packet leaves from the socket whose address is its source GID.
   // Memory and events are the provider's; both are called with the engine lock held. With a
   // `counter_name` (the device name) the counters are published for melonctl (soft_counters.h).
-  UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events, uint16_t port = 4791,
-               const char* counter_name = nullptr);
+  UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events,
+               const rc::EngineConfig& config = {}, uint16_t port = 4791, const char* counter_name = nullptr);
   ~UdpTransport() override;
 
   // Opens every address's socket (udp_socket.h) and starts the progress thread. A socket option
