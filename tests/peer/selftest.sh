@@ -45,7 +45,7 @@ for i in 1 2; do
   check "guest $i: rxe0 has an IPv6 link-local GID ($(peer_ready "$i" ip6_ll) at $(peer_ready "$i" gid_ll))" \
     [ -n "$(peer_ready "$i" gid_ll)" ]
   check "guest $i: rxe0 has a GID for $(peer_guest_addr6 "$i") (at $(peer_ready "$i" gid_ula))" \
-    [ -n "$(peer_ready "$i" gid_ula)" ] -a "$(peer_ready "$i" ip6)" = "$(peer_guest_addr6 "$i")"
+    [ -n "$(peer_ready "$i" gid_ula)" -a "$(peer_ready "$i" ip6)" = "$(peer_guest_addr6 "$i")" ]
 done
 out=$(peer_host ping -6 -c 2 -W 5 fd77::2 2>&1); check "host ping -6 fd77::2" has "$out" ' 0% packet loss'
 
