@@ -30,9 +30,6 @@ namespace melon::soft {
 constexpr uint32_t kVendorId = 0x4d454c;  // "MEL"
 constexpr uint32_t kVendorPartId = 0x534f;  // "SO"
 constexpr int kGidTableLen = 16;
-constexpr int kMaxCqe = 65535;
-constexpr int kMaxSrqWr = 16384;
-constexpr int kMaxSge = 32;
 
 class SoftContext;
 class Hub;

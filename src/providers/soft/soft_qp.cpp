@@ -21,9 +21,9 @@ static_assert(int(IBV_WR_SEND_WITH_INV) == int(rc::WrOpcode::send_with_inv) &&
                   int(IBV_ACCESS_REMOTE_ATOMIC) == int(rc::kRemoteAtomic),
               "the engine uses verbs' numeric values");
 
-constexpr uint32_t kMaxQpWr = 16384;
-constexpr uint32_t kMaxInline = 1024;
-constexpr uint8_t kMaxRdAtomic = 128;
+using rc::kMaxQpWr;
+using rc::kMaxRdAtomic;
+using rc::kMaxSge;
 
 // ---- hub ----------------------------------------------------------------------------------------
 
@@ -46,8 +46,8 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
   rc::EngineConfig config;
   config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
-  transport_.reset(new UdpTransport(addrs, static_cast<rc::Memory&>(*this), static_cast<rc::EventSink*>(this), config,
-                                    roce::kRoceV2Port, dev->name()));
+  transport_.reset(new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this),
+                                    config, roce::kRoceV2Port, dev->name()));
 }
 
 Hub* Hub::acquire(SoftDevice* dev, int* err) {
@@ -93,18 +93,19 @@ void Hub::remove_srq(uint32_t srqn) {
   srqs_.erase(srqn);
 }
 
-uint8_t* Hub::local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t access) {
+rc::MemStatus Hub::map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
+                       rc::Span* first) {
   void* host = nullptr;
-  return dev_->mrs().resolve_by_pd_handle(KeyKind::local, lkey, pd, addr, len, access, &host) == MrStatus::Ok
-             ? static_cast<uint8_t*>(host)
-             : nullptr;
-}
-
-uint8_t* Hub::remote(uint32_t pd, uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) {
-  void* host = nullptr;
-  return dev_->mrs().resolve_by_pd_handle(KeyKind::remote, rkey, pd, va, len, access, &host) == MrStatus::Ok
-             ? static_cast<uint8_t*>(host)
-             : nullptr;
+  // lkey and rkey live in separate key spaces (soft_mr.cpp).
+  KeyKind k = kind == rc::KeyKind::local ? KeyKind::local : KeyKind::remote;
+  switch (dev_->mrs().resolve_by_pd_handle(k, key, pd, addr, len, access, &host)) {
+    case MrStatus::Ok: *first = {static_cast<uint8_t*>(host), len}; return rc::MemStatus::ok;
+    case MrStatus::BadKey: return rc::MemStatus::bad_key;
+    case MrStatus::WrongPd: return rc::MemStatus::wrong_pd;
+    case MrStatus::OutOfRange: return rc::MemStatus::out_of_range;
+    case MrStatus::NoAccess: return rc::MemStatus::no_access;
+  }
+  return rc::MemStatus::bad_key;
 }
 
 void Hub::qp_event(uint32_t qpn, rc::AsyncEvent ev) {
@@ -178,8 +179,8 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   if (!owns(attr->send_cq) || !owns(attr->recv_cq)) return fail(EINVAL);
   if (attr->srq && attr->srq->context != &vctx.context) return fail(EINVAL);
   ibv_qp_cap& cap = attr->cap;
-  if (cap.max_send_wr > kMaxQpWr || cap.max_send_sge > uint32_t(kMaxSge) || cap.max_inline_data > kMaxInline ||
-      (!attr->srq && (cap.max_recv_wr > kMaxQpWr || cap.max_recv_sge > uint32_t(kMaxSge))))
+  if (cap.max_send_wr > kMaxQpWr || cap.max_send_sge > kMaxSge || cap.max_inline_data > rc::kMaxInlineData ||
+      (!attr->srq && (cap.max_recv_wr > kMaxQpWr || cap.max_recv_sge > kMaxSge)))
     return fail(EINVAL);
   int err = 0;
   Hub* h = hub(&err);
@@ -212,7 +213,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   init.cap.max_send_sge = cap.max_send_sge;
   init.cap.max_recv_sge = cap.max_recv_sge;
   init.cap.max_inline_data = cap.max_inline_data;
-  err = h->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.create_qp(init, &qp->qpn); });
+  err = h->transport().with_engine([&](rc::Engine& e) { return e.create_qp(init, &qp->qpn); });
   if (err) {
     delete qp;
     return fail(err);
@@ -223,7 +224,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   q.handle = qp->qpn;
   if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
     if (int e = verbs::init_qp_ex_ops(qp, attr->send_ops_flags)) {
-      h->transport().with_engine([&](rc::Engine& en, uint64_t) { return en.destroy_qp(qp->qpn); });
+      h->transport().with_engine([&](rc::Engine& en) { return en.destroy_qp(qp->qpn); });
       delete qp;
       return fail(e);
     }
@@ -269,6 +270,7 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   r.timeout = a->timeout;
   r.retry_cnt = a->retry_cnt;
   r.rnr_retry = a->rnr_retry;
+  r.en_sqd_async_notify = a->en_sqd_async_notify;
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = a->ah_attr;
     if (!ah.is_global || ah.grh.flow_label > 0xfffff) return EINVAL;  // RoCE needs the GRH
@@ -283,8 +285,7 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   }
   uint32_t emask = uint32_t(mask) & ~uint32_t(IBV_QP_PORT);
   if (mask & IBV_QP_PORT) emask |= rc::kAttrPort;
-  int err = qp->hub->transport().with_engine(
-      [&](rc::Engine& e, uint64_t now) { return e.modify_qp(qp->qpn, r, emask, now); });
+  int err = qp->hub->transport().with_engine([&](rc::Engine& e) { return e.modify_qp(qp->qpn, r, emask); });
   if (!err && (mask & IBV_QP_STATE)) ibqp->state = a->qp_state;
   return err;
 }
@@ -293,7 +294,7 @@ int SoftContext::query_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask, ibv_qp_init_at
   if (ibqp->context != &vctx.context) return EINVAL;
   SoftQp* qp = SoftQp::from(ibqp);
   rc::QpAttr r;
-  int err = qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.query_qp(qp->qpn, &r, nullptr); });
+  int err = qp->hub->transport().with_engine([&](rc::Engine& e) { return e.query_qp(qp->qpn, &r, nullptr); });
   if (err) return err;
   (void)mask;  // everything is cheap to report
   std::memset(a, 0, sizeof *a);
@@ -330,7 +331,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
   if (ibqp->context != &vctx.context) return EINVAL;
   SoftQp* qp = SoftQp::from(ibqp);
   qp->hub->remove_qp(qp->qpn);
-  qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.destroy_qp(qp->qpn); });
+  qp->hub->transport().with_engine([&](rc::Engine& e) { return e.destroy_qp(qp->qpn); });
   reinterpret_cast<SoftPd*>(ibqp->pd)->users--;
   qp->scq.cq->users--;
   qp->rcq.cq->users--;
@@ -344,7 +345,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
 
 int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t now) {
+  return qp->hub->transport().with_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::SendWr w;
       w.wr_id = wr->wr_id;
@@ -387,7 +388,7 @@ int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
           w.remote_qkey = wr->wr.ud.remote_qkey;
         }
       }
-      if (!err) err = e.post_send(qp->qpn, w, now);
+      if (!err) err = e.post_send(qp->qpn, w);
       if (err) {
         if (bad) *bad = wr;
         return err;
@@ -399,7 +400,7 @@ int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
 
 int soft_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t) {
+  return qp->hub->transport().with_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::RecvWr r;
       r.wr_id = wr->wr_id;
