@@ -58,6 +58,7 @@ enum Feature : uint64_t {
   V(query_gid, 0x1063, GidReq, GidResp)              \
   V(map, 0x1090, MapReq, MapResp)                    \
   V(get_event, 0x1093, EmptyReq, EventResp)          \
+  V(query_usage, 0x10b6, EmptyReq, UsageResp)        \
   V(create_srq, 0x10b8, CreateSrqReq, CreateSrqResp) \
   V(destroy_srq, 0x10b9, HandleReq, EmptyResp)       \
   V(modify_srq, 0x10bc, ModifySrqReq, EmptyResp)
@@ -276,7 +277,7 @@ struct CreateQpResp {
   uint32_t rq_stride;  // bytes per receive WQE
   uint32_t max_inline_data;
   uint32_t dbr_offset;  // within the DbRecord mapping: [0] receive counter, [1] send counter
-  uint32_t reserved;
+  uint32_t sq_offset;  // the SQ within the Sq mapping (PRM: the RQ comes first in one buffer)
 };
 static_assert(sizeof(CreateQpResp) == 32);
 
@@ -380,6 +381,17 @@ struct EventResp {
   uint32_t dropped;  // events lost to a full queue since the last call
 };
 static_assert(sizeof(EventResp) == 16);
+
+// What the device holds, across all clients: the server's counts and the driver's own (firmware
+// objects, queue memory, pinned client memory). Tests read it to prove a dead client left nothing.
+struct UsageResp {
+  uint32_t clients;
+  uint32_t server_live[kObjTypes];  // by ObjType
+  uint32_t core_live[8];  // the driver core's objects: uar, pd, mr, cq, srq, qp
+  uint32_t reserved;
+  uint64_t queue_bytes, pinned_bytes, dma_buffers, fw_pages;
+};
+static_assert(sizeof(UsageResp) == 104);
 
 // A struct's size on the wire (the empty ones are 0 bytes, not C++'s 1).
 template <class T>

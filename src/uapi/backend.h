@@ -72,6 +72,8 @@ class Backend {
   virtual Status modify_qp(void*, Transition, const ModifyQpReq&) { return Status::unsupported; }
   virtual Status query_qp(void*, QpAttr*) { return Status::unsupported; }
   virtual Status destroy_qp(void*) { return Status::unsupported; }
+  // The driver's own counts for UsageResp (core_live, queue/pinned bytes, ...).
+  virtual void usage(UsageResp*) {}
   // UD address vectors are built in software (no firmware command).
   virtual Status make_av(const AddressReq&, uint8_t*) { return Status::unsupported; }
 

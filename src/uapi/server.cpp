@@ -302,6 +302,13 @@ Reply Server::dispatch(Client& c, Selector s, const void* in, void* out) {
     case Selector::destroy_srq: return ok(destroy(c, ObjType::srq, *static_cast<const HandleReq*>(in)));
     case Selector::map: return ok(map(c, *static_cast<const MapReq*>(in), static_cast<MapResp*>(out)));
     case Selector::get_event: return ok(get_event(c, static_cast<EventResp*>(out)));
+    case Selector::query_usage: {
+      UsageResp* u = static_cast<UsageResp*>(out);
+      u->clients = nclients_;
+      for (uint32_t t = 0; t < kObjTypes; t++) u->server_live[t] = dev_count_[t];
+      be_.usage(u);
+      return ok(Status::ok);
+    }
   }
   return ok(Status::unknown_selector);  // unreachable: sel_info() admitted only listed selectors
 }
@@ -468,6 +475,7 @@ Status Server::create_qp(Client& c, const CreateQpReq& rq, CreateQpResp* rp) {
   e->id = rp->qpn;
   e->qp_type = rq.qp_type;
   e->state = kStateReset;
+  rp->max_inline_data = rq.max_inline_data;
   for (uint32_t i = 0; i < kMaxMaps; i++) e->maps[i] = cr.maps[i];
   return Status::ok;
 }
@@ -600,6 +608,7 @@ void Server::push_event(Client& c, const EventResp& e) {
   }
   c.events[(c.ev_head + c.ev_count) % Client::kEvents] = e;
   c.ev_count++;
+  if (notify_) notify_(notify_ctx_, c);
 }
 
 void Server::deliver_completion(uint32_t tag) {

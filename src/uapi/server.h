@@ -101,6 +101,12 @@ class Server {
   void deliver_completion(uint32_t tag);
   void deliver_async(uint32_t tag, uint32_t ibv_event_type);
 
+  // Called when an event is queued for a client (the daemon wakes the client's event fd).
+  void set_notify(void (*fn)(void* ctx, Client& c), void* ctx) {
+    notify_ = fn;
+    notify_ctx_ = ctx;
+  }
+
   // Objects of a type across all clients / for one client.
   uint32_t live(ObjType t) const { return dev_count_[uint8_t(t)]; }
   uint32_t clients() const { return nclients_; }
@@ -143,6 +149,8 @@ class Server {
   uint32_t nclients_ = 0;
   uint32_t dev_count_[kObjTypes] = {};
   ServerStats stats_;
+  void (*notify_)(void*, Client&) = nullptr;
+  void* notify_ctx_ = nullptr;
 };
 
 }  // namespace melon::uapi
