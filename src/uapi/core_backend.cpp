@@ -172,7 +172,8 @@ Status CoreBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out,
     plat_.unpin_client(pin);
     return Status::no_memory;
   }
-  c::DmaSegment seg{iova, end - first};
+  // The segment starts at the address itself (its in-page offset is the MR's first page offset).
+  c::DmaSegment seg{iova + (rq.addr - first), end - rq.addr};
   Status s = status_of(hca_.create_mr(static_cast<c::Pd*>(pd), rq.addr, rq.length, rq.access, &seg, 1, &m->mr));
   if (s != Status::ok) {
     plat_.unpin_client(pin);

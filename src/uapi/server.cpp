@@ -608,7 +608,7 @@ void Server::push_event(Client& c, const EventResp& e) {
   }
   c.events[(c.ev_head + c.ev_count) % Client::kEvents] = e;
   c.ev_count++;
-  if (notify_) notify_(notify_ctx_, c);
+  if (notify_) notify_->event_queued(c);
 }
 
 void Server::deliver_completion(uint32_t tag) {

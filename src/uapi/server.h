@@ -79,6 +79,14 @@ struct ServerStats {
   uint64_t requests = 0, refused = 0, backend_calls = 0, cleanup_failures = 0, events_dropped = 0;
 };
 
+class EventNotify {
+ public:
+  virtual void event_queued(Client&) {}
+
+ protected:
+  ~EventNotify() = default;
+};
+
 class Server {
  public:
   Server(Backend& be, const Limits& lim) : be_(be), lim_(lim) {}
@@ -101,11 +109,8 @@ class Server {
   void deliver_completion(uint32_t tag);
   void deliver_async(uint32_t tag, uint32_t ibv_event_type);
 
-  // Called when an event is queued for a client (the daemon wakes the client's event fd).
-  void set_notify(void (*fn)(void* ctx, Client& c), void* ctx) {
-    notify_ = fn;
-    notify_ctx_ = ctx;
-  }
+  // Told when an event is queued for a client (the daemon wakes the client's event fd).
+  void set_notify(EventNotify* n) { notify_ = n; }
 
   // Objects of a type across all clients / for one client.
   uint32_t live(ObjType t) const { return dev_count_[uint8_t(t)]; }
@@ -149,8 +154,7 @@ class Server {
   uint32_t nclients_ = 0;
   uint32_t dev_count_[kObjTypes] = {};
   ServerStats stats_;
-  void (*notify_)(void*, Client&) = nullptr;
-  void* notify_ctx_ = nullptr;
+  EventNotify* notify_ = nullptr;
 };
 
 }  // namespace melon::uapi
