@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "rc/engine_impl.h"
+#include "rc/scatter_gather.h"
 #include "roce/aeth.h"
 #include "roce/psn.h"
 
@@ -26,21 +27,12 @@ WcOpcode wc_opcode_for(WrOpcode op) {
   }
 }
 
-WcStatus status_for_nak(uint8_t code) {
-  switch (NakCode(code)) {
-    case NakCode::invalid_request: return WcStatus::rem_inv_req_err;
-    case NakCode::remote_access_error: return WcStatus::rem_access_err;
-    case NakCode::remote_operational_error: return WcStatus::rem_op_err;
-    default: return WcStatus::bad_resp_err;
-  }
-}
-
 }  // namespace
 
 bool EngineImpl::complete_send(Qp& qp, SendWqe& w, WcStatus st) {
   // Always the head: completions are in order.
   bool signaled = qp.init.sq_sig_all || (w.wr.send_flags & kSignaled) || st != WcStatus::success;
-  if (w.started && w.is_read_or_atomic() && qp.rd_atomic_outstanding) --qp.rd_atomic_outstanding;
+  if (w.started && w.is_read_or_atomic() && qp.req.rd_atomic_outstanding) --qp.req.rd_atomic_outstanding;
   Wc wc;
   wc.wr_id = w.wr.wr_id;
   wc.status = st;
@@ -53,21 +45,21 @@ bool EngineImpl::complete_send(Qp& qp, SendWqe& w, WcStatus st) {
   if (is_cur) {
     // The requester was (re)sending this WQE: it continues after it, never reusing its PSNs.
     ++qp.sq_cur;
-    qp.cur_offset = 0;
-    if (w.started && psn_diff(psn_add(w.last_psn, 1), qp.next_psn) > 0) qp.next_psn = psn_add(w.last_psn, 1);
+    if (w.started && psn_diff(psn_add(w.last_psn, 1), qp.req.next_send_psn) > 0)
+      qp.req.next_send_psn = psn_add(w.last_psn, 1);
   }
-  if (!signaled) return true;
-  if (!qp.init.send_cq || !qp.init.send_cq->push(wc)) {
+  if (signaled && (!qp.init.send_cq || !qp.init.send_cq->push(wc))) {
     raise(qp, AsyncEvent::cq_err);
     if (qp.state != QpState::err) to_error(qp);
     return false;
   }
+  check_sq_drained(qp);
   return true;
 }
 
 void EngineImpl::arm_retrans(Qp& qp, uint64_t now) {
   uint64_t t = ack_timeout_ns(qp.attr.timeout);
-  qp.retrans_deadline = (t && qp.sq_count) ? now + t : 0;
+  qp.comp.retrans_deadline = (t && qp.sq_count) ? now + t : 0;
 }
 
 void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
@@ -101,41 +93,41 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
         break;
       }
       // The NAKed PSN acknowledges everything before it (IBA 9.7.5.2.3): that is progress.
-      if (psn_diff(psn, qp.una_psn) > 0) progressed = true;
-      qp.una_psn = psn;
+      if (psn_diff(psn, qp.comp.una_psn) > 0) progressed = true;
+      qp.comp.una_psn = psn;
       if (type == AckType::rnr_nak) {
         ++qp.counters.rnr_naks_received;
-        if (qp.rnr_deadline && !progressed) return;  // a duplicate of the NAK being waited out
+        if (qp.req.rnr_deadline && !progressed) return;  // a duplicate of the NAK being waited out
         if (qp.attr.rnr_retry != 7) {
-          if (qp.rnr_left == 0) {
-            complete_send(qp, w, WcStatus::rnr_retry_exc_err);
+          if (qp.comp.cur_rnr_retry == 0) {
+            complete_send(qp, w, outcome_row(Outcome::rnr_retry_exceeded).requester_wc);
             to_error(qp);
             return;
           }
-          --qp.rnr_left;
+          --qp.comp.cur_rnr_retry;
         }
         rewind(qp, psn);
-        qp.rnr_deadline = now + rnr_timer_ns(syndrome_value(p.aeth.syndrome));
-        qp.retrans_deadline = 0;
+        qp.req.rnr_deadline = now + rnr_timer_ns(syndrome_value(p.aeth.syndrome));
+        qp.comp.retrans_deadline = 0;
         return;
       }
       if (type == AckType::nak && NakCode(syndrome_value(p.aeth.syndrome)) == NakCode::psn_seq_error) {
         ++qp.counters.seq_naks_received;
         // Packets already in flight behind an RNR-NAKed one draw a sequence NAK for the same PSN
         // (rxe-rc-rnr.pcap); the RNR back-off already covers them, and only rnr_retry may count.
-        if (qp.rnr_deadline) return;
+        if (qp.req.rnr_deadline) return;
         // One retry per NAKed PSN: a duplicated or reordered copy of a NAK already acted on
         // must not cost another retry (only new information does).
-        if (!progressed && qp.seq_nak_pending && qp.seq_nak_psn == psn) return;
-        qp.seq_nak_pending = true;
-        qp.seq_nak_psn = psn;
-        if (progressed) qp.retry_left = qp.attr.retry_cnt;
-        if (qp.retry_left == 0) {
-          complete_send(qp, w, WcStatus::retry_exc_err);
+        if (!progressed && qp.comp.seq_nak_pending && qp.comp.seq_nak_psn == psn) return;
+        qp.comp.seq_nak_pending = true;
+        qp.comp.seq_nak_psn = psn;
+        if (progressed) qp.comp.cur_retry_count = qp.attr.retry_cnt;
+        if (qp.comp.cur_retry_count == 0) {
+          complete_send(qp, w, outcome_row(Outcome::retry_exceeded).requester_wc);
           to_error(qp);
           return;
         }
-        --qp.retry_left;
+        --qp.comp.cur_retry_count;
         rewind(qp, psn);
         ++qp.counters.retransmits;
         arm_retrans(qp, now);
@@ -143,7 +135,7 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
         return;
       }
       // Class B/C/D errors: the WQE fails, the QP goes to ERR (IBA 9.9.3.1.2).
-      complete_send(qp, w, status_for_nak(syndrome_value(p.aeth.syndrome)));
+      complete_send(qp, w, outcome_for_nak(NakCode(syndrome_value(p.aeth.syndrome))).requester_wc);
       to_error(qp);
       return;
     }
@@ -162,16 +154,17 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
         // A response past the one expected (inside this READ, or belonging to a later one) means
         // responses were lost: implied NAK (IBA 9.7.5.1.6), re-issue from the hole. Once per gap:
         // later out-of-order responses are ignored until an in-order one arrives.
-        if (psn_diff(psn, w.read_next_psn) > 0 && !(qp.read_gap_pending && qp.read_gap_psn == w.read_next_psn)) {
-          qp.read_gap_pending = true;
-          qp.read_gap_psn = w.read_next_psn;
+        if (psn_diff(psn, w.read_next_psn) > 0 &&
+            !(qp.comp.read_gap_pending && qp.comp.read_gap_psn == w.read_next_psn)) {
+          qp.comp.read_gap_pending = true;
+          qp.comp.read_gap_psn = w.read_next_psn;
           ++qp.counters.retransmits;
           rewind(qp, w.read_next_psn);
           requester_progress(qp, now);
         }
         return;
       }
-      qp.read_gap_pending = false;
+      qp.comp.read_gap_pending = false;
       uint32_t off = uint32_t(psn_diff(psn, w.first_psn)) * qp.mtu;
       bool first = op.is(kStart), last = op.is(kEnd);
       // Length rules for responses (mirrors the responder's C9-87 checks).
@@ -179,13 +172,18 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
       bool bad = first != (psn == w.first_psn) || last != (psn == w.last_psn) || (!last && p.payload_len != qp.mtu) ||
                  (last && p.payload_len != remaining);
       if (bad) {
-        complete_send(qp, w, WcStatus::bad_resp_err);
+        complete_send(qp, w, outcome_row(Outcome::bad_response).requester_wc);
         to_error(qp);
         return;
       }
-      copy_to_segments(w.seg, w.nseg, off, p.payload, p.payload_len);
+      if (scatter(mem_, qp.init.pd, w.seg, w.nseg, off, p.payload, p.payload_len) != MemStatus::ok) {
+        complete_send(
+            qp, w, outcome_row(Outcome::local_protection_error).requester_wc);  // the region went away after post_send
+        to_error(qp);
+        return;
+      }
       w.read_next_psn = psn_add(psn, 1);
-      qp.una_psn = w.read_next_psn;
+      qp.comp.una_psn = w.read_next_psn;
       progressed = true;
       if (last) {
         w.done = true;
@@ -211,8 +209,14 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
         if (psn_diff(psn, w.first_psn) > 0) rewind(qp, w.first_psn);
         break;
       }
-      if (w.nseg) memcpy(w.seg[0].ptr, &p.atomic_orig, 8);  // host order, as rxe does
-      qp.una_psn = psn_add(psn, 1);
+      // The original value lands in host order, as rxe does.
+      if (w.nseg && scatter(mem_, qp.init.pd, w.seg, w.nseg, 0, reinterpret_cast<const uint8_t*>(&p.atomic_orig), 8) !=
+                        MemStatus::ok) {
+        complete_send(qp, w, outcome_row(Outcome::local_protection_error).requester_wc);
+        to_error(qp);
+        return;
+      }
+      qp.comp.una_psn = psn_add(psn, 1);
       progressed = true;
       w.done = true;
       if (!complete_send(qp, w, WcStatus::success)) return;
@@ -225,9 +229,9 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
       // An ACK covering a READ/atomic whose response never came: implied NAK (IBA 9.7.5.1.6).
       // Once per WQE until progress: duplicates draw re-ACKs, and rewinding on each would feed a
       // retransmission storm; the ACK timer covers a lost re-issue.
-      if (qp.implied_nak_pending && qp.implied_nak_psn == w.first_psn) return;
-      qp.implied_nak_pending = true;
-      qp.implied_nak_psn = w.first_psn;
+      if (qp.comp.implied_nak_pending && qp.comp.implied_nak_psn == w.first_psn) return;
+      qp.comp.implied_nak_pending = true;
+      qp.comp.implied_nak_psn = w.first_psn;
       rewind(qp, w.read_next_psn == w.first_psn || !rd ? w.first_psn : w.read_next_psn);
       ++qp.counters.retransmits;
       requester_progress(qp, now);
@@ -240,25 +244,25 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
       continue;
     }
     // Partial acknowledgement of a multi-packet message.
-    if (psn_diff(psn_add(psn, 1), qp.una_psn) > 0) {
-      qp.una_psn = psn_add(psn, 1);
+    if (psn_diff(psn_add(psn, 1), qp.comp.una_psn) > 0) {
+      qp.comp.una_psn = psn_add(psn, 1);
       progressed = true;
     }
     break;
   }
 
   if (progressed) {
-    qp.implied_nak_pending = false;
-    qp.seq_nak_pending = false;
-    qp.retry_left = qp.attr.retry_cnt;
-    qp.rnr_left = qp.attr.rnr_retry;
+    qp.comp.implied_nak_pending = false;
+    qp.comp.seq_nak_pending = false;
+    qp.comp.cur_retry_count = qp.attr.retry_cnt;
+    qp.comp.cur_rnr_retry = qp.attr.rnr_retry;
     // The oldest unacknowledged PSN: the head WQE's first one (or later, after a partial ACK), or
     // the next to send when nothing started is outstanding (else the window would stay shut).
     const SendWqe* h = qp.sq_count ? &qp.sq[qp.sq_index(qp.sq_head)] : nullptr;
     if (!h || !h->started) {
-      qp.una_psn = qp.next_psn;
-    } else if (psn_diff(h->first_psn, qp.una_psn) > 0) {
-      qp.una_psn = h->first_psn;
+      qp.comp.una_psn = qp.req.next_send_psn;
+    } else if (psn_diff(h->first_psn, qp.comp.una_psn) > 0) {
+      qp.comp.una_psn = h->first_psn;
     }
     arm_retrans(qp, now);
   }
@@ -266,13 +270,13 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
 }
 
 void EngineImpl::on_timer(Qp& qp, uint64_t now) {
-  if (qp.rnr_deadline && now >= qp.rnr_deadline) {
-    qp.rnr_deadline = 0;
+  if (qp.req.rnr_deadline && now >= qp.req.rnr_deadline) {
+    qp.req.rnr_deadline = 0;
     arm_retrans(qp, now);
     requester_progress(qp, now);
   }
-  if (qp.retrans_deadline && now >= qp.retrans_deadline) {
-    qp.retrans_deadline = 0;
+  if (qp.comp.retrans_deadline && now >= qp.comp.retrans_deadline) {
+    qp.comp.retrans_deadline = 0;
     if (!qp.sq_count) return;
     SendWqe& w = qp.sq[qp.sq_index(qp.sq_head)];
     if (!w.started) {  // nothing on the wire: just move on
@@ -280,17 +284,17 @@ void EngineImpl::on_timer(Qp& qp, uint64_t now) {
       return;
     }
     ++qp.counters.timeouts;
-    if (qp.retry_left == 0) {
-      complete_send(qp, w, WcStatus::retry_exc_err);
+    if (qp.comp.cur_retry_count == 0) {
+      complete_send(qp, w, outcome_row(Outcome::retry_exceeded).requester_wc);
       to_error(qp);
       return;
     }
-    --qp.retry_left;
+    --qp.comp.cur_retry_count;
     ++qp.counters.retransmits;
-    qp.read_gap_pending = false;
-    qp.implied_nak_pending = false;
-    qp.seq_nak_pending = false;
-    rewind(qp, w.wr.opcode == WrOpcode::rdma_read ? w.read_next_psn : qp.una_psn);
+    qp.comp.read_gap_pending = false;
+    qp.comp.implied_nak_pending = false;
+    qp.comp.seq_nak_pending = false;
+    rewind(qp, w.wr.opcode == WrOpcode::rdma_read ? w.read_next_psn : qp.comp.una_psn);
     arm_retrans(qp, now);
     requester_progress(qp, now);
   }

@@ -10,8 +10,7 @@ namespace melon::rc {
 
 using namespace roce;
 
-Engine::Engine(Link& link, Memory& memory, EventSink* events, const EngineConfig& config)
-    : impl_(new EngineImpl(link, memory, events, config)) {}
+Engine::Engine(const Host& host, const EngineConfig& config) : impl_(new EngineImpl(host, config)) {}
 Engine::~Engine() = default;
 
 int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
@@ -19,32 +18,90 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   if (!qpn) return EINVAL;
   if (init.type != QpType::rc && init.type != QpType::uc && init.type != QpType::ud) return EINVAL;
   const QpCaps& c = init.cap;
-  if (c.max_send_wr == 0 || c.max_send_wr > 32768 || c.max_send_sge > uint32_t(SendWqe::kMaxSge) ||
-      c.max_recv_sge > uint32_t(RecvWqe::kMaxSge) || c.max_inline_data > 4096)
+  if (c.max_send_wr == 0 || c.max_send_wr > kMaxQpWr || c.max_send_sge > kMaxSge || c.max_recv_sge > kMaxSge ||
+      c.max_inline_data > kMaxInlineData)
     return EINVAL;
-  if (!init.srq && (c.max_recv_wr == 0 || c.max_recv_wr > 32768)) return EINVAL;
+  if (!init.srq && (c.max_recv_wr == 0 || c.max_recv_wr > kMaxQpWr)) return EINVAL;
   if (!init.send_cq || !init.recv_cq) return EINVAL;
   if (init.srq && init.srq->pd != init.pd) return EINVAL;
 
+  if (e.nqps_ >= kMaxQp) return ENOMEM;
   auto qp = std::make_unique<Qp>();
-  uint32_t n = e.next_qpn_;
-  while (e.qps_.count(n) || n < 2) n = (n + 1) & kPsnMask;  // QPN 0 and 1 are special (SMI/GSI)
-  e.next_qpn_ = (n + 1) & kPsnMask;
+  uint32_t slot = 0;
+  uint32_t n = e.choose_qpn(&slot);
   qp->qpn = n;
   qp->init = init;
   qp->attr.cap = c;
   qp->sq.resize(c.max_send_wr);
   qp->inline_buf.resize(size_t(c.max_send_wr) * c.max_inline_data);
   if (!init.srq) qp->rq.init(c.max_recv_wr, c.max_recv_sge);
-  qp->resources.assign(1, Resource{});
+  qp->resp.resources.assign(1, Resource{});
   *qpn = n;
-  e.qps_[n] = std::move(qp);
+  if (slot >= e.slots_.size()) e.slots_.resize(slot + 1);
+  e.slots_[slot] = std::move(qp);
+  ++e.nqps_;
   return 0;
 }
 
-int Engine::modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask, uint64_t now) {
+uint32_t EngineImpl::choose_qpn(uint32_t* slot) {
+  // QPN 0 and 1 are the SMI and GSI, 0xFFFFFF the multicast QPN. Sequential: from first_qpn, the
+  // next whose slot is free. Random: a random QPN whose slot is free; when the table is nearly
+  // full, a random tag on a free slot.
+  auto usable = [&](uint32_t n) {
+    uint32_t s = n & kQpnSlotMask;
+    return n > 1 && n != kPsnMask && (s >= slots_.size() || !slots_[s]);
+  };
+  uint32_t n = 0;
+  if (cfg_.random_qpn) {
+    for (int i = 0; i < 64; ++i) {
+      n = cfg_.random_qpn(cfg_.random_qpn_arg) & kPsnMask;
+      if (usable(n)) break;
+    }
+    if (!usable(n)) {
+      uint32_t s = 0;
+      while (s < slots_.size() && slots_[s]) ++s;
+      do n = (cfg_.random_qpn(cfg_.random_qpn_arg) & ~kQpnSlotMask & kPsnMask) | s;
+      while (!usable(n));
+    }
+  } else {
+    do n = next_qpn_++ & kPsnMask;
+    while (!usable(n));
+  }
+  *slot = n & kQpnSlotMask;
+  return n;
+}
+
+void EngineImpl::schedule(Qp& qp) {
+  uint64_t d = qp.deadline();
+  if (d && (!qp.timer_at || d < qp.timer_at)) {
+    timers_.push({d, qp.qpn});
+    qp.timer_at = d;
+  }
+}
+
+uint64_t EngineImpl::earliest_deadline() {
+  while (!timers_.empty()) {
+    Timer t = timers_.top();
+    Qp* qp = find(t.qpn);
+    if (qp && qp->timer_at == t.at) {
+      uint64_t d = qp->deadline();
+      if (d == t.at) return d;
+      qp->timer_at = 0;  // the deadline moved or went away: re-file it
+      timers_.pop();
+      schedule(*qp);
+      continue;
+    }
+    timers_.pop();  // destroyed QP, or one with a newer entry
+  }
+  return UINT64_MAX;
+}
+
+int Engine::modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask) {
   Qp* qp = impl_->find(qpn);
-  return qp ? impl_->modify(*qp, attr, mask, now) : EINVAL;
+  if (!qp) return EINVAL;
+  int r = impl_->modify(*qp, attr, mask, impl_->now());
+  impl_->schedule(*qp);
+  return r;
 }
 
 int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpInit* init) const {
@@ -53,17 +110,22 @@ int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpInit* init) const {
   if (attr) {
     *attr = qp->attr;
     attr->qp_state = attr->cur_qp_state = qp->state;
-    attr->sq_draining = qp->state == QpState::sqd && qp->sq_cur != qp->sq_head;
+    attr->sq_draining = qp->state == QpState::sqd && !qp->sq_drained();
   }
   if (init) *init = qp->init;
   return 0;
 }
 
-int Engine::destroy_qp(uint32_t qpn) { return impl_->qps_.erase(qpn) ? 0 : EINVAL; }
+int Engine::destroy_qp(uint32_t qpn) {
+  EngineImpl& e = *impl_;
+  if (!e.find(qpn)) return EINVAL;
+  e.slots_[qpn & EngineImpl::kQpnSlotMask].reset();
+  --e.nqps_;
+  return 0;
+}
 
 int Engine::create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** srq, uint32_t* srqn) {
-  if (!srq || max_wr == 0 || max_wr > 32768 || max_sge == 0 || max_sge > uint32_t(RecvWqe::kMaxSge) || limit > max_wr)
-    return EINVAL;
+  if (!srq || max_wr == 0 || max_wr > kMaxSrqWr || max_sge == 0 || max_sge > kMaxSge || limit > max_wr) return EINVAL;
   auto s = std::make_unique<Srq>();
   s->srqn = impl_->next_srqn_++;
   s->pd = pd;
@@ -81,16 +143,25 @@ int Engine::modify_srq(Srq* srq, uint32_t limit) {
   return 0;
 }
 
+int Engine::query_srq(const Srq* srq, uint32_t* limit) const {
+  if (!srq || !limit || !impl_->srqs_.count(srq->srqn)) return EINVAL;
+  *limit = srq->limit;
+  return 0;
+}
+
 int Engine::destroy_srq(Srq* srq) {
   if (!srq) return EINVAL;
-  for (auto& [n, qp] : impl_->qps_)
-    if (qp->init.srq == srq) return EBUSY;
+  for (auto& qp : impl_->slots_)
+    if (qp && qp->init.srq == srq) return EBUSY;
   return impl_->srqs_.erase(srq->srqn) ? 0 : EINVAL;
 }
 
-int Engine::post_send(uint32_t qpn, const SendWr& wr, uint64_t now) {
+int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   Qp* qp = impl_->find(qpn);
-  return qp ? impl_->post_send(*qp, wr, now) : EINVAL;
+  if (!qp) return EINVAL;
+  int r = impl_->post_send(*qp, wr, impl_->now());
+  impl_->schedule(*qp);
+  return r;
 }
 
 int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
@@ -99,7 +170,7 @@ int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
   if (!qp || qp->init.srq || qp->state == QpState::reset) return EINVAL;
   if (qp->rq.full()) return ENOMEM;
   RecvWqe tmp;
-  if (!fill_recv_wqe(tmp, wr, qp->rq.max_sge(), e.mem_, qp->init.pd)) return EINVAL;
+  if (!fill_recv_wqe(tmp, wr, qp->rq.max_sge())) return EINVAL;
   qp->rq.push_slot() = tmp;
   if (qp->state == QpState::err) e.flush_rq(*qp);
   return 0;
@@ -109,12 +180,12 @@ int Engine::post_srq_recv(Srq* srq, const RecvWr& wr) {
   if (!srq || !impl_->srqs_.count(srq->srqn)) return EINVAL;
   if (srq->rq.full()) return ENOMEM;
   RecvWqe tmp;
-  if (!fill_recv_wqe(tmp, wr, srq->rq.max_sge(), impl_->mem_, srq->pd)) return EINVAL;
+  if (!fill_recv_wqe(tmp, wr, srq->rq.max_sge())) return EINVAL;
   srq->rq.push_slot() = tmp;
   return 0;
 }
 
-void Engine::receive(const IpUdp& ip, const uint8_t* roce, size_t len, uint64_t now) {
+void Engine::receive(const IpUdp& ip, const uint8_t* roce, size_t len) {
   EngineImpl& e = *impl_;
   Packet p;
   if (parse_transport(roce, len, p) != ParseError::ok) {
@@ -135,29 +206,32 @@ void Engine::receive(const IpUdp& ip, const uint8_t* roce, size_t len, uint64_t 
     ++e.dropped_;
     return;
   }
+  uint64_t now = e.now();
   if (op.is(kRequest)) {
-    e.on_request(*qp, ip, p, now);
+    e.on_request(*qp, ip, p);
   } else {
     ++qp->counters.rx_packets;
     e.on_response(*qp, p, now);
   }
+  e.schedule(*qp);
 }
 
-void Engine::tick(uint64_t now) {
-  for (auto& [n, qp] : impl_->qps_) {
-    impl_->on_timer(*qp, now);
-    impl_->requester_progress(*qp, now);
+void Engine::tick() {
+  EngineImpl& e = *impl_;
+  uint64_t now = e.now();
+  while (!e.timers_.empty() && e.timers_.top().at <= now) {
+    EngineImpl::Timer t = e.timers_.top();
+    e.timers_.pop();
+    Qp* qp = e.find(t.qpn);
+    if (!qp || qp->timer_at != t.at) continue;  // stale entry
+    qp->timer_at = 0;
+    e.on_timer(*qp, now);
+    e.requester_progress(*qp, now);
+    e.schedule(*qp);
   }
 }
 
-uint64_t Engine::next_deadline() const {
-  uint64_t d = UINT64_MAX;
-  for (auto& [n, qp] : impl_->qps_) {
-    if (qp->retrans_deadline && qp->retrans_deadline < d) d = qp->retrans_deadline;
-    if (qp->rnr_deadline && qp->rnr_deadline < d) d = qp->rnr_deadline;
-  }
-  return d;
-}
+uint64_t Engine::next_deadline() const { return impl_->earliest_deadline(); }
 
 const QpCounters* Engine::counters(uint32_t qpn) const {
   Qp* qp = impl_->find(qpn);

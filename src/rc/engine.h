@@ -1,7 +1,8 @@
 // The RC/UC/UD transport engine (IBA chapters 9 and 10). Portable C++ with nothing of its own that
-// touches the world: time comes in as `now` (nanoseconds, monotonic) on every call, packets leave
-// through Link and arrive through Engine::receive, memory is reached through Memory, completions go
-// to Cq. Tests drive it deterministically; the soft provider and the emulated ConnectX host it.
+// touches the world: memory, packets out, completions, events and time all go through the Host
+// (rc/host.h); packets come in through Engine::receive. Tests drive it deterministically; the soft
+// provider and the emulated ConnectX host it. This header (with host.h, limits.h and
+// verbs_values.h) is the engine's whole public API.
 //
 // Not thread-safe: the host serialises calls (one lock per engine).
 #pragma once
@@ -11,25 +12,20 @@
 #include <memory>
 #include <vector>
 
+#include "rc/host.h"
+#include "rc/limits.h"
 #include "rc/verbs_values.h"
 #include "roce/ip_udp.h"
 #include "roce/packet.h"
 
 namespace melon::rc {
 
+// One scatter/gather entry: `length` bytes at `addr` of the region `lkey` names (HostMemory::map).
+// With kInline, `addr` is instead a host pointer the engine copies from during post_send.
 struct Sge {
   uint64_t addr = 0;
   uint32_t length = 0;
   uint32_t lkey = 0;
-};
-
-// Where a QP's (or a UD WR's) packets go. The host fills it from ibv_ah_attr (GID -> IP address).
-struct AddressVector {
-  uint8_t dgid[16] = {};
-  uint8_t sgid[16] = {};
-  uint32_t flow_label = 0;  // 0: derived from the QP numbers (RoCEv2 convention)
-  uint8_t hop_limit = 64;
-  uint8_t traffic_class = 0;
 };
 
 struct SendWr {
@@ -55,68 +51,6 @@ struct RecvWr {
   int num_sge = 0;
 };
 
-struct Wc {
-  uint64_t wr_id = 0;
-  WcStatus status = WcStatus::success;
-  WcOpcode opcode = WcOpcode::send;
-  uint32_t vendor_err = 0;
-  uint32_t byte_len = 0;
-  uint32_t imm = 0;  // host order; valid with kWcWithImm. With kWcWithInv: the invalidated rkey.
-  uint32_t qp_num = 0;
-  uint32_t src_qp = 0;
-  uint32_t wc_flags = 0;
-  uint16_t pkey_index = 0;
-  bool solicited = false;  // the message carried the Solicited Event bit (for solicited-only CQ arming)
-};
-
-// Host-provided memory: registered regions reached by key. Returning nullptr means the access is
-// not allowed (unknown key, other PD, out of bounds, or missing permission).
-class Memory {
- public:
-  virtual ~Memory() = default;
-  virtual uint8_t* local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t access) = 0;
-  virtual uint8_t* remote(uint32_t pd, uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) = 0;
-  // SEND with invalidate / LOCAL_INV: false if the key can't be invalidated.
-  virtual bool invalidate(uint32_t pd, uint32_t rkey) { return false; }
-};
-
-// One packet leaving the engine. Headers are in `pkt` (payload fields unused); the payload is
-// gathered from `iov` (registered memory or the WQE's inline copy), zero-copy until the host sends.
-struct Iov {
-  const uint8_t* base;
-  uint32_t len;
-};
-struct TxPacket {
-  static constexpr int kMaxIov = 32;
-  roce::Packet pkt;
-  Iov iov[kMaxIov];
-  int niov = 0;
-  uint32_t payload_len = 0;
-  const AddressVector* av = nullptr;
-  uint32_t src_qpn = 0;
-  uint16_t udp_sport = 0xc000;
-};
-
-class Link {
- public:
-  virtual ~Link() = default;
-  virtual void transmit(const TxPacket& p) = 0;
-};
-
-class Cq {
- public:
-  virtual ~Cq() = default;
-  // False when the CQ is full: the engine reports a CQ error event and moves the QP to ERR.
-  virtual bool push(const Wc& wc) = 0;
-};
-
-class EventSink {
- public:
-  virtual ~EventSink() = default;
-  virtual void qp_event(uint32_t qpn, AsyncEvent ev) {}
-  virtual void srq_event(uint32_t srqn, AsyncEvent ev) {}
-};
-
 struct QpCaps {
   uint32_t max_send_wr = 64;
   uint32_t max_recv_wr = 64;
@@ -130,8 +64,8 @@ class Srq;
 struct QpInit {
   QpType type = QpType::rc;
   uint32_t pd = 0;
-  Cq* send_cq = nullptr;
-  Cq* recv_cq = nullptr;
+  CompletionSink* send_cq = nullptr;
+  CompletionSink* recv_cq = nullptr;
   Srq* srq = nullptr;
   QpCaps cap;
   bool sq_sig_all = false;
@@ -155,7 +89,8 @@ struct QpAttr {
   uint8_t timeout = 14;  // local ACK timeout exponent
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;  // 7 = retry forever
-  uint8_t sq_draining = 0;
+  uint8_t sq_draining = 0;  // query: SQD and requests still unacknowledged
+  uint8_t en_sqd_async_notify = 0;  // with kAttrEnSqdAsyncNotify on RTS -> SQD: raise sq_drained when drained
   QpCaps cap;
 };
 
@@ -166,11 +101,15 @@ struct QpCounters {
 };
 
 struct EngineConfig {
+  // QPNs: with random_qpn, each is drawn from the host's random source (unpredictable to anyone who
+  // can reach the port, as a QPN and a PSN in the window are all a forged packet needs); without,
+  // sequential from first_qpn, for deterministic tests and replays. Either way QPN 0 and 1 (SMI,
+  // GSI), 0xFFFFFF (the multicast QPN) and QPNs whose slot is in use are skipped.
   uint32_t first_qpn = 0x11;  // rxe starts here too
+  uint32_t (*random_qpn)(void* arg) = nullptr;
+  void* random_qpn_arg = nullptr;
   uint32_t max_inflight_packets = 128;  // requester window per QP
   uint32_t ack_every = 64;  // AckReq at least every N packets of a long message
-  uint32_t ack_coalesce = 16;  // responder: ACK at least every N packets without AckReq
-  uint8_t local_port_gid_index = 0;
 };
 
 class Qp;
@@ -178,32 +117,33 @@ class EngineImpl;
 
 class Engine {
  public:
-  Engine(Link& link, Memory& memory, EventSink* events = nullptr, const EngineConfig& config = {});
+  explicit Engine(const Host& host, const EngineConfig& config = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Control path. Return 0 or an errno value (EINVAL, ENOMEM, ...); on error nothing changes.
   int create_qp(const QpInit& init, uint32_t* qpn);
-  int modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask, uint64_t now);
+  int modify_qp(uint32_t qpn, const QpAttr& attr, uint32_t mask);
   int query_qp(uint32_t qpn, QpAttr* attr, QpInit* init) const;
   int destroy_qp(uint32_t qpn);
   int create_srq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit, Srq** srq, uint32_t* srqn);
   int modify_srq(Srq* srq, uint32_t limit);
+  int query_srq(const Srq* srq, uint32_t* limit) const;
   int destroy_srq(Srq* srq);
 
   // Data path. Return 0 or an errno value; the WR is then not queued.
-  int post_send(uint32_t qpn, const SendWr& wr, uint64_t now);
+  int post_send(uint32_t qpn, const SendWr& wr);
   int post_recv(uint32_t qpn, const RecvWr& wr);
   int post_srq_recv(Srq* srq, const RecvWr& wr);
 
   // One arriving RoCE packet: `roce` points at the BTH, `len` counts to the end of the ICRC (which the
   // host has already checked). `ip` says where it came from (source address for UD, GRH contents).
   // Malformed or unexpected packets are dropped and counted; never an error to the caller.
-  void receive(const roce::IpUdp& ip, const uint8_t* roce, size_t len, uint64_t now);
+  void receive(const roce::IpUdp& ip, const uint8_t* roce, size_t len);
 
   // Fire due timers (retransmit, RNR back-off) and push out anything the window now allows.
-  void tick(uint64_t now);
+  void tick();
   // When tick() next has work, or UINT64_MAX.
   uint64_t next_deadline() const;
 

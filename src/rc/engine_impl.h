@@ -3,37 +3,70 @@
 #pragma once
 #include <stdint.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <queue>
+#include <vector>
 
 #include "rc/engine.h"
+#include "rc/outcome.h"
 #include "rc/qp.h"
 
 namespace melon::rc {
 
 class EngineImpl {
  public:
-  EngineImpl(Link& link, Memory& memory, EventSink* events, const EngineConfig& config)
-      : link_(link), mem_(memory), events_(events), cfg_(config), next_qpn_(config.first_qpn) {}
+  EngineImpl(const Host& host, const EngineConfig& config)
+      : host_(host),
+        link_(host.link),
+        mem_(host.memory),
+        events_(host.events),
+        cfg_(config),
+        next_qpn_(config.first_qpn) {}
 
-  Link& link_;
-  Memory& mem_;
+  Host host_;
+  FrameLink& link_;
+  HostMemory& mem_;
   EventSink* events_;
   EngineConfig cfg_;
-  std::map<uint32_t, std::unique_ptr<Qp>> qps_;
+  // QPs by slot: a QPN's low kQpnSlotBits bits are its slot, so lookup is one index and a compare
+  // (the high bits are a tag, random or sequential: see choose_qpn).
+  static constexpr uint32_t kQpnSlotBits = 12;
+  static constexpr uint32_t kQpnSlotMask = (1u << kQpnSlotBits) - 1;
+  static_assert(kMaxQp <= kQpnSlotMask + 1);
+  std::vector<std::unique_ptr<Qp>> slots_;
+  std::vector<uint32_t> free_slots_;
+  size_t nqps_ = 0;
+  // Timer deadlines in a min-heap, one live entry per QP (Qp::timer_at); entries the QP no longer
+  // matches are dropped when they reach the top.
+  struct Timer {
+    uint64_t at;
+    uint32_t qpn;
+    bool operator>(const Timer& o) const { return at > o.at; }
+  };
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
   std::map<uint32_t, std::unique_ptr<Srq>> srqs_;
   uint32_t next_qpn_;
+  uint32_t choose_qpn(uint32_t* slot);  // engine.cpp: a free QPN and its slot (EngineConfig says how)
+  void schedule(Qp& qp);  // engine.cpp: keep qp's earliest deadline in the heap
+  uint64_t earliest_deadline();  // engine.cpp: the heap's top, exact
   uint32_t next_srqn_ = 1;
   uint64_t dropped_ = 0;
 
+  uint64_t now() { return host_.clock.now(); }
+
   Qp* find(uint32_t qpn) const {
-    auto it = qps_.find(qpn);
-    return it == qps_.end() ? nullptr : it->second.get();
+    uint32_t slot = qpn & kQpnSlotMask;
+    Qp* qp = slot < slots_.size() ? slots_[slot].get() : nullptr;
+    return qp && qp->qpn == qpn ? qp : nullptr;
   }
 
   // qp_state.cpp
   int modify(Qp& qp, const QpAttr& a, uint32_t mask, uint64_t now);
   void to_error(Qp& qp);  // move to ERR and flush everything outstanding
+  void to_sq_error(Qp& qp);  // UC/UD: a send-side error moves to SQE and flushes the send queue
+  void check_sq_drained(Qp& qp);  // SQD: raise sq_drained once, when asked for and drained
   void flush_sq(Qp& qp);
   void flush_rq(Qp& qp);
   void reset(Qp& qp);
@@ -50,7 +83,14 @@ class EngineImpl {
   void arm_retrans(Qp& qp, uint64_t now);
 
   // responder.cpp
-  void on_request(Qp& qp, const roce::IpUdp& ip, const roce::Packet& p, uint64_t now);
+  void on_request(Qp& qp, const roce::IpUdp& ip, const roce::Packet& p);
+  void receive_datagram(Qp& qp, const roce::IpUdp& ip, const roce::Packet& p);
+  void answer_duplicate(Qp& qp, const roce::Packet& p);
+  Outcome execute(Qp& qp, const roce::Packet& p);
+  void acknowledge(Qp& qp, const roce::Packet& p);
+  void respond(Qp& qp, const roce::Packet& p, Outcome o);  // acts on the outcome table's row
+  void take_recv_wqe(Qp& qp);
+  uint32_t recv_pd(const Qp& qp) const;  // the PD receive WQEs are checked in (the SRQ's, if any)
   void send_ack(Qp& qp, uint8_t syndrome, uint32_t psn);
 
   // shared

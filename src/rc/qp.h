@@ -1,5 +1,5 @@
-// Internal QP state: the send queue with its requester/completer progress, the responder's
-// receive-side state, and the replay cache (IBA 9.7.5.1.2, "responder resources").
+// Internal QP state, one struct per role (IBA ch. 9): the requester's and the completer's progress
+// over the send queue, and the responder's receive side with its replay cache.
 #pragma once
 #include <stdint.h>
 
@@ -11,11 +11,11 @@
 namespace melon::rc {
 
 struct SendWqe {
-  static constexpr int kMaxSge = 32;
   SendWr wr;
-  // Local memory, resolved at post time (inline data points into `inline_buf`).
-  RecvWqe::Seg seg[kMaxSge];
+  // Local memory, checked at post time; inline data is one segment pointing into `inline_buf`.
+  Seg seg[kMaxSge];
   int nseg = 0;
+  bool inline_data = false;
   uint32_t length = 0;
   bool bad_lkey = false;
   // Requester progress.
@@ -44,6 +44,49 @@ struct Resource {
   uint64_t orig = 0;  // atomic: value before the operation
 };
 
+// Requester (IBA 9.7.4): turns send WQEs into packets. Names follow the mlx5 QPC where it has one.
+struct RequesterState {
+  uint32_t next_send_psn = 0;  // QPC next_send_psn: PSN of the next packet to send
+  uint32_t pkts_since_ackreq = 0;  // packets of the current message since the last AckReq
+  uint32_t rd_atomic_outstanding = 0;  // READ/atomic started and not completed (<= max_rd_atomic)
+  uint64_t rnr_deadline = 0;  // paused by an RNR NAK until then (0: not paused)
+};
+
+// Completer (IBA 9.7.5.2, the requester's receive side): matches responses to WQEs, retries.
+struct CompleterState {
+  uint32_t una_psn = 0;  // oldest unacknowledged PSN (QPC last_acked_psn + 1)
+  uint8_t cur_retry_count = 7;  // QPC cur_retry_count: retries left for timeouts and sequence NAKs
+  uint8_t cur_rnr_retry = 7;  // QPC cur_rnr_retry: RNR retries left (rnr_retry 7: infinite)
+  uint64_t retrans_deadline = 0;  // local ACK timer (0: not armed)
+  bool read_gap_pending = false;  // a READ was re-issued from read_gap_psn for a response gap
+  uint32_t read_gap_psn = 0;
+  bool implied_nak_pending = false;  // rewound for an ACK that covered an unanswered READ/atomic
+  uint32_t implied_nak_psn = 0;  // ... that WQE's first PSN
+  bool seq_nak_pending = false;  // went back to seq_nak_psn for a PSN sequence NAK
+  uint32_t seq_nak_psn = 0;
+};
+
+// Responder (IBA 9.7.5.1): the receive side of RC and UC (UD keeps no message state).
+struct ResponderState {
+  uint32_t next_rcv_psn = 0;  // QPC next_rcv_psn: the expected PSN (IBA ePSN)
+  uint32_t rmsn = 0;  // QPC rmsn: messages completed, sent back in the AETH MSN
+  bool nak_sent = false;  // PSN sequence NAK sent; silent until the expected PSN arrives (C9-100)
+  // The message in progress.
+  bool in_send = false;  // between SEND_FIRST and SEND_LAST
+  bool in_write = false;  // between RDMA_WRITE_FIRST and RDMA_WRITE_LAST
+  bool have_wqe = false;  // a receive WQE is taken for it
+  RecvWqe cur_wqe;
+  uint32_t recv_offset = 0;  // bytes placed into cur_wqe
+  uint64_t write_va = 0;  // RDMA WRITE destination, from the RETH
+  uint32_t write_rkey = 0;
+  uint32_t write_offset = 0;
+  uint32_t write_total = 0;  // the RETH DMA length
+  bool uc_drop = false;  // UC: dropping until the next FIRST/ONLY
+  // READ/atomic replay cache (IBA 9.7.5.1.2, "responder resources"): max_dest_rd_atomic entries.
+  std::vector<Resource> resources;
+  uint32_t res_next = 0;
+};
+
 class Qp {
  public:
   uint32_t qpn = 0;
@@ -53,51 +96,29 @@ class Qp {
   QpCounters counters;
   uint32_t mtu = 1024;
 
-  // ---- send queue (requester + completer)
+  // The send queue, shared by requester and completer. Absolute WQE counters (wrap freely); the slot
+  // is sq_index(counter).
   std::vector<SendWqe> sq;
   std::vector<uint8_t> inline_buf;  // cap.max_inline_data bytes per slot
-  // Absolute WQE counters (wrap freely); the slot is sq_index(counter).
-  uint32_t sq_head = 0;  // oldest not completed
+  uint32_t sq_head = 0;  // oldest not completed (the completer's)
   uint32_t sq_cur = 0;  // next WQE the requester works on
   uint32_t sq_count = 0;  // posted and not completed
-  uint32_t cur_offset = 0;  // bytes of sq[sq_cur] already sent (SEND/WRITE) in this pass
-  uint32_t next_psn = 0;  // PSN of the next packet to send
-  uint32_t una_psn = 0;  // oldest unacknowledged PSN
-  uint32_t pkts_since_ackreq = 0;
-  uint32_t rd_atomic_outstanding = 0;
-  uint8_t retry_left = 7;
-  uint8_t rnr_left = 7;
-  uint64_t retrans_deadline = 0;  // 0 = not armed
-  uint64_t rnr_deadline = 0;  // requester paused until then (RNR back-off)
-  bool read_reissue = false;  // sq[sq_cur] is a READ being re-issued from next_psn
-  bool read_gap_pending = false;  // a READ was re-issued from read_gap_psn for a response gap
-  uint32_t read_gap_psn = 0;
-  bool implied_nak_pending = false;  // rewound for an ACK that covered an unanswered READ/atomic
-  uint32_t implied_nak_psn = 0;  // ... that WQE's first PSN
-  bool seq_nak_pending = false;  // went back to seq_nak_psn for a PSN sequence NAK
-  uint32_t seq_nak_psn = 0;
-  bool sq_drained_event_pending = false;
+  bool sqd_notify = false;  // entered SQD with en_sqd_async_notify: raise sq_drained once drained
+  uint64_t timer_at = 0;  // when this QP's entry in the engine's timer heap is due (0: none)
 
-  // ---- receive side (responder)
-  RecvQueue rq;
-  uint32_t epsn = 0;  // expected PSN
-  uint32_t msn = 0;
-  bool nak_sent = false;  // PSN sequence NAK sent; silent until the expected PSN arrives
-  // Message in progress.
-  bool in_send = false;  // between SEND_FIRST and SEND_LAST
-  bool in_write = false;
-  bool have_wqe = false;  // recv WQE taken for the message in progress
-  RecvWqe cur_wqe;
-  uint32_t recv_offset = 0;
-  uint8_t* write_ptr = nullptr;  // RDMA WRITE destination, resolved from the RETH
-  uint32_t write_len = 0;
-  uint32_t write_offset = 0;
-  uint32_t write_total = 0;
-  bool uc_drop = false;  // UC: dropping until the next FIRST/ONLY
-  std::vector<Resource> resources;
-  uint32_t res_next = 0;
+  RequesterState req;
+  CompleterState comp;
+  ResponderState resp;
+  RecvQueue rq;  // unless the QP uses an SRQ
 
   uint32_t sq_index(uint32_t i) const { return i % uint32_t(sq.size()); }
+  // Nothing sent is still unacknowledged: completions are in order, so the oldest WQE has not started.
+  bool sq_drained() const { return !sq_count || !sq[sq_index(sq_head)].started; }
+  // The earliest armed timer (retransmit or RNR back-off), or 0.
+  uint64_t deadline() const {
+    uint64_t a = comp.retrans_deadline, b = req.rnr_deadline;
+    return !a ? b : !b ? a : a < b ? a : b;
+  }
   Srq* srq() const { return init.srq; }
   RecvQueue& recv_queue() { return init.srq ? init.srq->rq : rq; }
 };

@@ -69,15 +69,15 @@ int EngineImpl::modify(Qp& qp, const QpAttr& a, uint32_t mask, uint64_t now) {
     qp.mtu = mtu_bytes(a.path_mtu);
   }
   if (mask & kAttrTimeout) s.timeout = a.timeout;
-  if (mask & kAttrRetryCnt) s.retry_cnt = qp.retry_left = a.retry_cnt;
-  if (mask & kAttrRnrRetry) s.rnr_retry = qp.rnr_left = a.rnr_retry;
-  if (mask & kAttrRqPsn) s.rq_psn = qp.epsn = a.rq_psn & roce::kPsnMask;
-  if (mask & kAttrSqPsn) s.sq_psn = qp.next_psn = qp.una_psn = a.sq_psn & roce::kPsnMask;
+  if (mask & kAttrRetryCnt) s.retry_cnt = qp.comp.cur_retry_count = a.retry_cnt;
+  if (mask & kAttrRnrRetry) s.rnr_retry = qp.comp.cur_rnr_retry = a.rnr_retry;
+  if (mask & kAttrRqPsn) s.rq_psn = qp.resp.next_rcv_psn = a.rq_psn & roce::kPsnMask;
+  if (mask & kAttrSqPsn) s.sq_psn = qp.req.next_send_psn = qp.comp.una_psn = a.sq_psn & roce::kPsnMask;
   if (mask & kAttrMaxQpRdAtomic) s.max_rd_atomic = a.max_rd_atomic;
   if (mask & kAttrMaxDestRdAtomic) {
     s.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    qp.resources.assign(a.max_dest_rd_atomic, Resource{});
-    qp.res_next = 0;
+    qp.resp.resources.assign(a.max_dest_rd_atomic, Resource{});
+    qp.resp.res_next = 0;
   }
   if (mask & kAttrMinRnrTimer) s.min_rnr_timer = a.min_rnr_timer;
   if (mask & kAttrDestQpn) s.dest_qp_num = a.dest_qp_num;
@@ -93,9 +93,12 @@ int EngineImpl::modify(Qp& qp, const QpAttr& a, uint32_t mask, uint64_t now) {
   }
   qp.state = to;
   s.qp_state = to;
-  if (to == QpState::sqd && events_ && cur != QpState::sqd) {
-    if (qp.sq_cur == qp.sq_head) raise(qp, AsyncEvent::sq_drained);
-  }
+  // IBA 10.3.1.4: the Send Queue Drained event comes when the last request sent before RTS -> SQD
+  // is acknowledged, and only if the transition asked for it.
+  if (to == QpState::sqd && cur != QpState::sqd)
+    qp.sqd_notify = (mask & kAttrEnSqdAsyncNotify) && a.en_sqd_async_notify;
+  if (to != QpState::sqd) qp.sqd_notify = false;
+  check_sq_drained(qp);
   if (to == QpState::rts) requester_progress(qp, now);
   return 0;
 }
@@ -103,29 +106,29 @@ int EngineImpl::modify(Qp& qp, const QpAttr& a, uint32_t mask, uint64_t now) {
 void EngineImpl::flush_sq(Qp& qp) {
   while (qp.sq_count) {
     SendWqe& w = qp.sq[qp.sq_index(qp.sq_head)];
-    if (!complete_send(qp, w, WcStatus::wr_flush_err)) {
+    if (!complete_send(qp, w, outcome_row(Outcome::flushed).requester_wc)) {
       // CQ overflow while flushing: drop the rest (the CQ error event has been raised).
       qp.sq_head += qp.sq_count;
       qp.sq_count = 0;
     }
   }
   qp.sq_cur = qp.sq_head;
-  qp.rd_atomic_outstanding = 0;
-  qp.retrans_deadline = qp.rnr_deadline = 0;
+  qp.req.rd_atomic_outstanding = 0;
+  qp.comp.retrans_deadline = qp.req.rnr_deadline = 0;
 }
 
 void EngineImpl::flush_rq(Qp& qp) {
   auto flush_one = [&](uint64_t wr_id) {
     Wc wc;
     wc.wr_id = wr_id;
-    wc.status = WcStatus::wr_flush_err;
+    wc.status = outcome_row(Outcome::flushed).responder_wc;
     wc.opcode = WcOpcode::recv;
     wc.qp_num = qp.qpn;
     if (qp.init.recv_cq) qp.init.recv_cq->push(wc);
   };
-  if (qp.have_wqe) {
-    flush_one(qp.cur_wqe.wr_id);
-    qp.have_wqe = false;
+  if (qp.resp.have_wqe) {
+    flush_one(qp.resp.cur_wqe.wr_id);
+    qp.resp.have_wqe = false;
   }
   if (qp.srq()) {  // an SRQ's WQEs belong to the SRQ, not this QP (IBA 10.2.9.5)
     raise(qp, AsyncEvent::qp_last_wqe_reached);
@@ -137,10 +140,23 @@ void EngineImpl::flush_rq(Qp& qp) {
   }
 }
 
+void EngineImpl::check_sq_drained(Qp& qp) {
+  if (qp.state != QpState::sqd || !qp.sqd_notify || !qp.sq_drained()) return;
+  qp.sqd_notify = false;
+  raise(qp, AsyncEvent::sq_drained);
+}
+
+void EngineImpl::to_sq_error(Qp& qp) {
+  // IBA 10.3.1.5: UC and UD QPs take send-side errors to SQE; the receive queue keeps working.
+  qp.state = QpState::sqe;
+  qp.attr.qp_state = QpState::sqe;
+  flush_sq(qp);
+}
+
 void EngineImpl::to_error(Qp& qp) {
   qp.state = QpState::err;
   qp.attr.qp_state = QpState::err;
-  qp.in_send = qp.in_write = false;
+  qp.resp.in_send = qp.resp.in_write = false;
   flush_sq(qp);
   flush_rq(qp);
 }
@@ -149,14 +165,14 @@ void EngineImpl::reset(Qp& qp) {
   qp.state = QpState::reset;
   qp.attr.qp_state = QpState::reset;
   qp.sq_head = qp.sq_cur = qp.sq_count = 0;
-  qp.cur_offset = 0;
-  qp.rd_atomic_outstanding = 0;
-  qp.retrans_deadline = qp.rnr_deadline = 0;
-  qp.pkts_since_ackreq = 0;
+  qp.req.rd_atomic_outstanding = 0;
+  qp.comp.retrans_deadline = qp.req.rnr_deadline = 0;
+  qp.req.pkts_since_ackreq = 0;
+  qp.sqd_notify = false;
   qp.rq.clear();
-  qp.in_send = qp.in_write = qp.have_wqe = qp.nak_sent = qp.uc_drop = false;
-  qp.msn = 0;
-  for (auto& r : qp.resources) r.valid = false;
+  qp.resp.in_send = qp.resp.in_write = qp.resp.have_wqe = qp.resp.nak_sent = qp.resp.uc_drop = false;
+  qp.resp.rmsn = 0;
+  for (auto& r : qp.resp.resources) r.valid = false;
 }
 
 }  // namespace melon::rc

@@ -5,20 +5,17 @@
 #include <vector>
 
 #include "rc/engine.h"
+#include "rc/scatter_gather.h"
 
 namespace melon::rc {
 
-// One receive WQE with its scatter list resolved to host memory at post time.
+// One receive WQE: its scatter list as keys and addresses.
 struct RecvWqe {
-  static constexpr int kMaxSge = 32;
   uint64_t wr_id = 0;
-  struct Seg {
-    uint8_t* ptr;
-    uint32_t len;
-  } seg[kMaxSge];
+  Seg seg[kMaxSge];
   int nseg = 0;
   uint32_t length = 0;  // sum of seg lengths
-  bool bad = false;  // an lkey failed to resolve: completes with IBV_WC_LOC_PROT_ERR when used
+  bool bad = false;  // taken, and an lkey did not grant local write (Outcome::recv_protection_error)
 };
 
 class RecvQueue {
@@ -46,14 +43,11 @@ class RecvQueue {
   uint32_t head_ = 0, count_ = 0, max_sge_ = 0;
 };
 
-// Resolves and stores a receive WR; false (EINVAL) if it has too many SGEs.
-bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge, Memory& mem, uint32_t pd);
-
-// Copies `len` bytes to byte offset `off` of a list of segments (the caller checked the total).
-void copy_to_segments(const RecvWqe::Seg* seg, int nseg, uint32_t off, const uint8_t* src, uint32_t len);
-
-// Copies `len` bytes to byte offset `off` of the WQE's scatter list; false if it doesn't fit.
-bool scatter(const RecvWqe& w, uint32_t off, const uint8_t* src, uint32_t len);
+// Stores a receive WR; false (EINVAL) if it has too many SGEs. Its keys are checked when the
+// responder takes it (recv_wqe_writable), so a region re-registered or gone meanwhile is seen as it
+// is then.
+bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge);
+bool recv_wqe_writable(const RecvWqe& w, HostMemory& mem, uint32_t pd);
 
 class Srq {
  public:

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "rc/engine_impl.h"
+#include "rc/scatter_gather.h"
 #include "roce/psn.h"
 
 namespace melon::rc {
@@ -51,23 +52,6 @@ uint8_t segment_opcode(QpType t, WrOpcode op, uint32_t i, uint32_t n) {
   return make_opcode(tr, b);
 }
 
-// Gathers `len` bytes at byte offset `off` of the WQE's local segments into tx.iov.
-void gather(const SendWqe& w, uint32_t off, uint32_t len, TxPacket& tx) {
-  tx.niov = 0;
-  tx.payload_len = len;
-  for (int i = 0; i < w.nseg && len; ++i) {
-    const auto& s = w.seg[i];
-    if (off >= s.len) {
-      off -= s.len;
-      continue;
-    }
-    uint32_t n = s.len - off < len ? s.len - off : len;
-    tx.iov[tx.niov++] = Iov{s.ptr + off, n};
-    len -= n;
-    off = 0;
-  }
-}
-
 }  // namespace
 
 void EngineImpl::fill_tx_common(const Qp& qp, TxPacket& tx, uint8_t opcode, uint32_t psn) const {
@@ -87,11 +71,11 @@ void EngineImpl::fill_tx_common(const Qp& qp, TxPacket& tx, uint8_t opcode, uint
 int EngineImpl::post_send(Qp& qp, const SendWr& wr, uint64_t now) {
   if (qp.state == QpState::reset || qp.state == QpState::init || qp.state == QpState::rtr) return EINVAL;
   if (!opcode_allowed(qp.init.type, wr.opcode)) return EINVAL;
-  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > qp.init.cap.max_send_sge || wr.num_sge > SendWqe::kMaxSge) return EINVAL;
+  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > qp.init.cap.max_send_sge) return EINVAL;
   if (wr.num_sge && !wr.sg_list) return EINVAL;
   uint64_t length = 0;
   for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
-  if (length > 0x80000000ull) return EINVAL;  // IBA: 2^31 bytes per message
+  if (length > kMaxMessage) return EINVAL;
   bool is_atomic = wr.opcode == WrOpcode::atomic_cmp_and_swp || wr.opcode == WrOpcode::atomic_fetch_and_add;
   bool inl = (wr.send_flags & kInline) && (wr.opcode == WrOpcode::send || wr.opcode == WrOpcode::send_with_imm ||
                                            wr.opcode == WrOpcode::send_with_inv || wr.opcode == WrOpcode::rdma_write ||
@@ -116,20 +100,21 @@ int EngineImpl::post_send(Qp& qp, const SendWr& wr, uint64_t now) {
       memcpy(buf + off, reinterpret_cast<const void*>(uintptr_t(wr.sg_list[i].addr)), wr.sg_list[i].length);
       off += wr.sg_list[i].length;
     }
-    w.seg[0] = {buf, off};
+    w.seg[0] = {uint64_t(uintptr_t(buf)), off, 0};
     w.nseg = off ? 1 : 0;
+    w.inline_data = true;
   } else {
     uint32_t access = (wr.opcode == WrOpcode::rdma_read || is_atomic) ? kLocalWrite : 0;
     for (int i = 0; i < wr.num_sge; ++i) {
       const Sge& s = wr.sg_list[i];
       if (!s.length) continue;
-      uint8_t* p = mem_.local(qp.init.pd, s.lkey, s.addr, s.length, access);
-      if (!p) w.bad_lkey = true;
-      w.seg[w.nseg++] = {p, s.length};
+      if (check_range(mem_, KeyKind::local, qp.init.pd, s.lkey, s.addr, s.length, access) != MemStatus::ok)
+        w.bad_lkey = true;
+      w.seg[w.nseg++] = {s.addr, s.length, s.lkey};
     }
   }
   ++qp.sq_count;
-  if (qp.state == QpState::err) {
+  if (qp.state == QpState::err || qp.state == QpState::sqe) {  // posted in error: flushed (IBA 10.8.3.1)
     flush_sq(qp);
     return 0;
   }
@@ -146,84 +131,77 @@ void EngineImpl::rewind(Qp& qp, uint32_t psn) {
     if (psn_diff(psn, w.first_psn) < 0) psn = w.first_psn;  // an earlier WQE is done; start at this one
     if (psn_diff(psn, w.last_psn) > 0) continue;
     qp.sq_cur = qp.sq_head + k;
-    qp.next_psn = psn;
-    qp.read_reissue = false;
-    if (w.wr.opcode == WrOpcode::rdma_read) {
-      qp.cur_offset = 0;
-      qp.read_reissue = psn != w.first_psn;
-      w.read_next_psn = psn;
-    } else if (w.is_read_or_atomic()) {
-      qp.cur_offset = 0;
-    } else {
-      qp.cur_offset = uint32_t(psn_diff(psn, w.first_psn)) * qp.mtu;
-    }
+    qp.req.next_send_psn = psn;
+    if (w.wr.opcode == WrOpcode::rdma_read) w.read_next_psn = psn;
     return;
   }
 }
 
 void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
   if (qp.state != QpState::rts && qp.state != QpState::sqd) return;
-  if (qp.rnr_deadline) return;  // waiting out an RNR NAK
+  if (qp.req.rnr_deadline) return;  // waiting out an RNR NAK
   const QpType type = qp.init.type;
   for (;;) {
     if (qp.sq_cur - qp.sq_head >= qp.sq_count) break;  // everything posted has been sent
     SendWqe& w = qp.sq[qp.sq_index(qp.sq_cur)];
     if (w.done) {  // completed WQEs can lie in the rewound range only if acknowledged meanwhile
       ++qp.sq_cur;
-      qp.cur_offset = 0;
-      if (psn_diff(psn_add(w.last_psn, 1), qp.next_psn) > 0) qp.next_psn = psn_add(w.last_psn, 1);
+      if (psn_diff(psn_add(w.last_psn, 1), qp.req.next_send_psn) > 0) qp.req.next_send_psn = psn_add(w.last_psn, 1);
       continue;
     }
     if (w.bad_lkey) {
       if (qp.sq_cur != qp.sq_head) break;  // completes in order once everything before it is done
-      complete_send(qp, w, WcStatus::loc_prot_err);
-      to_error(qp);
+      complete_send(qp, w, outcome_row(Outcome::local_protection_error).requester_wc);
+      if (type == QpType::rc)
+        to_error(qp);
+      else
+        to_sq_error(qp);
       return;
     }
-    if (type == QpType::rc && uint32_t(psn_diff(qp.next_psn, qp.una_psn)) >= cfg_.max_inflight_packets) break;
+    if (type == QpType::rc && uint32_t(psn_diff(qp.req.next_send_psn, qp.comp.una_psn)) >= cfg_.max_inflight_packets)
+      break;
     if (!w.started) {
       if (qp.state == QpState::sqd) break;  // SQD: finish what started, start nothing new
       if (type == QpType::rc) {
-        if ((w.wr.send_flags & kFence) && qp.rd_atomic_outstanding) break;  // IBA 10.8.3.3
-        if (w.is_read_or_atomic() && qp.rd_atomic_outstanding >= (qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1))
+        if ((w.wr.send_flags & kFence) && qp.req.rd_atomic_outstanding) break;  // IBA 10.8.3.3
+        if (w.is_read_or_atomic() &&
+            qp.req.rd_atomic_outstanding >= (qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1))
           break;
       }
       w.started = true;
-      w.first_psn = qp.next_psn;
+      w.first_psn = qp.req.next_send_psn;
       w.npkts = w.wr.opcode == WrOpcode::rdma_read ? packets_for(w.length, qp.mtu)
                 : w.is_read_or_atomic()            ? 1
                                                    : packets_for(w.length, qp.mtu);
       w.last_psn = psn_add(w.first_psn, int32_t(w.npkts - 1));
       w.read_next_psn = w.first_psn;
-      if (w.is_read_or_atomic()) ++qp.rd_atomic_outstanding;
-      qp.cur_offset = 0;
+      if (w.is_read_or_atomic()) ++qp.req.rd_atomic_outstanding;
     }
 
     TxPacket tx;
     if (w.wr.opcode == WrOpcode::rdma_read) {
-      fill_tx_common(qp, tx, make_opcode(Transport::rc, kReadRequest), qp.next_psn);
-      uint32_t skip = uint32_t(psn_diff(qp.next_psn, w.first_psn)) * qp.mtu;  // re-issue after a gap
+      fill_tx_common(qp, tx, make_opcode(Transport::rc, kReadRequest), qp.req.next_send_psn);
+      uint32_t skip = uint32_t(psn_diff(qp.req.next_send_psn, w.first_psn)) * qp.mtu;  // re-issue after a gap
       tx.pkt.reth.va = w.wr.remote_addr + skip;
       tx.pkt.reth.rkey = w.wr.rkey;
       tx.pkt.reth.dma_len = w.length - (skip < w.length ? skip : w.length);
       tx.pkt.bth.ack_req = true;
-      qp.next_psn = psn_add(w.last_psn, 1);
-      qp.read_reissue = false;
+      qp.req.next_send_psn = psn_add(w.last_psn, 1);
     } else if (w.is_read_or_atomic()) {
       bool cas = w.wr.opcode == WrOpcode::atomic_cmp_and_swp;
-      fill_tx_common(qp, tx, make_opcode(Transport::rc, cas ? kCompareSwap : kFetchAdd), qp.next_psn);
+      fill_tx_common(qp, tx, make_opcode(Transport::rc, cas ? kCompareSwap : kFetchAdd), qp.req.next_send_psn);
       tx.pkt.atomic.va = w.wr.remote_addr;
       tx.pkt.atomic.rkey = w.wr.rkey;
       tx.pkt.atomic.swap_add = cas ? w.wr.swap : w.wr.compare_add;
       tx.pkt.atomic.compare = cas ? w.wr.compare_add : 0;
       tx.pkt.bth.ack_req = true;
-      qp.next_psn = psn_add(qp.next_psn, 1);
+      qp.req.next_send_psn = psn_add(qp.req.next_send_psn, 1);
     } else {
-      uint32_t i = uint32_t(psn_diff(qp.next_psn, w.first_psn));
+      uint32_t i = uint32_t(psn_diff(qp.req.next_send_psn, w.first_psn));
       uint32_t off = i * qp.mtu;
       uint32_t len = w.length - off < qp.mtu ? w.length - off : qp.mtu;
       uint8_t op = segment_opcode(type, w.wr.opcode, i, w.npkts);
-      fill_tx_common(qp, tx, op, qp.next_psn);
+      fill_tx_common(qp, tx, op, qp.req.next_send_psn);
       const OpInfo& info = op_info(op);
       if (info.has(kReth)) {
         tx.pkt.reth.va = w.wr.remote_addr;
@@ -243,24 +221,28 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
       }
       bool last = info.is(kEnd);
       if (last && (w.wr.send_flags & kSolicited)) tx.pkt.bth.se = true;
-      gather(w, off, len, tx);
+      if (gather(mem_, qp.init.pd, w.seg, w.nseg, w.inline_data, off, len, tx) != MemStatus::ok) {
+        // The region went away after post_send checked it: the WQE fails in order (loc_prot_err).
+        w.bad_lkey = true;
+        continue;
+      }
       if (type == QpType::rc) {
-        ++qp.pkts_since_ackreq;
-        if (last || qp.pkts_since_ackreq >= cfg_.ack_every) {
+        ++qp.req.pkts_since_ackreq;
+        if (last || qp.req.pkts_since_ackreq >= cfg_.ack_every) {
           tx.pkt.bth.ack_req = true;
-          qp.pkts_since_ackreq = 0;
+          qp.req.pkts_since_ackreq = 0;
         }
       }
-      qp.next_psn = psn_add(qp.next_psn, 1);
+      qp.req.next_send_psn = psn_add(qp.req.next_send_psn, 1);
     }
     ++qp.counters.tx_packets;
     link_.transmit(tx);
 
-    bool wqe_sent = psn_diff(qp.next_psn, w.last_psn) > 0;
+    bool wqe_sent = psn_diff(qp.req.next_send_psn, w.last_psn) > 0;
     if (type != QpType::rc) {
       if (wqe_sent) {  // UC and UD complete once sent: there is no ACK
         w.done = true;
-        qp.una_psn = qp.next_psn;
+        qp.comp.una_psn = qp.req.next_send_psn;
         ++qp.sq_cur;
         // In order: everything before is already done for UC/UD.
         while (qp.sq_count && qp.sq[qp.sq_index(qp.sq_head)].done) {
@@ -269,11 +251,8 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
       }
       continue;
     }
-    if (!qp.retrans_deadline) arm_retrans(qp, now);
-    if (wqe_sent) {
-      ++qp.sq_cur;
-      qp.cur_offset = 0;
-    }
+    if (!qp.comp.retrans_deadline) arm_retrans(qp, now);
+    if (wqe_sent) ++qp.sq_cur;
   }
 }
 

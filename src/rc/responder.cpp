@@ -1,9 +1,12 @@
-// Responder (IBA 9.7.5): checks PSNs, answers duplicates (C9-105), places SEND payload into
-// receive WQEs, executes RDMA WRITE/READ and atomics through the memory interface, and ACKs/NAKs.
-// UC and UD use the same receive path without ACKs.
+// Responder (IBA 9.7.5.1) as rxe and the spec read it: a chain of checks, each a small function
+// returning a named Outcome (rc/outcome.h) - PSN, opcode sequence, length, key and access,
+// resources - then execute, then acknowledge. Any outcome but ok goes to respond(), which acts on
+// the outcome table's row: the NAK, the receive WQE's status, the event, ERR. UC runs the same
+// chain without answers (an error abandons the message); UD has its own short path.
 #include <string.h>
 
 #include "rc/engine_impl.h"
+#include "rc/scatter_gather.h"
 #include "roce/aeth.h"
 #include "roce/psn.h"
 
@@ -11,8 +14,8 @@ namespace melon::rc {
 
 using namespace roce;
 
-bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge, Memory& mem, uint32_t pd) {
-  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > max_sge || wr.num_sge > RecvWqe::kMaxSge) return false;
+bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge) {
+  if (wr.num_sge < 0 || uint32_t(wr.num_sge) > max_sge) return false;
   if (wr.num_sge && !wr.sg_list) return false;
   w.wr_id = wr.wr_id;
   w.nseg = 0;
@@ -21,32 +24,16 @@ bool fill_recv_wqe(RecvWqe& w, const RecvWr& wr, uint32_t max_sge, Memory& mem, 
   for (int i = 0; i < wr.num_sge; ++i) {
     const Sge& s = wr.sg_list[i];
     if (!s.length) continue;
-    uint8_t* p = mem.local(pd, s.lkey, s.addr, s.length, kLocalWrite);
-    if (!p) w.bad = true;
-    w.seg[w.nseg++] = {p, s.length};
+    w.seg[w.nseg++] = {s.addr, s.length, s.lkey};
     w.length += s.length;
   }
   return true;
 }
 
-void copy_to_segments(const RecvWqe::Seg* seg, int nseg, uint32_t off, const uint8_t* src, uint32_t len) {
-  for (int i = 0; i < nseg && len; ++i) {
-    const auto& s = seg[i];
-    if (off >= s.len) {
-      off -= s.len;
-      continue;
-    }
-    uint32_t n = s.len - off < len ? s.len - off : len;
-    memcpy(s.ptr + off, src, n);
-    src += n;
-    len -= n;
-    off = 0;
-  }
-}
-
-bool scatter(const RecvWqe& w, uint32_t off, const uint8_t* src, uint32_t len) {
-  if (uint64_t(off) + len > w.length) return false;
-  copy_to_segments(w.seg, w.nseg, off, src, len);
+bool recv_wqe_writable(const RecvWqe& w, HostMemory& mem, uint32_t pd) {
+  for (int i = 0; i < w.nseg; ++i)
+    if (check_range(mem, KeyKind::local, pd, w.seg[i].lkey, w.seg[i].addr, w.seg[i].len, kLocalWrite) != MemStatus::ok)
+      return false;
   return true;
 }
 
@@ -54,7 +41,7 @@ void EngineImpl::send_ack(Qp& qp, uint8_t syndrome, uint32_t psn) {
   TxPacket tx;
   fill_tx_common(qp, tx, make_opcode(Transport::rc, kAcknowledge), psn);
   tx.pkt.aeth.syndrome = syndrome;
-  tx.pkt.aeth.msn = qp.msn & kPsnMask;
+  tx.pkt.aeth.msn = qp.resp.rmsn & kPsnMask;
   ++qp.counters.tx_packets;
   link_.transmit(tx);
 }
@@ -68,11 +55,11 @@ bool EngineImpl::push_recv_wc(Qp& qp, const Wc& wc) {
 
 namespace {
 
-// Serves READ responses for `len` bytes from host memory `src`, as packets `first`.. of a READ
+// Serves READ responses for `len` bytes at `va` of `rkey`, as packets `first`.. of a READ
 // whose responses number `total` and start at PSN `psn0`. A re-issued READ (a duplicate whose PSN
 // lies inside the original, IBA 9.7.5.1.5) is answered as the continuation of the original:
 // MIDDLE/LAST, not FIRST/ONLY, as Linux rxe and ConnectX do.
-void send_read_responses(EngineImpl& e, Qp& qp, const uint8_t* src, uint32_t len, uint32_t psn0, uint32_t first,
+void send_read_responses(EngineImpl& e, Qp& qp, uint32_t rkey, uint64_t va, uint32_t len, uint32_t psn0, uint32_t first,
                          uint32_t total) {
   uint32_t n = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
   for (uint32_t k = 0; k < n; ++k) {
@@ -81,14 +68,13 @@ void send_read_responses(EngineImpl& e, Qp& qp, const uint8_t* src, uint32_t len
     TxPacket tx;
     e.fill_tx_common(qp, tx, make_opcode(Transport::rc, b), psn_add(psn0, int32_t(i)));
     tx.pkt.aeth.syndrome = syndrome_ack();
-    tx.pkt.aeth.msn = qp.msn & kPsnMask;
+    tx.pkt.aeth.msn = qp.resp.rmsn & kPsnMask;
     uint32_t off = k * qp.mtu;
     uint32_t chunk = len - off < qp.mtu ? len - off : qp.mtu;
-    if (chunk) {
-      tx.iov[0] = Iov{src + off, chunk};
-      tx.niov = 1;
-    }
-    tx.payload_len = chunk;
+    // The range was checked when the request arrived; a region gone since ends the responses (the
+    // requester's timer re-issues and then meets the access error).
+    if (append_spans(e.mem_, KeyKind::remote, qp.init.pd, rkey, va + off, chunk, kRemoteRead, tx) != MemStatus::ok)
+      return;
     ++qp.counters.tx_packets;
     e.link_.transmit(tx);
   }
@@ -100,252 +86,325 @@ void send_atomic_ack(EngineImpl& e, Qp& qp, uint32_t psn, uint64_t orig) {
   TxPacket tx;
   e.fill_tx_common(qp, tx, make_opcode(Transport::rc, kAtomicAcknowledge), psn);
   tx.pkt.aeth.syndrome = syndrome_ack();
-  tx.pkt.aeth.msn = qp.msn & kPsnMask;
+  tx.pkt.aeth.msn = qp.resp.rmsn & kPsnMask;
   tx.pkt.atomic_orig = orig;
   ++qp.counters.tx_packets;
   e.link_.transmit(tx);
 }
 
 Resource* find_resource(Qp& qp, uint32_t psn) {
-  for (auto& r : qp.resources)
+  for (auto& r : qp.resp.resources)
     if (r.valid && psn_diff(psn, r.first_psn) >= 0 && psn_diff(psn, r.last_psn) <= 0) return &r;
   return nullptr;
 }
 
 Resource& new_resource(Qp& qp) {
-  Resource& r = qp.resources[qp.res_next];
-  qp.res_next = (qp.res_next + 1) % uint32_t(qp.resources.size());
+  Resource& r = qp.resp.resources[qp.resp.res_next];
+  qp.resp.res_next = (qp.resp.res_next + 1) % uint32_t(qp.resp.resources.size());
   r = Resource{};
   r.valid = true;
   return r;
 }
 
+// ---- the checks (IBA 9.7.5.1), in chain order --------------------------------------------------
+
+// PSN (9.7.5.1.1): the expected one is executed, an earlier one is a duplicate, a later one means
+// packets were lost.
+Outcome check_psn(const Qp& qp, const Packet& p) {
+  int32_t d = psn_diff(p.bth.psn, qp.resp.next_rcv_psn);
+  return d == 0 ? Outcome::ok : d < 0 ? Outcome::duplicate : Outcome::psn_sequence_error;
+}
+
+// UC (9.7.5.1.1 without answers): a gap abandons the message in progress; the responder resyncs on
+// the next FIRST/ONLY and drops everything until then.
+Outcome check_psn_uc(Qp& qp, const Packet& p) {
+  ResponderState& r = qp.resp;
+  const bool start = p.info().is(kStart);
+  if (p.bth.psn != r.next_rcv_psn) {
+    r.in_send = r.in_write = false;
+    r.recv_offset = 0;
+    if (!start) {
+      r.uc_drop = true;
+      return Outcome::psn_sequence_error;
+    }
+    r.next_rcv_psn = p.bth.psn;
+  }
+  if (r.uc_drop && !start) {
+    r.next_rcv_psn = psn_add(p.bth.psn, 1);
+    return Outcome::psn_sequence_error;
+  }
+  r.uc_drop = false;
+  return Outcome::ok;
+}
+
+// Opcode sequence (9.7.5.1.3, C9-92): MIDDLE/LAST only inside a message of their kind, and nothing
+// else while one is in progress.
+Outcome check_opcode_sequence(const Qp& qp, const Packet& p) {
+  const OpInfo& op = p.info();
+  const bool send = op.is(kSend), write = op.is(kWrite), start = op.is(kStart);
+  const ResponderState& r = qp.resp;
+  if (r.in_send) return send && !start ? Outcome::ok : Outcome::opcode_sequence_error;
+  if (r.in_write) return write && !start ? Outcome::ok : Outcome::opcode_sequence_error;
+  return (send || write) && !start ? Outcome::opcode_sequence_error : Outcome::ok;
+}
+
+// Length (9.7.5.1.4, C9-87): FIRST and MIDDLE carry exactly one MTU, LAST and ONLY at most one; an
+// RDMA WRITE carries exactly the RETH's DMA length in all.
+Outcome check_length(const Qp& qp, const Packet& p) {
+  const OpInfo& op = p.info();
+  if (!op.is(kSend) && !op.is(kWrite)) return Outcome::ok;
+  if (op.is(kEnd) ? p.payload_len > qp.mtu : p.payload_len != qp.mtu) return Outcome::length_error;
+  if (op.is(kWrite)) {
+    uint64_t done = op.is(kStart) ? 0 : qp.resp.write_offset;
+    uint64_t total = op.is(kStart) ? p.reth.dma_len : qp.resp.write_total;
+    if (done + p.payload_len > total || (op.is(kEnd) && done + p.payload_len != total)) return Outcome::length_error;
+  }
+  return Outcome::ok;
+}
+
+// Key and access (9.7.5.1.5, C9-88; C9-37 for atomics): the QP's access flags, then the R_Key's
+// region (PD, range, rights) for the whole DMA length, checked once at the start of the message.
+Outcome check_access(EngineImpl& e, const Qp& qp, const Packet& p) {
+  const OpInfo& op = p.info();
+  auto key_ok = [&](uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) {
+    return len == 0 || check_range(e.mem_, KeyKind::remote, qp.init.pd, rkey, va, len, access) == MemStatus::ok;
+  };
+  const uint32_t allowed = qp.attr.qp_access_flags;
+  if (op.is(kWrite) && op.is(kStart)) {
+    if (!(allowed & kRemoteWrite) || !key_ok(p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteWrite))
+      return Outcome::remote_access_error;
+  } else if (op.is(kReadReq)) {
+    if (!(allowed & kRemoteRead) || !key_ok(p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteRead))
+      return Outcome::remote_access_error;
+  } else if (op.is(kAtomic)) {
+    if (!(allowed & kRemoteAtomic)) return Outcome::remote_access_error;
+    if (p.atomic.va & 7) return Outcome::misaligned_atomic;
+    if (!key_ok(p.atomic.rkey, p.atomic.va, 8, kRemoteAtomic)) return Outcome::remote_access_error;
+  }
+  return Outcome::ok;
+}
+
+bool needs_recv_wqe(const OpInfo& op) { return op.is(kSend) || (op.is(kWrite) && op.is(kImm) && op.is(kEnd)); }
+
+// Resources (9.7.5.1.6): a receive WQE for a SEND (or a WRITE with immediate), a responder resource
+// for a READ or an atomic.
+Outcome check_resources(Qp& qp, const Packet& p) {
+  const OpInfo& op = p.info();
+  if (needs_recv_wqe(op) && !qp.resp.have_wqe && qp.recv_queue().empty()) return Outcome::rnr;
+  if ((op.is(kReadReq) || op.is(kAtomic)) && qp.resp.resources.empty()) return Outcome::no_rd_atomic_resources;
+  return Outcome::ok;
+}
+
 }  // namespace
 
-void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t now) {
-  const QpType type = qp.init.type;
+// ---- acting on outcomes ------------------------------------------------------------------------
+
+void EngineImpl::respond(Qp& qp, const Packet& p, Outcome o) {
+  const OutcomeRow& row = outcome_row(o);
+  ResponderState& r = qp.resp;
+  if (o != Outcome::rnr) ++qp.counters.dropped;
+  // A receive WQE the message had taken completes with the row's status (flushes come from ERR).
+  if (r.have_wqe && row.responder_wc != WcStatus::success && row.responder_wc != WcStatus::wr_flush_err) {
+    r.have_wqe = false;
+    Wc wc;
+    wc.wr_id = r.cur_wqe.wr_id;
+    wc.status = row.responder_wc;
+    wc.opcode = WcOpcode::recv;
+    wc.qp_num = qp.qpn;
+    if (!push_recv_wc(qp, wc)) return;
+  }
+  if (qp.init.type != QpType::rc) {  // UC: no answers; the message is abandoned
+    if (o != Outcome::psn_sequence_error) {
+      r.in_send = r.in_write = false;
+      r.uc_drop = true;
+    }
+    return;
+  }
+  switch (row.reply) {
+    case Reply::nak:
+      if (o == Outcome::psn_sequence_error) {  // C9-100: once, naming the expected PSN
+        if (r.nak_sent) break;
+        r.nak_sent = true;
+        ++qp.counters.seq_naks_sent;
+        send_ack(qp, syndrome_nak(row.nak), r.next_rcv_psn);
+      } else {
+        send_ack(qp, syndrome_nak(row.nak), p.bth.psn);
+      }
+      break;
+    case Reply::rnr_nak:
+      ++qp.counters.rnr_naks_sent;
+      send_ack(qp, syndrome_rnr(qp.attr.min_rnr_timer), p.bth.psn);
+      break;
+    default: break;
+  }
+  if (row.responder_event) raise(qp, row.event);
+  if (row.responder_to_error) to_error(qp);
+}
+
+// C9-105: re-ACK a SEND/WRITE, serve a READ again from the region as it is now, replay an atomic's
+// original value from the cache. Nothing is executed twice.
+void EngineImpl::answer_duplicate(Qp& qp, const Packet& p) {
   const OpInfo& op = p.info();
   const uint32_t psn = p.bth.psn;
-  const bool rc = type == QpType::rc;
-  auto drop = [&] { ++qp.counters.dropped; };
-  auto nak = [&](NakCode c) {  // Class B/C/D: NAK and the responder QP goes to ERR
-    send_ack(qp, syndrome_nak(c), psn);
-    to_error(qp);
-  };
-
-  if (qp.state != QpState::rtr && qp.state != QpState::rts && qp.state != QpState::sqd && qp.state != QpState::sqe)
-    return drop();
-
-  // ---- UD: one packet per message, Q_Key checked, GRH first (IBA 10.2.5, 11.4.1.2).
-  if (type == QpType::ud) {
-    if (p.deth.qkey != qp.attr.qkey) return drop();
-    RecvQueue& rq = qp.recv_queue();
-    if (rq.empty()) return drop();  // UD has no RNR: the datagram is lost
-    RecvWqe w = rq.front();
-    uint32_t total = uint32_t(kGrhSize) + p.payload_len;
-    if (total > w.length || w.bad) return drop();
-    rq.pop();
-    uint8_t grh[kGrhSize];
-    write_ud_grh(ip, op.hdr_len + p.payload_len + pad_for(p.payload_len) + kIcrcSize, grh);
-    scatter(w, 0, grh, kGrhSize);
-    scatter(w, kGrhSize, p.payload, p.payload_len);
-    Wc wc;
-    wc.wr_id = w.wr_id;
-    wc.opcode = WcOpcode::recv;
-    wc.byte_len = total;
-    wc.qp_num = qp.qpn;
-    wc.src_qp = p.deth.src_qp;
-    wc.wc_flags = kWcGrh | (op.is(kImm) ? kWcWithImm : 0);
-    wc.imm = p.imm;
-    wc.solicited = p.bth.se;
-    push_recv_wc(qp, wc);
+  ++qp.counters.duplicates;
+  if (op.is(kReadReq)) {
+    Resource* r = find_resource(qp, psn);
+    if (!r || r->atomic) return void(++qp.counters.dropped);
+    uint64_t skip = uint64_t(psn_diff(psn, r->first_psn)) * qp.mtu;
+    if (p.reth.va != r->va + skip || uint64_t(p.reth.dma_len) + skip > r->len) return void(++qp.counters.dropped);
+    if (p.reth.dma_len && check_range(mem_, KeyKind::remote, qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len,
+                                      kRemoteRead) != MemStatus::ok)
+      return void(++qp.counters.dropped);
+    send_read_responses(*this, qp, p.reth.rkey, p.reth.va, p.reth.dma_len, r->first_psn,
+                        uint32_t(psn_diff(psn, r->first_psn)), read_packets(r->len, qp.mtu));
     return;
   }
-
-  // ---- PSN check (IBA 9.7.5.1.1; UC: 9.7.5.1.1 applies without NAKs).
-  int32_t d = psn_diff(psn, qp.epsn);
-  if (!rc) {
-    if (d != 0) {  // a lost packet: the message in progress is abandoned, resync on FIRST/ONLY
-      qp.in_send = qp.in_write = false;
-      qp.recv_offset = 0;
-      if (!op.is(kStart)) {
-        qp.uc_drop = true;
-        return drop();
-      }
-      qp.epsn = psn;
-    }
-    if (qp.uc_drop && !op.is(kStart)) {
-      qp.epsn = psn_add(psn, 1);
-      return drop();
-    }
-    qp.uc_drop = false;
-  } else if (d > 0) {
-    if (!qp.nak_sent) {  // NAK once, then silence until the expected PSN arrives
-      qp.nak_sent = true;
-      ++qp.counters.seq_naks_sent;
-      send_ack(qp, syndrome_nak(NakCode::psn_seq_error), qp.epsn);
-    }
-    return drop();
-  } else if (d < 0) {
-    // Duplicate (C9-105): re-ACK SEND/WRITE, re-serve READ, replay atomics from the cache.
-    ++qp.counters.duplicates;
-    if (op.is(kReadReq)) {
-      Resource* r = find_resource(qp, psn);
-      if (!r || r->atomic) return drop();
-      uint64_t skip = uint64_t(psn_diff(psn, r->first_psn)) * qp.mtu;
-      if (p.reth.va != r->va + skip || uint64_t(p.reth.dma_len) + skip > r->len) return drop();
-      uint8_t* src =
-          p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteRead) : nullptr;
-      if (p.reth.dma_len && !src) return drop();
-      send_read_responses(*this, qp, src, p.reth.dma_len, r->first_psn, uint32_t(psn_diff(psn, r->first_psn)),
-                          read_packets(r->len, qp.mtu));
-      return;
-    }
-    if (op.is(kAtomic)) {
-      Resource* r = find_resource(qp, psn);
-      if (r && r->atomic && r->first_psn == psn)
-        send_atomic_ack(*this, qp, psn, r->orig);
-      else
-        drop();
-      return;
-    }
-    send_ack(qp, syndrome_ack(), psn_add(qp.epsn, -1));
+  if (op.is(kAtomic)) {
+    Resource* r = find_resource(qp, psn);
+    if (r && r->atomic && r->first_psn == psn)
+      send_atomic_ack(*this, qp, psn, r->orig);
+    else
+      ++qp.counters.dropped;
     return;
   }
-  qp.nak_sent = false;
+  send_ack(qp, syndrome_ack(), psn_add(qp.resp.next_rcv_psn, -1));
+}
 
-  // ---- Opcode sequence (IBA 9.7.5.1.3 / C9-92): MIDDLE/LAST only inside a message of that kind.
-  bool send = op.is(kSend), write = op.is(kWrite);
-  if ((qp.in_send && !(send && !op.is(kStart))) || (qp.in_write && !(write && !op.is(kStart))) ||
-      (!qp.in_send && !qp.in_write && (send || write) && !op.is(kStart))) {
-    if (rc) return nak(NakCode::invalid_request);
-    qp.in_send = qp.in_write = false;
-    qp.uc_drop = true;
-    return drop();
+// UD (10.2.5, 11.4.1.2): one packet per message, the Q_Key checked, the GRH placed first; no
+// answers, so an error loses the datagram.
+void EngineImpl::receive_datagram(Qp& qp, const IpUdp& ip, const Packet& p) {
+  const OpInfo& op = p.info();
+  if (p.deth.qkey != qp.attr.qkey) return respond(qp, p, Outcome::qkey_violation);
+  RecvQueue& rq = qp.recv_queue();
+  if (rq.empty()) return void(++qp.counters.dropped);  // UD has no RNR
+  const uint32_t total = uint32_t(kGrhSize) + p.payload_len;
+  if (total > rq.front().length) return void(++qp.counters.dropped);
+  RecvWqe w = rq.front();
+  rq.pop();
+  uint8_t grh[kGrhSize];
+  write_ud_grh(ip, op.hdr_len + p.payload_len + pad_for(p.payload_len) + kIcrcSize, grh);
+  const uint32_t pd = recv_pd(qp);
+  Wc wc;
+  wc.wr_id = w.wr_id;
+  wc.opcode = WcOpcode::recv;
+  wc.qp_num = qp.qpn;
+  if (!recv_wqe_writable(w, mem_, pd) || scatter(mem_, pd, w.seg, w.nseg, 0, grh, kGrhSize) != MemStatus::ok ||
+      scatter(mem_, pd, w.seg, w.nseg, kGrhSize, p.payload, p.payload_len) != MemStatus::ok) {
+    // A local protection error completes the WQE in error and ends the QP (10.6.3).
+    wc.status = outcome_row(Outcome::recv_protection_error).responder_wc;
+    if (push_recv_wc(qp, wc)) to_error(qp);
+    return;
   }
-  // ---- Length (C9-87): FIRST/MIDDLE carry exactly one MTU, LAST/ONLY at most one.
-  if ((send || write) && (op.is(kEnd) ? p.payload_len > qp.mtu : p.payload_len != qp.mtu)) {
-    if (rc) return nak(NakCode::invalid_request);
-    return drop();
-  }
+  wc.byte_len = total;
+  wc.src_qp = p.deth.src_qp;
+  wc.wc_flags = kWcGrh | (op.is(kImm) ? kWcWithImm : 0);
+  wc.imm = p.imm;
+  wc.solicited = p.bth.se;
+  push_recv_wc(qp, wc);
+}
 
-  if (send || (write && op.is(kImm) && op.is(kEnd))) {
-    // Needs a receive WQE: take one at the start of a SEND (or for WRITE with immediate at its end).
-    if (!qp.have_wqe) {
-      RecvQueue& rq = qp.recv_queue();
-      if (rq.empty()) {
-        if (!rc) return drop();
-        ++qp.counters.rnr_naks_sent;
-        send_ack(qp, syndrome_rnr(qp.attr.min_rnr_timer), psn);
-        return;
-      }
-      qp.cur_wqe = rq.front();
-      rq.pop();
-      qp.have_wqe = true;
-      qp.recv_offset = 0;
-      if (Srq* s = qp.srq(); s && s->limit && s->rq.size() < s->limit) {
-        s->limit = 0;  // one-shot, re-armed by modify_srq (IBA 10.2.9.3)
-        if (events_) events_->srq_event(s->srqn, AsyncEvent::srq_limit_reached);
-      }
-    }
-  }
+uint32_t EngineImpl::recv_pd(const Qp& qp) const { return qp.srq() ? qp.srq()->pd : qp.init.pd; }
 
-  if (send) {
-    if (qp.cur_wqe.bad || !scatter(qp.cur_wqe, qp.recv_offset, p.payload, p.payload_len)) {
-      Wc wc;
-      wc.wr_id = qp.cur_wqe.wr_id;
-      wc.status = qp.cur_wqe.bad ? WcStatus::loc_prot_err : WcStatus::loc_len_err;
-      wc.opcode = WcOpcode::recv;
-      wc.qp_num = qp.qpn;
-      qp.have_wqe = false;
-      push_recv_wc(qp, wc);
-      if (rc) return nak(NakCode::invalid_request);
-      qp.in_send = false;
-      qp.uc_drop = true;
-      return;
-    }
-    qp.recv_offset += p.payload_len;
-    qp.in_send = !op.is(kEnd);
-  } else if (write) {
+// Takes the next receive WQE for the message starting now; its buffers are checked as they are now
+// (10.6.3: the rights in force when the data is placed).
+void EngineImpl::take_recv_wqe(Qp& qp) {
+  ResponderState& r = qp.resp;
+  RecvQueue& rq = qp.recv_queue();
+  r.cur_wqe = rq.front();
+  rq.pop();
+  r.have_wqe = true;
+  r.recv_offset = 0;
+  r.cur_wqe.bad = !recv_wqe_writable(r.cur_wqe, mem_, recv_pd(qp));
+  if (Srq* s = qp.srq(); s && s->limit && s->rq.size() < s->limit) {
+    s->limit = 0;  // one-shot, re-armed by modify_srq (IBA 10.2.9.3)
+    if (events_) events_->srq_event(s->srqn, AsyncEvent::srq_limit_reached);
+  }
+}
+
+// Executes a request that passed every check. Placement can still fail (the receive WQE is too
+// short or not writable, a region went away): that outcome is returned.
+Outcome EngineImpl::execute(Qp& qp, const Packet& p) {
+  const OpInfo& op = p.info();
+  ResponderState& r = qp.resp;
+  const uint32_t psn = p.bth.psn;
+  if (needs_recv_wqe(op) && !r.have_wqe) take_recv_wqe(qp);
+  if (op.is(kSend)) {
+    if (r.cur_wqe.bad) return Outcome::recv_protection_error;
+    if (uint64_t(r.recv_offset) + p.payload_len > r.cur_wqe.length) return Outcome::recv_length_error;
+    if (scatter(mem_, recv_pd(qp), r.cur_wqe.seg, r.cur_wqe.nseg, r.recv_offset, p.payload, p.payload_len) !=
+        MemStatus::ok)
+      return Outcome::recv_protection_error;
+    r.recv_offset += p.payload_len;
+    r.in_send = !op.is(kEnd);
+    return Outcome::ok;
+  }
+  if (op.is(kWrite)) {
     if (op.is(kStart)) {
-      if (!(qp.attr.qp_access_flags & kRemoteWrite)) return rc ? nak(NakCode::remote_access_error) : drop();
-      qp.write_total = p.reth.dma_len;
-      qp.write_offset = 0;
-      qp.write_ptr =
-          p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteWrite) : nullptr;
-      if (p.reth.dma_len && !qp.write_ptr) {
-        if (rc) return nak(NakCode::remote_access_error);
-        qp.uc_drop = true;
-        return drop();
-      }
+      r.write_total = p.reth.dma_len;
+      r.write_offset = 0;
+      r.write_va = p.reth.va;
+      r.write_rkey = p.reth.rkey;
     }
-    if (uint64_t(qp.write_offset) + p.payload_len > qp.write_total ||
-        (op.is(kEnd) && qp.write_offset + p.payload_len != qp.write_total)) {
-      if (rc) return nak(NakCode::invalid_request);
-      qp.in_write = false;
-      qp.uc_drop = true;
-      return drop();
-    }
-    if (p.payload_len) memcpy(qp.write_ptr + qp.write_offset, p.payload, p.payload_len);
-    qp.write_offset += p.payload_len;
-    qp.in_write = !op.is(kEnd);
-  } else if (op.is(kReadReq)) {
-    if (!(qp.attr.qp_access_flags & kRemoteRead)) return nak(NakCode::remote_access_error);
-    if (qp.resources.empty()) return nak(NakCode::invalid_request);  // max_dest_rd_atomic 0
-    uint8_t* src =
-        p.reth.dma_len ? mem_.remote(qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len, kRemoteRead) : nullptr;
-    if (p.reth.dma_len && !src) return nak(NakCode::remote_access_error);
-    uint32_t n = p.reth.dma_len == 0 ? 1 : (p.reth.dma_len + qp.mtu - 1) / qp.mtu;
-    Resource& r = new_resource(qp);
-    r.first_psn = psn;
-    r.last_psn = psn_add(psn, int32_t(n - 1));
-    r.va = p.reth.va;
-    r.rkey = p.reth.rkey;
-    r.len = p.reth.dma_len;
-    ++qp.msn;
-    qp.epsn = psn_add(psn, int32_t(n));
-    ++qp.counters.rx_packets;
-    send_read_responses(*this, qp, src, p.reth.dma_len, psn, 0, n);
-    return;
-  } else if (op.is(kAtomic)) {
-    if (!(qp.attr.qp_access_flags & kRemoteAtomic)) return nak(NakCode::remote_access_error);
-    if (p.atomic.va & 7) return nak(NakCode::invalid_request);  // C9-37: naturally aligned
-    if (qp.resources.empty()) return nak(NakCode::invalid_request);
-    uint8_t* t = mem_.remote(qp.init.pd, p.atomic.rkey, p.atomic.va, 8, kRemoteAtomic);
-    if (!t) return nak(NakCode::remote_access_error);
-    uint64_t* target = reinterpret_cast<uint64_t*>(t);
-    uint64_t orig;
-    if (p.bth.opcode == make_opcode(Transport::rc, kCompareSwap)) {
-      orig = p.atomic.compare;
-      __atomic_compare_exchange_n(target, &orig, p.atomic.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    } else {
-      orig = __atomic_fetch_add(target, p.atomic.swap_add, __ATOMIC_SEQ_CST);
-    }
-    Resource& r = new_resource(qp);
-    r.atomic = true;
-    r.first_psn = r.last_psn = psn;
-    r.va = p.atomic.va;
-    r.rkey = p.atomic.rkey;
-    r.orig = orig;
-    ++qp.msn;
-    qp.epsn = psn_add(psn, 1);
-    ++qp.counters.rx_packets;
-    send_atomic_ack(*this, qp, psn, orig);
-    return;
-  } else {
-    return drop();  // a response opcode sent to a responder
+    if (p.payload_len && copy_in(mem_, KeyKind::remote, qp.init.pd, r.write_rkey, r.write_va + r.write_offset,
+                                 p.payload, p.payload_len, kRemoteWrite) != MemStatus::ok)
+      return Outcome::remote_access_error;
+    r.write_offset += p.payload_len;
+    r.in_write = !op.is(kEnd);
+    return Outcome::ok;
   }
-
-  // SEND / WRITE packet accepted.
+  if (op.is(kReadReq)) {
+    uint32_t n = read_packets(p.reth.dma_len, qp.mtu);
+    Resource& res = new_resource(qp);
+    res.first_psn = psn;
+    res.last_psn = psn_add(psn, int32_t(n - 1));
+    res.va = p.reth.va;
+    res.rkey = p.reth.rkey;
+    res.len = p.reth.dma_len;
+    ++r.rmsn;
+    r.next_rcv_psn = psn_add(psn, int32_t(n));
+    ++qp.counters.rx_packets;
+    send_read_responses(*this, qp, p.reth.rkey, p.reth.va, p.reth.dma_len, psn, 0, n);
+    return Outcome::ok;
+  }
+  // Atomic (9.4.5): one 8-byte word, executed once; the original value is kept for duplicates.
+  Span t;
+  if (mem_.map(KeyKind::remote, qp.init.pd, p.atomic.rkey, p.atomic.va, 8, kRemoteAtomic, &t) != MemStatus::ok ||
+      t.len < 8)
+    return Outcome::remote_access_error;
+  uint64_t* target = reinterpret_cast<uint64_t*>(t.ptr);
+  uint64_t orig;
+  if (p.bth.opcode == make_opcode(Transport::rc, kCompareSwap)) {
+    orig = p.atomic.compare;
+    __atomic_compare_exchange_n(target, &orig, p.atomic.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  } else {
+    orig = __atomic_fetch_add(target, p.atomic.swap_add, __ATOMIC_SEQ_CST);
+  }
+  Resource& res = new_resource(qp);
+  res.atomic = true;
+  res.first_psn = res.last_psn = psn;
+  res.va = p.atomic.va;
+  res.rkey = p.atomic.rkey;
+  res.orig = orig;
+  ++r.rmsn;
+  r.next_rcv_psn = psn_add(psn, 1);
   ++qp.counters.rx_packets;
-  qp.epsn = psn_add(psn, 1);
+  send_atomic_ack(*this, qp, psn, orig);
+  return Outcome::ok;
+}
+
+// A SEND or WRITE packet was placed: advance, complete the message at its end, ACK when asked.
+void EngineImpl::acknowledge(Qp& qp, const Packet& p) {
+  const OpInfo& op = p.info();
+  ResponderState& r = qp.resp;
+  ++qp.counters.rx_packets;
+  r.next_rcv_psn = psn_add(p.bth.psn, 1);
   if (op.is(kEnd)) {
-    ++qp.msn;
-    if (qp.have_wqe) {
+    ++r.rmsn;
+    if (r.have_wqe) {
       Wc wc;
-      wc.wr_id = qp.cur_wqe.wr_id;
-      wc.opcode = send ? WcOpcode::recv : WcOpcode::recv_rdma_with_imm;
-      wc.byte_len = send ? qp.recv_offset : qp.write_total;
+      wc.wr_id = r.cur_wqe.wr_id;
+      wc.opcode = op.is(kSend) ? WcOpcode::recv : WcOpcode::recv_rdma_with_imm;
+      wc.byte_len = op.is(kSend) ? r.recv_offset : r.write_total;
       wc.qp_num = qp.qpn;
       wc.src_qp = qp.attr.dest_qp_num;
       wc.solicited = p.bth.se;
@@ -358,13 +417,34 @@ void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p, uint64_t n
         wc.imm = p.ieth_rkey;
         mem_.invalidate(qp.init.pd, p.ieth_rkey);
       }
-      qp.have_wqe = false;
-      qp.recv_offset = 0;
+      r.have_wqe = false;
+      r.recv_offset = 0;
       if (!push_recv_wc(qp, wc)) return;
     }
   }
-  if (rc && p.bth.ack_req) send_ack(qp, syndrome_ack(), psn);
-  (void)now;
+  if (qp.init.type == QpType::rc && p.bth.ack_req) send_ack(qp, syndrome_ack(), p.bth.psn);
+}
+
+void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p) {
+  if (qp.state != QpState::rtr && qp.state != QpState::rts && qp.state != QpState::sqd && qp.state != QpState::sqe)
+    return void(++qp.counters.dropped);
+  if (qp.init.type == QpType::ud) return receive_datagram(qp, ip, p);
+  const OpInfo& op = p.info();
+  if (!op.is(kSend) && !op.is(kWrite) && !op.is(kReadReq) && !op.is(kAtomic)) return void(++qp.counters.dropped);
+  const bool rc = qp.init.type == QpType::rc;
+
+  Outcome o = rc ? check_psn(qp, p) : check_psn_uc(qp, p);
+  if (o == Outcome::duplicate) return answer_duplicate(qp, p);
+  if (o == Outcome::ok) {
+    qp.resp.nak_sent = false;
+    o = check_opcode_sequence(qp, p);
+  }
+  if (o == Outcome::ok) o = check_length(qp, p);
+  if (o == Outcome::ok) o = check_access(*this, qp, p);
+  if (o == Outcome::ok) o = check_resources(qp, p);
+  if (o == Outcome::ok) o = execute(qp, p);
+  if (o != Outcome::ok) return respond(qp, p, o);
+  if (op.is(kSend) || op.is(kWrite)) acknowledge(qp, p);
 }
 
 }  // namespace melon::rc

@@ -1,6 +1,7 @@
 // Verbs enumerations the engine reports and accepts, with the exact numeric values of rdma-core's
 // <infiniband/verbs.h> (ibv_wc_status, ibv_wc_opcode, ibv_wr_opcode, ...), so a provider passes them
-// through unchanged. tests/rc checks them against the installed verbs.h.
+// through unchanged. tests/verbs/verbs_values_oracle_test.cpp checks every one against the
+// installed rdma-core verbs.h.
 #pragma once
 #include <stdint.h>
 

@@ -1,6 +1,6 @@
 /*
  * Compile-time pins of every struct layout that applications built against rdma-core v44 read at
- * fixed offsets (rdma-core-abi.md §3.2). Included by the library (so it cannot be built with a
+ * fixed offsets (the inline functions of rdma-core v44's libibverbs/verbs.h). Included by the library (so it cannot be built with a
  * wrong layout) and by a C test (so the header is also checked as C).
  *
  * Numbers are the x86_64 glibc values. Offsets that follow a pthread_mutex_t/pthread_cond_t are

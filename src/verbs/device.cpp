@@ -35,7 +35,7 @@ void fill_ibdev(Device* d) {
   ibv_device& ib = d->ibdev;
   std::memset(&ib, 0, sizeof(ib));
   ib.node_type = IBV_NODE_CA;
-  ib.transport_type = IBV_TRANSPORT_IB;  // what RoCE devices report (rdma-core-abi.md §4)
+  ib.transport_type = IBV_TRANSPORT_IB;  // what RoCE devices report (rxe and mlx5 alike)
   std::snprintf(ib.name, sizeof(ib.name), "%s", d->name());
   std::snprintf(ib.dev_name, sizeof(ib.dev_name), "uverbs%d", d->index);
   std::snprintf(ib.dev_path, sizeof(ib.dev_path), "%s/class/infiniband_verbs/uverbs%d", kSysfsRoot, d->index);

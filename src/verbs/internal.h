@@ -22,7 +22,7 @@
 #endif
 
 // The exported symbols are C; within the library the macros of <infiniband/verbs.h> that shadow
-// them must be gone (rdma-core-abi.md §7.13).
+// them must be gone (verbs.h defines ibv_query_port and ibv_reg_mr* as macros).
 #undef ibv_query_port
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova

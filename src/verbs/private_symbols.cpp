@@ -2,13 +2,14 @@
 //
 // ibv_devinfo imports ibv_query_gid_type from it. Its definition carries an explicit default
 // version on an internal name; a plain definition left for the version script to version would
-// lose its "@@" as soon as an alias for another private ABI number is added (rdma-core-abi.md §2.3).
+// lose its "@@" as soon as an alias for another private ABI number is added (GNU ld symbol
+// versioning; rdma-core's libibverbs.map.in keeps one default private node the same way).
 //
 // With MELON_IBVERBS_PRIVATE_STUBS the node also holds the rest of rdma-core's private ABI as
-// stubs (rdma-core-abi.md §1.4, §7.4): if a stock provider library (libmlx5.so.1, libefa.so.1, ...)
-// is ever loaded next to us, it links under BIND_NOW, its constructor's verbs_register_driver_<N>
-// call is ignored, and any ibv_cmd_* it might call fails with EOPNOTSUPP instead of reaching a
-// kernel that is not there.
+// stubs (what Debian 12's libmlx5.so.1 and libefa.so.1 import, nm -D --undefined-only): if a
+// stock provider library (libmlx5.so.1, libefa.so.1, ...) is ever loaded next to us, it links
+// under BIND_NOW, its constructor's verbs_register_driver_<N> call is ignored, and any ibv_cmd_* it
+// might call fails with EOPNOTSUPP instead of reaching a kernel that is not there.
 #include "verbs/pabi_config.h"
 
 #include "abi/gen/ibverbs_prototypes.h"

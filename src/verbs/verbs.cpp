@@ -86,7 +86,8 @@ MELON_EXPORT int ibv_query_device(ibv_context* context, ibv_device_attr* device_
   return 0;
 }
 
-// Exported under the old prototype: writes the 48-byte form only (rdma-core-abi.md §4).
+// Exported under the old prototype: writes the 48-byte form only (rdma-core's verbs.h: the
+// ibv_query_port macro reaches this symbol only with the pre-1.1 struct layout).
 MELON_EXPORT int ibv_query_port(ibv_context* context, uint8_t port_num, struct _compat_ibv_port_attr* port_attr) {
   if (!context || !port_attr) return EINVAL;
   ibv_port_attr full{};
@@ -219,11 +220,16 @@ MELON_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int,
 }
 
 MELON_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
-  if (!mr || flags <= 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) return IBV_REREG_MR_ERR_INPUT;
-  if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
+  // Bad input: IBV_REREG_MR_ERR_INPUT with errno EINVAL (rdma-core's libibverbs/verbs.c does both).
+  auto bad_input = [] {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  };
+  if (!mr || flags <= 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) return bad_input();
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return bad_input();
   if ((flags & IBV_REREG_MR_CHANGE_ACCESS) &&
       (static_cast<unsigned>(access) & ~(kKnownAccess | IBV_ACCESS_OPTIONAL_RANGE)))
-    return IBV_REREG_MR_ERR_INPUT;
+    return bad_input();
   int rc = no_throw(
       [&] { return ops_of(mr->context)->rereg_mr(mr, flags, pd, addr, length, static_cast<unsigned>(access)); });
   if (rc) {

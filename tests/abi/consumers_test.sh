@@ -67,6 +67,20 @@ try:
     EfaContext(name="cons0").query_efa_device()
 except Exception as e:
     print("efa:", type(e).__name__, getattr(e, "error_code", None))
+# Import (issue 8 item 6): the command descriptor is dup-able and importable.
+from pyverbs.device import Context
+from pyverbs.pd import PD
+ctx = Context(name="cons0")
+imported = Context(cmd_fd=os.dup(ctx.cmd_fd))
+pd = PD(ctx)
+try:
+    PD(imported, handle=pd.handle)
+except Exception as e:
+    print("import pd:", type(e).__name__, getattr(e, "error_code", None))
+print("imported context on", imported.query_device().node_guid == ctx.query_device().node_guid)
+pd.close()
+imported.close()
+ctx.close()
 PY
   rc=$?
   [ $rc -eq 0 ] || fail "python exited $rc"
@@ -75,6 +89,8 @@ PY
   expect "^devices \['cons0'\]$"
   expect "^mlx5: PyverbsUserError This is not an MLX5 device$"  # mlx5dv_is_supported: false
   expect "^efa: PyverbsRDMAError 95$"                           # efadv_query_device: EOPNOTSUPP
+  expect "^import pd: PyverbsRDMAError 95$"                     # by handle: EOPNOTSUPP (docs/verbs.md)
+  expect "^imported context on True$"
   ;;
 ucx)
   # UCX's InfiniBand and RDMA-CM transports load (they link libmlx5.so.1 and librdmacm.so.1), and

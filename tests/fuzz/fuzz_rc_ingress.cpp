@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "common/host_kit.h"
 #include "rc/engine.h"
 
 using namespace melon::rc;
@@ -19,51 +20,26 @@ constexpr uint64_t kVa = 0x100000;
 constexpr uint32_t kRegion = 16384;
 constexpr uint32_t kRkey = 0x1234;
 
-struct FuzzMemory : Memory {
-  std::vector<uint8_t> region = std::vector<uint8_t>(kRegion);
-  std::vector<uint8_t> local_buf = std::vector<uint8_t>(kRegion);
-  uint8_t* local(uint32_t, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t) override {
-    if (lkey != 1 || addr < uint64_t(uintptr_t(local_buf.data())) ||
-        addr + len > uint64_t(uintptr_t(local_buf.data())) + kRegion)
-      return nullptr;
-    return reinterpret_cast<uint8_t*>(uintptr_t(addr));
-  }
-  uint8_t* remote(uint32_t, uint32_t rkey, uint64_t va, uint32_t len, uint32_t) override {
-    if (rkey != kRkey || va < kVa || va - kVa > kRegion || len > kRegion - (va - kVa)) return nullptr;
-    return region.data() + (va - kVa);
-  }
-};
-
-struct CountingCq : Cq {
-  size_t n = 0;
-  bool push(const Wc& wc) override {
-    if (uint8_t(wc.status) > uint8_t(WcStatus::general_err)) abort();
-    ++n;
-    return n < 4096;
-  }
-};
-
-struct NullLink : Link {
-  size_t sent = 0;
-  void transmit(const TxPacket& p) override {
-    // Every packet the engine emits must be a well-formed one of its own transport.
-    uint32_t total = 0;
-    for (int i = 0; i < p.niov; ++i) total += p.iov[i].len;
-    if (total != p.payload_len || p.payload_len > 4096) abort();
-    ++sent;
-  }
-};
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  FuzzMemory mem;
-  NullLink link;
-  Engine e(link, mem);
-  CountingCq scq, rcq;
+  // The host kit: a local buffer and a remote region (at kVa, rkey kRkey) in PD 0; every packet the
+  // engine emits becomes a frame that must parse back (wire.malformed).
+  melon::kit::Memory mem;
+  melon::kit::Region& local = mem.add(0, kRegion, kLocalWrite);
+  mem.add_at(0, kVa, kRegion, 0x77, kRkey, kRemoteWrite | kRemoteRead | kRemoteAtomic);
+  melon::kit::FrameWire wire;
+  wire.on_frame = [&](std::vector<uint8_t>&& f, const TxPacket& p) {
+    if (p.payload_len > 4096) abort();
+    wire.recycle(std::move(f));
+  };
+  melon::kit::ManualClock clock;
+  clock.t = 1;
+  uint64_t& now = clock.t;
+  Engine e(Host{mem, wire, clock});
+  melon::kit::Cq scq(4096), rcq(4096);
   uint32_t qpn[3];
   const QpType types[3] = {QpType::rc, QpType::uc, QpType::ud};
-  uint64_t now = 1;
   for (int i = 0; i < 3; ++i) {
     QpInit init;
     init.type = types[i];
@@ -75,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     a.qp_access_flags = kRemoteWrite | kRemoteRead | kRemoteAtomic;
     a.qkey = 0x11111111;
     uint32_t m = kAttrState | kAttrPkeyIndex | kAttrPort | (types[i] == QpType::ud ? kAttrQkey : kAttrAccessFlags);
-    if (e.modify_qp(qpn[i], a, m, now)) abort();
+    if (e.modify_qp(qpn[i], a, m)) abort();
     a.qp_state = QpState::rtr;
     a.path_mtu = 1 + (size ? data[0] % 5 : 2);
     a.dest_qp_num = 0x42;
@@ -85,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     m = types[i] == QpType::ud ? kAttrState
                                : kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
                                      (types[i] == QpType::rc ? kAttrMaxDestRdAtomic | kAttrMinRnrTimer : 0);
-    if (e.modify_qp(qpn[i], a, m, now)) abort();
+    if (e.modify_qp(qpn[i], a, m)) abort();
     a.qp_state = QpState::rts;
     a.sq_psn = 0xfffff8;
     a.max_rd_atomic = 4;
@@ -95,9 +71,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     m = types[i] == QpType::rc
             ? kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic
             : kAttrState | kAttrSqPsn;
-    if (e.modify_qp(qpn[i], a, m, now)) abort();
+    if (e.modify_qp(qpn[i], a, m)) abort();
     for (int r = 0; r < 4; ++r) {
-      Sge s{uint64_t(uintptr_t(mem.local_buf.data())) + uint64_t(r) * 2048, 2048, 1};
+      Sge s{local.va() + uint64_t(r) * 2048, 2048, local.lkey};
       RecvWr rw;
       rw.wr_id = uint64_t(r);
       rw.sg_list = &s;
@@ -109,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const WrOpcode ops[] = {WrOpcode::send, WrOpcode::rdma_write, WrOpcode::rdma_read, WrOpcode::atomic_fetch_and_add,
                           WrOpcode::atomic_cmp_and_swp};
   for (int i = 0; i < 5; ++i) {
-    Sge s{uint64_t(uintptr_t(mem.local_buf.data())) + 8192 + uint64_t(i) * 1024, i >= 3 ? 8u : 3000u, 1};
+    Sge s{local.va() + 8192 + uint64_t(i) * 1024, i >= 3 ? 8u : 3000u, local.lkey};
     SendWr w;
     w.wr_id = uint64_t(100 + i);
     w.opcode = ops[i];
@@ -118,7 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     w.num_sge = 1;
     w.remote_addr = kVa;
     w.rkey = kRkey;
-    e.post_send(qpn[0], w, now);
+    e.post_send(qpn[0], w);
   }
 
   // Records: [selector][len][bytes...]. Selector picks the QP (its QPN is written into the BTH),
@@ -142,14 +118,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (sel & 4) {
       now += uint64_t(1) << (sel & 0x1f);
-      e.tick(now);
+      e.tick();
     }
-    e.receive(ip, pkt.data(), pkt.size(), now);
+    e.receive(ip, pkt.data(), pkt.size());
   }
   // Drain timers to the end: retries exhaust, everything must end up completed.
   for (int i = 0; i < 64 && e.next_deadline() != UINT64_MAX; ++i) {
     now = e.next_deadline();
-    e.tick(now);
+    e.tick();
   }
+  if (wire.malformed || scq.invalid() || rcq.invalid()) abort();
   return 0;
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/pcap.h"
+#include "common/host_kit.h"
 #include "rc/engine.h"
 #include "roce/aeth.h"
 #include "roce/icrc.h"
@@ -27,6 +28,7 @@
 
 using namespace melon::rc;
 using namespace melon::roce;
+namespace kit = melon::kit;
 using melon::test::capture_path;
 using melon::test::read_pcap;
 
@@ -79,38 +81,12 @@ bool is_rc_response(const Frame& f) {
 // ---------------------------------------------------------------------------------------------
 // Host side for the engine: memory, link, CQ
 
-class ReplayMemory : public Memory {
- public:
-  struct Region {
-    uint32_t key;
-    uint64_t base;
-    std::vector<uint64_t> words;  // 8-byte aligned storage for atomics
-    uint8_t* data() { return reinterpret_cast<uint8_t*>(words.data()); }
-    uint64_t size() const { return words.size() * 8; }
-  };
-  Region& add(uint32_t key, uint64_t base, uint64_t size) {
-    regions_.push_back(Region{key, base, std::vector<uint64_t>((size + 7) / 8 + 1, 0)});
-    return regions_.back();
-  }
-  uint8_t* at(uint32_t key, uint64_t va, uint64_t len) {
-    for (auto& r : regions_)
-      if (r.key == key && va >= r.base && va + len <= r.base + r.size()) return r.data() + (va - r.base);
-    return nullptr;
-  }
-  uint8_t* local(uint32_t, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t) override {
-    return at(lkey, addr, len);
-  }
-  uint8_t* remote(uint32_t, uint32_t rkey, uint64_t va, uint32_t len, uint32_t) override {
-    ++remote_calls;
-    return at(rkey, va, len);
-  }
-  size_t remote_calls = 0;
-
- private:
-  std::vector<Region> regions_;  // reserve()d by the user before add() so pointers stay valid
- public:
-  void reserve(size_t n) { regions_.reserve(n); }
-};
+// The host kit's memory, with a capture's regions at their VAs under their keys (lkey == rkey,
+// PD 0, every access).
+constexpr uint32_t kAllAccess = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic;
+kit::Region& add_region(kit::Memory& mem, uint32_t key, uint64_t va, uint64_t size) {
+  return mem.add_at(0, va, size, key, key, kAllAccess);
+}
 
 // What the engine transmitted, reduced to the fields the comparison looks at.
 struct Out {
@@ -143,30 +119,29 @@ Out out_of(const Packet& p, uint32_t payload_len) {
   return o;
 }
 
-class RecLink : public Link {
+// The host: the kit's frame wire and a clock the replay sets. Every packet our engine sends is
+// recorded from its frame as the one frame writer built it.
+class RecLink {
  public:
-  void transmit(const TxPacket& t) override {
-    Out o = out_of(t.pkt, t.payload_len);
-    o.after = cur_frame;
-    o.at_ns = now;
-    Packet p = t.pkt;
-    p.payload_len = t.payload_len;
-    o.hdr.resize(transport_header_len(p.bth.opcode));
-    write_transport_headers(p, o.hdr.data());
-    out.push_back(std::move(o));
+  RecLink() {
+    wire.on_frame = [this](std::vector<uint8_t>&& f, const TxPacket& t) {
+      Out o = out_of(t.pkt, t.payload_len);
+      o.after = cur_frame;
+      o.at_ns = clock.t;
+      IpUdp ip;
+      const uint8_t* roce;
+      size_t len;
+      if (read_frame(f.data(), f.size(), ip, &roce, &len) == ParseError::ok)
+        o.hdr.assign(roce, roce + transport_header_len(t.pkt.bth.opcode));
+      out.push_back(std::move(o));
+      wire.recycle(std::move(f));
+    };
   }
+  Host host(kit::Memory& mem) { return Host{mem, wire, clock}; }
+  kit::FrameWire wire;
+  kit::ManualClock clock;
   std::vector<Out> out;
   size_t cur_frame = 0;
-  uint64_t now = 0;
-};
-
-class VecCq : public Cq {
- public:
-  bool push(const Wc& wc) override {
-    wcs.push_back(wc);
-    return true;
-  }
-  std::vector<Wc> wcs;
 };
 
 std::string describe(const Out& o) {
@@ -220,8 +195,7 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
         run.rxe.back().after = f->index, run.rxe.back().hdr.assign(f->roce.begin(), f->roce.begin() + f->op().hdr_len);
 
   // Memory: the rkey(s) the requests use, covering every VA they touch; atomics seeded from rxe.
-  ReplayMemory mem;
-  mem.reserve(16);
+  kit::Memory mem;
   std::map<uint32_t, std::pair<uint64_t, uint64_t>> span;  // rkey -> [lo, hi)
   for (const Frame* f : run.requests) {
     uint64_t va = 0, len = 0;
@@ -240,7 +214,7 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
   }
   for (auto& [key, r] : span) {
     uint64_t lo = r.first & ~uint64_t(4095);
-    mem.add(key, lo, r.second - lo + 8);
+    add_region(mem, key, lo, r.second - lo + 8);
   }
   // rxe's buffers hold random bytes (perftest fills them), so each atomic target starts at the value
   // rxe's ATOMIC_ACK for the first atomic on that VA reported; every later original value at that VA
@@ -264,13 +238,13 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
       ++wqes;
   constexpr uint32_t kLkey = 0x1000, kBufSize = 32768;
   constexpr uint64_t kBufBase = 0x7f0000000000;
-  mem.add(kLkey, kBufBase, uint64_t(kBufSize) * wqes);
+  add_region(mem, kLkey, kBufBase, uint64_t(kBufSize) * wqes);
 
   RecLink link;
-  VecCq scq, rcq;
+  kit::Cq scq, rcq;
   EngineConfig ec;
   ec.first_qpn = my_qpn;
-  Engine eng(link, mem, nullptr, ec);
+  Engine eng(link.host(mem), ec);
   QpInit init;
   init.type = QpType::rc;
   init.send_cq = &scq;
@@ -284,7 +258,7 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
   QpAttr a;
   a.qp_state = QpState::init;
   a.qp_access_flags = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic;
-  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0), 0);
+  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags), 0);
   a.qp_state = QpState::rtr;
   gid_from_ipv4(a.av.dgid, requester_ip);
   gid_from_ipv4(a.av.sgid, run.requests[0]->dst);
@@ -293,16 +267,15 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
   a.rq_psn = run.requests[0]->p.bth.psn;
   a.max_dest_rd_atomic = cfg.max_dest_rd_atomic;
   a.min_rnr_timer = 12;
-  EXPECT_EQ(
-      eng.modify_qp(
-          qpn, a,
-          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer, 0),
-      0);
+  EXPECT_EQ(eng.modify_qp(qpn, a,
+                          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic |
+                              kAttrMinRnrTimer),
+            0);
   a.qp_state = QpState::rts;
   a.sq_psn = 0;
   a.max_rd_atomic = 16;
-  EXPECT_EQ(eng.modify_qp(
-                qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0),
+  EXPECT_EQ(eng.modify_qp(qpn, a,
+                          kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic),
             0);
   std::vector<Sge> sges(wqes);
   for (size_t i = 0; i < wqes; ++i) {
@@ -316,8 +289,8 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
 
   for (const Frame* f : run.requests) {
     link.cur_frame = f->index;
-    link.now = f->ts_ns;
-    eng.receive(f->ip, f->roce.data(), f->roce.size(), f->ts_ns);
+    link.clock.t = f->ts_ns;
+    eng.receive(f->ip, f->roce.data(), f->roce.size());
   }
   for (auto& [va, unused] : seeded) {
     (void)unused;
@@ -330,10 +303,10 @@ ResponderRun run_responder(const std::vector<Frame>& frames, uint32_t requester_
       }
   }
   run.ours = std::move(link.out);
-  run.recv_wcs = std::move(rcq.wcs);
+  run.recv_wcs = rcq.drain();
   run.counters = *eng.counters(qpn);
   run.dropped = eng.dropped_packets();
-  EXPECT_TRUE(scq.wcs.empty());
+  EXPECT_EQ(scq.size(), 0u);
   return run;
 }
 
@@ -574,10 +547,8 @@ struct RequesterRun {
   std::vector<const Frame*> responses;
 };
 
-class TimedLink : public RecLink {};
-
 RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_ip, uint8_t max_rd_atomic,
-                           const std::vector<SendWr>& wrs, ReplayMemory& mem) {
+                           const std::vector<SendWr>& wrs, kit::Memory& mem) {
   RequesterRun run;
   std::vector<const Frame*> reqs;
   for (const auto& f : frames) {
@@ -589,10 +560,10 @@ RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_
   if (reqs.empty() || run.responses.empty()) return run;
 
   RecLink link;
-  VecCq scq, rcq;
+  kit::Cq scq, rcq;
   EngineConfig ec;
   ec.first_qpn = run.responses[0]->p.bth.dest_qp;
-  Engine eng(link, mem, nullptr, ec);
+  Engine eng(link.host(mem), ec);
   QpInit init;
   init.type = QpType::rc;
   init.send_cq = &scq;
@@ -605,7 +576,7 @@ RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_
   QpAttr a;
   a.qp_state = QpState::init;
   a.qp_access_flags = kLocalWrite;
-  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0), 0);
+  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags), 0);
   a.qp_state = QpState::rtr;
   gid_from_ipv4(a.av.dgid, reqs[0]->dst);
   gid_from_ipv4(a.av.sgid, requester_ip);
@@ -614,25 +585,24 @@ RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_
   a.rq_psn = 0;
   a.max_dest_rd_atomic = 16;
   a.min_rnr_timer = 12;
-  EXPECT_EQ(
-      eng.modify_qp(
-          qpn, a,
-          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer, 0),
-      0);
+  EXPECT_EQ(eng.modify_qp(qpn, a,
+                          kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic |
+                              kAttrMinRnrTimer),
+            0);
   a.qp_state = QpState::rts;
   a.sq_psn = reqs[0]->p.bth.psn;
   a.timeout = 14;  // perftest's default, the ~67 ms timer of the captures
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = max_rd_atomic;
-  EXPECT_EQ(eng.modify_qp(
-                qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic, 0),
+  EXPECT_EQ(eng.modify_qp(qpn, a,
+                          kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic),
             0);
 
   const uint64_t t0 = reqs[0]->ts_ns;
-  link.now = t0;
+  link.clock.t = t0;
   link.cur_frame = reqs[0]->index;
-  for (const auto& wr : wrs) EXPECT_EQ(eng.post_send(qpn, wr, t0), 0);
+  for (const auto& wr : wrs) EXPECT_EQ(eng.post_send(qpn, wr), 0);
   auto collect = [&](bool timer) {
     for (auto& o : link.out) run.sent.push_back(Sent{std::move(o), timer});
     link.out.clear();
@@ -640,19 +610,19 @@ RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_
   collect(false);
   auto advance = [&](uint64_t until) {
     for (uint64_t d; (d = eng.next_deadline()) <= until;) {
-      link.now = d;
-      eng.tick(d);
+      link.clock.t = d;
+      eng.tick();
       collect(true);
     }
   };
   for (const Frame* f : run.responses) {
     advance(f->ts_ns);
-    link.now = f->ts_ns;
+    link.clock.t = f->ts_ns;
     link.cur_frame = f->index;
-    eng.receive(f->ip, f->roce.data(), f->roce.size(), f->ts_ns);
+    eng.receive(f->ip, f->roce.data(), f->roce.size());
     collect(false);
   }
-  run.wcs = std::move(scq.wcs);
+  run.wcs = scq.drain();
   run.counters = *eng.counters(qpn);
   return run;
 }
@@ -665,9 +635,8 @@ RequesterRun run_requester(const std::vector<Frame>& frames, uint32_t requester_
 // after the RNR NAK (the seq NAK that follows must not make it resend early), and complete all 20.
 TEST(RequesterReplay, RcRnrResendsFromNakedPsnAfterRnrTimer) {
   auto frames = load("rxe-rc-rnr.pcap");
-  ReplayMemory mem;
-  mem.reserve(2);
-  mem.add(1, 0x10000, 64 * 20);
+  kit::Memory mem;
+  add_region(mem, 1, 0x10000, 64 * 20);
   std::vector<Sge> sges(20);
   std::vector<SendWr> wrs(20);
   for (size_t i = 0; i < 20; ++i) {
@@ -799,9 +768,8 @@ const ReadLoss& read_loss() {
   r.p0 = first->p.bth.psn;
   r.va0 = first->p.reth.va;
 
-  static ReplayMemory mem;
-  mem.reserve(2);
-  mem.add(1, 0x20000, 8192);
+  static kit::Memory mem;
+  add_region(mem, 1, 0x20000, 8192);
   static Sge sge{0x20000, 8192, 1};
   std::vector<SendWr> wrs(200);
   for (size_t i = 0; i < 200; ++i) {
@@ -935,16 +903,15 @@ UnreliableRun run_unreliable(const std::vector<Frame>& frames, uint32_t sender_i
   const size_t wqes = run.msgs.size() + 2;
   constexpr uint32_t kLkey = 7, kBuf = 8192;
   constexpr uint64_t kBase = 0x500000;
-  ReplayMemory mem;
-  mem.reserve(1);
-  auto& region = mem.add(kLkey, kBase, uint64_t(kBuf) * wqes);
+  kit::Memory mem;
+  auto& region = add_region(mem, kLkey, kBase, uint64_t(kBuf) * wqes);
   std::memset(region.data(), 0xa5, region.size());  // so the zero half of the GRH is really written
 
   RecLink link;
-  VecCq scq, rcq;
+  kit::Cq scq, rcq;
   EngineConfig ec;
   ec.first_qpn = my_qpn;
-  Engine eng(link, mem, nullptr, ec);
+  Engine eng(link.host(mem), ec);
   QpInit init;
   init.type = type;
   init.send_cq = &scq;
@@ -957,10 +924,9 @@ UnreliableRun run_unreliable(const std::vector<Frame>& frames, uint32_t sender_i
   a.qp_state = QpState::init;
   a.qp_access_flags = kLocalWrite | kRemoteWrite;
   a.qkey = 0x11111111;
-  EXPECT_EQ(
-      eng.modify_qp(qpn, a,
-                    kAttrState | kAttrPkeyIndex | kAttrPort | (type == QpType::ud ? kAttrQkey : kAttrAccessFlags), 0),
-      0);
+  EXPECT_EQ(eng.modify_qp(
+                qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | (type == QpType::ud ? kAttrQkey : kAttrAccessFlags)),
+            0);
   a.qp_state = QpState::rtr;
   gid_from_ipv4(a.av.dgid, sender_ip);
   gid_from_ipv4(a.av.sgid, in[0]->dst);
@@ -968,10 +934,10 @@ UnreliableRun run_unreliable(const std::vector<Frame>& frames, uint32_t sender_i
   a.dest_qp_num = peer_qpn;
   a.rq_psn = in[0]->p.bth.psn;
   uint32_t rtr_mask = type == QpType::ud ? kAttrState : kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn;
-  EXPECT_EQ(eng.modify_qp(qpn, a, rtr_mask, 0), 0);
+  EXPECT_EQ(eng.modify_qp(qpn, a, rtr_mask), 0);
   a.qp_state = QpState::rts;
   a.sq_psn = 0;
-  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrSqPsn, 0), 0);
+  EXPECT_EQ(eng.modify_qp(qpn, a, kAttrState | kAttrSqPsn), 0);
   std::vector<Sge> sges(wqes);
   for (size_t i = 0; i < wqes; ++i) {
     sges[i] = Sge{kBase + i * kBuf, kBuf, kLkey};
@@ -981,9 +947,12 @@ UnreliableRun run_unreliable(const std::vector<Frame>& frames, uint32_t sender_i
     wr.num_sge = 1;
     EXPECT_EQ(eng.post_recv(qpn, wr), 0);
   }
-  for (const Frame* f : in) eng.receive(f->ip, f->roce.data(), f->roce.size(), f->ts_ns);
+  for (const Frame* f : in) {
+    link.clock.t = f->ts_ns;
+    eng.receive(f->ip, f->roce.data(), f->roce.size());
+  }
   run.tx = std::move(link.out);
-  run.wcs = std::move(rcq.wcs);
+  run.wcs = rcq.drain();
   for (size_t i = 0; i < wqes; ++i) {
     const uint8_t* b = mem.at(kLkey, kBase + i * kBuf, kBuf);
     run.bufs.emplace_back(b, b + kBuf);

@@ -16,6 +16,7 @@ namespace {
 
 using namespace melon::rc;
 using namespace melon::sim;
+namespace kit = melon::kit;
 using melon::roce::AckType;
 using melon::roce::BaseOp;
 
@@ -99,7 +100,7 @@ class Edge : public testing::Test {
     qb_ = {b_, 0, &scq_b_, &rcq_b_};
     ASSERT_EQ(connect_pair(*sim_, qa_, qb_, oa, ob), 0);
   }
-  int post(const QpEnd& e, const SendWr& wr) { return sim_->engine(e.node).post_send(e.qpn, wr, sim_->now()); }
+  int post(const QpEnd& e, const SendWr& wr) { return sim_->engine(e.node).post_send(e.qpn, wr); }
   int post_recv(const QpEnd& e, uint64_t id, const Sge* sg, int n) {
     RecvWr r;
     r.wr_id = id;
@@ -107,10 +108,10 @@ class Edge : public testing::Test {
     r.num_sge = n;
     return sim_->engine(e.node).post_recv(e.qpn, r);
   }
-  bool wait(TestCq& cq, size_t n, uint64_t ns = 100 * kMs) {
+  bool wait(kit::Cq& cq, size_t n, uint64_t ns = 100 * kMs) {
     return sim_->run_until([&] { return cq.size() >= n; }, sim_->now() + ns);
   }
-  std::vector<Wc> drain(TestCq& cq) {
+  std::vector<Wc> drain(kit::Cq& cq) {
     std::vector<Wc> v;
     Wc wc;
     while (cq.poll(&wc)) v.push_back(wc);
@@ -127,7 +128,7 @@ class Edge : public testing::Test {
   uint64_t seed_ = 0;
   std::unique_ptr<Sim> sim_;
   int a_ = 0, b_ = 1;
-  TestCq scq_a_, rcq_a_, scq_b_, rcq_b_;
+  kit::Cq scq_a_, rcq_a_, scq_b_, rcq_b_;
   QpEnd qa_, qb_;
   std::vector<Seen> tx_, rx_;
   std::function<bool(const WireFrame&)> drop_;
@@ -139,9 +140,8 @@ class Edge : public testing::Test {
 // engine.h documents TxPacket::pkt's payload fields as unused; the BTH PadCnt must therefore come
 // from TxPacket::payload_len (IBA 9.2.3: payload + pad is a multiple of 4).
 TEST(WireFrames, PadCountFollowsTheTxPayloadLength) {
-  // engine bug: src/rc/wire.cpp frame_from_tx writes the BTH PadCnt from tx.pkt.payload_len, which
-  // requester.cpp/responder.cpp never set (they set tx.payload_len), so every payload whose length
-  // is not a multiple of 4 goes out with PadCnt 0 and 1..3 zero bytes counted as payload.
+  // The frame writer must take PadCnt from the payload it gathers, not from tx.pkt.payload_len, which
+  // requester.cpp/responder.cpp never set: else 1..3 zero bytes would count as payload.
   uint8_t payload[5] = {1, 2, 3, 4, 5};
   AddressVector av;
   melon::roce::gid_from_ipv4(av.sgid, 0x0a000001);
@@ -153,16 +153,17 @@ TEST(WireFrames, PadCountFollowsTheTxPayloadLength) {
   tx.niov = 1;
   tx.payload_len = 5;
   tx.av = &av;
-  std::vector<uint8_t> f(frame_size(tx, false));
-  size_t n = frame_from_tx(tx, f.data());
+  std::vector<uint8_t> f(melon::roce::frame_length(false, tx.pkt.bth.opcode, tx.payload_len));
+  size_t n = melon::roce::write_frame(tx_ip(tx), tx.pkt, tx.iov, tx.niov, f.data());
   ASSERT_EQ(n, f.size());
   melon::roce::IpUdp ip;
   const uint8_t* roce;
   size_t len;
-  ASSERT_EQ(frame_to_rx(f.data(), n, ip, &roce, &len), melon::roce::ParseError::ok);
+  ASSERT_EQ(melon::roce::read_frame(f.data(), n, ip, &roce, &len), melon::roce::ParseError::ok);
+  EXPECT_EQ(ip.sport, tx.udp_sport) << "the frame carries the engine's entropy source port";
   melon::roce::Packet p;
   ASSERT_EQ(melon::roce::parse_transport(roce, len, p), melon::roce::ParseError::ok);
-  EXPECT_EQ(p.bth.pad, 3) << "engine bug: frame_from_tx takes PadCnt from tx.pkt.payload_len (left 0 by the engine)";
+  EXPECT_EQ(p.bth.pad, 3) << "PadCnt taken from tx.pkt.payload_len (left 0 by the engine)";
   EXPECT_EQ(p.payload_len, 5u);
 }
 
@@ -170,7 +171,7 @@ TEST(WireFrames, CorruptedFrameIsRejectedWithBadIcrcAndNeverReachesTheEngine) {
   Sim sim(test_seed(7));
   int a = sim.add_node("A"), b = sim.add_node("B");
   sim.faults().corrupt = 1.0;
-  TestCq scq, rcq, scq2, rcq2;
+  kit::Cq scq, rcq, scq2, rcq2;
   QpEnd qa{a, 0, &scq, &rcq}, qb{b, 0, &scq2, &rcq2};
   QpOptions o;
   o.timeout = 8;
@@ -179,7 +180,7 @@ TEST(WireFrames, CorruptedFrameIsRejectedWithBadIcrcAndNeverReachesTheEngine) {
   int delivered = 0;
   sim.on_deliver = [&](const WireFrame&) { ++delivered; };
   SendWr wr = make_wr(WrOpcode::send, 1, nullptr, 0);
-  ASSERT_EQ(sim.engine(a).post_send(qa.qpn, wr, sim.now()), 0);
+  ASSERT_EQ(sim.engine(a).post_send(qa.qpn, wr), 0);
   ASSERT_TRUE(sim.run_until([&] { return scq.size() >= 1; }, sim.now() + 100 * kMs));
   Wc wc;
   ASSERT_TRUE(scq.poll(&wc));
@@ -306,7 +307,7 @@ TEST_P(RemoteAccess, ViolationCompletesWithRemAccessErrMovesQpToErrAndFlushesThe
     mr_access = c.op == WrOpcode::rdma_write ? (kLocalWrite | kRemoteRead) : kLocalWrite | kRemoteWrite;
   Region& target = mr(b_, 4096, mr_access, 0xee);
   Region& local = mr(a_, 4096, kLocalWrite, 0x11);
-  std::vector<uint8_t> before = target.buf;
+  std::vector<uint8_t> before = target.contents();
   bool atomic = c.op == WrOpcode::atomic_fetch_and_add;
   Sge s{local.va(), atomic ? 8u : 512u, local.lkey};
   SendWr bad = make_wr(c.op, 1, &s, 1);
@@ -337,7 +338,7 @@ TEST_P(RemoteAccess, ViolationCompletesWithRemAccessErrMovesQpToErrAndFlushesThe
         x.syndrome == melon::roce::syndrome_nak(melon::roce::NakCode::remote_access_error))
       nak = true;
   EXPECT_TRUE(nak);
-  EXPECT_EQ(target.buf, before) << "nothing of the failed or flushed WRs may reach B's memory";
+  EXPECT_EQ(target.contents(), before) << "nothing of the failed or flushed WRs may reach B's memory";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -392,9 +393,9 @@ TEST_F(Edge, ZeroLengthSendWriteAndReadCompleteWithByteLenZero) {
   EXPECT_EQ(rwc[1].wr_id, 101u);
   EXPECT_EQ(rwc[1].byte_len, 0u);
   EXPECT_TRUE(rwc[1].wc_flags & kWcWithImm);
-  for (uint8_t x : target.buf) ASSERT_EQ(x, 0x33);
-  for (uint8_t x : local.buf) ASSERT_EQ(x, 0x44);
-  for (uint8_t x : rbuf.buf) ASSERT_EQ(x, 0x55);
+  for (uint8_t x : target.contents()) ASSERT_EQ(x, 0x33);
+  for (uint8_t x : local.contents()) ASSERT_EQ(x, 0x44);
+  for (uint8_t x : rbuf.contents()) ASSERT_EQ(x, 0x55);
   // Zero-length messages are one packet each, with no payload.
   for (const Seen& x : tx_)
     if (x.from == a_) EXPECT_EQ(x.payload_len, 0u);
@@ -511,7 +512,7 @@ TEST_F(Edge, UcLossDropsThatMessageAndTheNextOneArrivesIntact) {
   o.path_mtu = 1;  // 256
   connect(o, o);
   Region& src = mr(a_, 2048, 0);
-  for (size_t i = 0; i < 2048; ++i) src.buf[i] = uint8_t(i * 7 + 1);
+  for (size_t i = 0; i < 2048; ++i) src.data()[i] = uint8_t(i * 7 + 1);
   Region& dst = mr(b_, 4096, kLocalWrite, 0);
   Sge r0{dst.va(), 1024, dst.lkey}, r1{dst.va(2048), 1024, dst.lkey};
   ASSERT_EQ(post_recv(qb_, 10, &r0, 1), 0);
@@ -563,7 +564,7 @@ TEST_P(Ud, WrongQkeyIsDroppedAndTheGrhFillsTheFirst40Bytes) {
   qa_ = {a_, qa, &scq_a_, &rcq_a_};
   qb_ = {b_, qb, &scq_b_, &rcq_b_};
   Region& src = mr(a_, 256, 0);
-  for (size_t i = 0; i < 256; ++i) src.buf[i] = uint8_t(0xa0 + i);
+  for (size_t i = 0; i < 256; ++i) src.data()[i] = uint8_t(0xa0 + i);
   Region& dst = mr(b_, 2 * 512, kLocalWrite, 0xcc);
   Sge r0{dst.va(), 512, dst.lkey}, r1{dst.va(512), 512, dst.lkey};
   ASSERT_EQ(post_recv(qb_, 20, &r0, 1), 0);
@@ -610,7 +611,7 @@ TEST_P(Ud, WrongQkeyIsDroppedAndTheGrhFillsTheFirst40Bytes) {
     EXPECT_EQ(memcmp(g + 32, sim_->node(a_).gid + 12, 4), 0) << "source IPv4";
     EXPECT_EQ(memcmp(g + 36, sim_->node(b_).gid + 12, 4), 0) << "destination IPv4";
   }
-  for (size_t i = 512; i < 1024; ++i) ASSERT_EQ(dst.buf[i], 0xcc) << "second receive untouched";
+  for (size_t i = 512; i < 1024; ++i) ASSERT_EQ(dst.data()[i], 0xcc) << "second receive untouched";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ip, Ud, testing::Values(false, true),
@@ -624,7 +625,7 @@ TEST_F(Edge, PsnWrapsAcrossTwoToThe24WithARetransmissionAcrossTheWrap) {
   oa.path_mtu = ob.path_mtu = 1;  // 256
   connect(oa, ob);
   Region& src = mr(a_, 16384, 0);
-  for (size_t i = 0; i < src.size(); ++i) src.buf[i] = uint8_t(i ^ (i >> 8));
+  for (size_t i = 0; i < src.size(); ++i) src.data()[i] = uint8_t(i ^ (i >> 8));
   Region& dst = mr(b_, 16384, kLocalWrite | kRemoteWrite, 0);
   bool dropped = false;
   drop_ = [&](const WireFrame& w) {
@@ -642,7 +643,7 @@ TEST_F(Edge, PsnWrapsAcrossTwoToThe24WithARetransmissionAcrossTheWrap) {
   EXPECT_EQ(wcs[0].status, WcStatus::success) << describe(wcs[0]);
   EXPECT_EQ(wcs[1].status, WcStatus::success) << describe(wcs[1]);
   EXPECT_TRUE(dropped);
-  EXPECT_EQ(dst.buf, src.buf);
+  EXPECT_EQ(dst.contents(), src.contents());
   // 64 packets: PSNs 0xfffff8 .. 0x000037, then the zero-length write at 0x000038.
   std::vector<uint32_t> psns;
   for (const Seen& x : tx_)
@@ -805,7 +806,7 @@ TEST_F(Edge, ReadResponseLostInTheMiddleIsRecoveredByReissuingTheRead) {
   o.path_mtu = 3;  // 1024
   connect(o, o);
   Region& target = mr(b_, 8192, kRemoteRead, 0);
-  for (size_t i = 0; i < 8192; ++i) target.buf[i] = uint8_t(i * 13 + 5);
+  for (size_t i = 0; i < 8192; ++i) target.data()[i] = uint8_t(i * 13 + 5);
   Region& sink = mr(a_, 8192, kLocalWrite, 0);
   int seen = 0;
   drop_ = [&](const WireFrame& w) { return w.from == b_ && w.pkt.info().is(melon::roce::kReadResp) && ++seen == 3; };
@@ -817,7 +818,7 @@ TEST_F(Edge, ReadResponseLostInTheMiddleIsRecoveredByReissuingTheRead) {
   ASSERT_TRUE(wait(scq_a_, 1));
   auto wcs = drain(scq_a_);
   EXPECT_EQ(wcs[0].status, WcStatus::success) << describe(wcs[0]);
-  EXPECT_EQ(sink.buf, target.buf);
+  EXPECT_EQ(sink.contents(), target.contents());
 }
 
 // One hole in a READ's response stream costs one re-issued READ request, not one per response
@@ -875,7 +876,7 @@ TEST_F(Edge, SequenceNaksThatAdvanceAreProgressAndDoNotExhaustRetryCnt) {
   ASSERT_TRUE(wait(scq_a_, 1));
   auto wcs = drain(scq_a_);
   EXPECT_EQ(wcs[0].status, WcStatus::success) << describe(wcs[0]);
-  EXPECT_EQ(dst.buf, src.buf);
+  EXPECT_EQ(dst.contents(), src.contents());
 }
 
 }  // namespace

@@ -10,86 +10,12 @@ namespace melon::sim {
 
 using namespace melon::rc;
 
-// ---- memory ------------------------------------------------------------------------------------
-
-Region& TestMemory::add(uint32_t pd, size_t size, uint32_t access) {
-  Region& r = regions_.emplace_back();
-  r.pd = pd;
-  r.access = access;
-  r.lkey = next_key_;
-  r.rkey = next_key_ ^ 0x00a5a500;  // never equal to an lkey: catches a key used on the wrong side
-  next_key_ += 0x100;
-  r.buf.assign(size, 0);
-  by_lkey_[r.lkey] = &r;
-  by_rkey_[r.rkey] = &r;
-  return r;
-}
-
-namespace {
-bool in_bounds(const Region& r, uint64_t addr, uint32_t len) {
-  uint64_t base = r.va();
-  return addr >= base && addr - base <= r.size() && uint64_t(len) <= r.size() - (addr - base);
-}
-}  // namespace
-
-uint8_t* TestMemory::local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t access) {
-  auto it = by_lkey_.find(lkey);
-  if (it != by_lkey_.end()) {
-    Region& r = *it->second;
-    if (r.pd == pd && in_bounds(r, addr, len) && !(access & ~r.access & kLocalWrite)) return r.data() + (addr - r.va());
-  }
-  ++local_denied;
-  return nullptr;
-}
-
-uint8_t* TestMemory::remote(uint32_t pd, uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) {
-  auto it = by_rkey_.find(rkey);
-  if (it != by_rkey_.end()) {
-    Region& r = *it->second;
-    if (r.rkey_valid && r.pd == pd && in_bounds(r, va, len) && !(access & ~r.access)) {
-      ++remote_accesses;
-      return r.data() + (va - r.va());
-    }
-  }
-  ++remote_denied;
-  return nullptr;
-}
-
-bool TestMemory::invalidate(uint32_t pd, uint32_t rkey) {
-  auto it = by_rkey_.find(rkey);
-  if (it == by_rkey_.end() || it->second->pd != pd) return false;
-  it->second->rkey_valid = false;
-  ++it->second->invalidations;
-  return true;
-}
-
-// ---- CQ ----------------------------------------------------------------------------------------
-
-bool TestCq::push(const Wc& wc) {
-  if (q_.size() >= capacity_) {
-    ++overflows_;
-    return false;
-  }
-  q_.push_back(wc);
-  ++total_;
-  return true;
-}
-
-bool TestCq::poll(Wc* wc) {
-  if (q_.empty()) return false;
-  *wc = q_.front();
-  q_.pop_front();
-  return true;
-}
-
 // ---- link and event loop ----------------------------------------------------------------------
-
-void SimLink::transmit(const TxPacket& p) { sim_.transmit(node_, p); }
 
 static bool parse_frame(const std::vector<uint8_t>& f, WireFrame& w) {
   const uint8_t* roce;
   size_t len;
-  if (rc::frame_to_rx(f.data(), f.size(), w.ip, &roce, &len) != roce::ParseError::ok) return false;
+  if (roce::read_frame(f.data(), f.size(), w.ip, &roce, &len) != roce::ParseError::ok) return false;
   return roce::parse_transport(roce, len, w.pkt) == roce::ParseError::ok;
 }
 
@@ -134,9 +60,10 @@ int Sim::add_node(const std::string& name, bool v6, const EngineConfig& config) 
   } else {
     roce::gid_from_ipv4(n->gid, 0x0a000001u + uint32_t(idx));
   }
-  n->mem = std::make_unique<TestMemory>(0x1000u * uint32_t(idx + 1) + 0x42);
-  n->link = std::make_unique<SimLink>(*this, idx);
-  n->engine = std::make_unique<Engine>(*n->link, *n->mem, nullptr, config);
+  n->mem = std::make_unique<kit::Memory>(0x1000u * uint32_t(idx + 1) + 0x42);
+  n->wire = std::make_unique<kit::FrameWire>();
+  n->wire->on_frame = [this, idx](std::vector<uint8_t>&& f, const TxPacket& p) { transmit(idx, std::move(f), p); };
+  n->engine = std::make_unique<Engine>(Host{*n->mem, *n->wire, clock_, nullptr}, config);
   nodes_.push_back(std::move(n));
   return idx;
 }
@@ -167,7 +94,7 @@ void Sim::inject(int to, const std::vector<uint8_t>& frame, uint64_t t) {
   schedule(t < now_ ? now_ : t, std::move(ev));
 }
 
-void Sim::transmit(int from, const TxPacket& p) {
+void Sim::transmit(int from, std::vector<uint8_t>&& frame, const TxPacket& p) {
   ++stats_.frames;
   int to = -1;
   if (p.av) {
@@ -186,14 +113,7 @@ void Sim::transmit(int from, const TxPacket& p) {
   Event ev;
   ev.from = from;
   ev.to = to;
-  const TxPacket* tp = &p;
-  ev.frame.resize(frame_size(*tp, !roce::gid_is_v4_mapped(p.av->dgid)));
-  size_t n = frame_from_tx(*tp, ev.frame.data());
-  if (n > ev.frame.size()) {
-    errors_.push_back("frame_from_tx wrote more than frame_size");
-    return;
-  }
-  ev.frame.resize(n);
+  ev.frame = std::move(frame);
   if (trace_) trace("tx", from, to, ev.frame);
   if (on_transmit) {
     WireFrame w;
@@ -252,18 +172,18 @@ void Sim::deliver(Event& ev) {
   roce::IpUdp ip;
   const uint8_t* roce;
   size_t len;
-  roce::ParseError e = rc::frame_to_rx(ev.frame.data(), ev.frame.size(), ip, &roce, &len);
+  roce::ParseError e = roce::read_frame(ev.frame.data(), ev.frame.size(), ip, &roce, &len);
   if (ev.corrupted) {
     if (e == roce::ParseError::bad_icrc) {
       ++stats_.corrupt_rejected;
     } else {
-      errors_.push_back(std::string("corrupted frame: frame_to_rx returned ") + roce::parse_error_name(e) +
+      errors_.push_back(std::string("corrupted frame: read_frame returned ") + roce::parse_error_name(e) +
                         ", not bad_icrc");
     }
     return;
   }
   if (e != roce::ParseError::ok) {
-    errors_.push_back(std::string("frame_to_rx rejected an intact frame: ") + roce::parse_error_name(e));
+    errors_.push_back(std::string("read_frame rejected an intact frame: ") + roce::parse_error_name(e));
     return;
   }
   if (ev.injected) ++stats_.injected;
@@ -278,7 +198,7 @@ void Sim::deliver(Event& ev) {
   }
   ++stats_.delivered;
   if (trace_) trace("rx", ev.from, ev.to, ev.frame);
-  nodes_[ev.to]->engine->receive(ip, roce, len, now_);
+  nodes_[ev.to]->engine->receive(ip, roce, len);
 }
 
 bool Sim::step(uint64_t limit) {
@@ -300,7 +220,7 @@ bool Sim::step(uint64_t limit) {
     for (auto& n : nodes_) {
       if (n->engine->next_deadline() <= now_) {
         ++stats_.ticks;
-        n->engine->tick(now_);
+        n->engine->tick();
       }
     }
     if (++spins_ > 100000) {
@@ -333,7 +253,7 @@ void Sim::run_for(uint64_t ns) {
 
 // ---- QP helpers --------------------------------------------------------------------------------
 
-int create_qp(Sim& sim, int node, TestCq* scq, TestCq* rcq, const QpOptions& o, uint32_t* qpn) {
+int create_qp(Sim& sim, int node, kit::Cq* scq, kit::Cq* rcq, const QpOptions& o, uint32_t* qpn) {
   QpInit init;
   init.type = o.type;
   init.pd = o.pd;
@@ -354,7 +274,7 @@ int create_qp(Sim& sim, int node, TestCq* scq, TestCq* rcq, const QpOptions& o, 
     a.qp_access_flags = o.access;
     mask |= kAttrAccessFlags;
   }
-  return sim.engine(node).modify_qp(*qpn, a, mask, sim.now());
+  return sim.engine(node).modify_qp(*qpn, a, mask);
 }
 
 int connect_qp(Sim& sim, int node, uint32_t qpn, int peer, uint32_t peer_qpn, uint32_t peer_sq_psn,
@@ -375,7 +295,7 @@ int connect_qp(Sim& sim, int node, uint32_t qpn, int peer, uint32_t peer_qpn, ui
       mask |= kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
     }
   }
-  if (int rc = e.modify_qp(qpn, a, mask, sim.now())) return rc;
+  if (int rc = e.modify_qp(qpn, a, mask)) return rc;
   QpAttr b;
   b.qp_state = QpState::rts;
   b.sq_psn = o.sq_psn;
@@ -387,7 +307,7 @@ int connect_qp(Sim& sim, int node, uint32_t qpn, int peer, uint32_t peer_qpn, ui
     b.max_rd_atomic = o.max_rd_atomic;
     mask |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
   }
-  return e.modify_qp(qpn, b, mask, sim.now());
+  return e.modify_qp(qpn, b, mask);
 }
 
 int connect_pair(Sim& sim, QpEnd& a, QpEnd& b, const QpOptions& oa, const QpOptions& ob) {
@@ -400,7 +320,7 @@ int connect_pair(Sim& sim, QpEnd& a, QpEnd& b, const QpOptions& oa, const QpOpti
 int to_error(Sim& sim, int node, uint32_t qpn) {
   QpAttr a;
   a.qp_state = QpState::err;
-  return sim.engine(node).modify_qp(qpn, a, kAttrState, sim.now());
+  return sim.engine(node).modify_qp(qpn, a, kAttrState);
 }
 
 QpState qp_state(Sim& sim, int node, uint32_t qpn) {

@@ -2,8 +2,8 @@
 //
 // A virtual clock in nanoseconds, one event queue, any number of Engine instances (nodes), each with
 // its own registered memory and CQs. Packets leave an engine through SimLink::transmit, become whole
-// IP+UDP+RoCE frames (frame_from_tx, with ICRC), and reach the peer after a seeded delay; the link can
-// lose, duplicate, delay out of order, or corrupt them. Delivery runs frame_to_rx (which must reject a
+// IP+UDP+RoCE frames (the host kit's FrameWire: roce::write_frame, with ICRC), and reach the peer after a seeded delay; the link can
+// lose, duplicate, delay out of order, or corrupt them. Delivery runs read_frame (which must reject a
 // corrupted frame with bad_icrc, so the engine never sees it) and then Engine::receive. Engines' timers
 // fire when next_deadline() is due. Every random choice comes from one std::mt19937_64, so a seed
 // replays a run exactly.
@@ -20,64 +20,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/host_kit.h"
 #include "rc/engine.h"
-#include "rc/wire.h"
 #include "roce/ip_udp.h"
 #include "roce/packet.h"
 
 namespace melon::sim {
 
-// One registered memory region. Its virtual address is the buffer's own address (as ibv_reg_mr
-// registers it), so inline sends, which the engine copies from the pointer, work too.
-struct Region {
-  uint32_t pd = 0;
-  uint32_t lkey = 0;
-  uint32_t rkey = 0;
-  uint32_t access = 0;  // rc::Access bits
-  bool rkey_valid = true;
-  uint32_t invalidations = 0;
-  std::vector<uint8_t> buf;
-
-  uint64_t va() const { return uint64_t(uintptr_t(buf.data())); }
-  uint64_t va(size_t offset) const { return va() + offset; }
-  size_t size() const { return buf.size(); }
-  uint8_t* data() { return buf.data(); }
-};
-
-// The host's memory table: keys -> regions, with the PD, bounds and permission checks a real HCA
-// makes. nullptr means "not allowed".
-class TestMemory final : public rc::Memory {
- public:
-  explicit TestMemory(uint32_t key_base) : next_key_(key_base) {}
-  Region& add(uint32_t pd, size_t size, uint32_t access);
-
-  uint8_t* local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t access) override;
-  uint8_t* remote(uint32_t pd, uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) override;
-  bool invalidate(uint32_t pd, uint32_t rkey) override;
-
-  uint64_t local_denied = 0, remote_denied = 0, remote_accesses = 0;
-
- private:
-  std::deque<Region> regions_;  // deque: references stay valid
-  std::unordered_map<uint32_t, Region*> by_lkey_, by_rkey_;
-  uint32_t next_key_;
-};
-
-// A completion queue: a bounded FIFO of Wc.
-class TestCq final : public rc::Cq {
- public:
-  explicit TestCq(size_t capacity = 1 << 20) : capacity_(capacity) {}
-  bool push(const rc::Wc& wc) override;
-  bool poll(rc::Wc* wc);
-  size_t size() const { return q_.size(); }
-  uint64_t total() const { return total_; }
-  uint64_t overflows() const { return overflows_; }
-
- private:
-  std::deque<rc::Wc> q_;
-  size_t capacity_;
-  uint64_t total_ = 0, overflows_ = 0;
-};
+using kit::Region;
 
 // Link behaviour. Rates are per frame; delays in ns. Without reordering the link is FIFO.
 struct Faults {
@@ -91,7 +41,7 @@ struct SimStats {
   uint64_t frames = 0;  // frames the engines transmitted
   uint64_t delivered = 0;  // frames handed to Engine::receive
   uint64_t lost = 0, duplicated = 0, reordered = 0, corrupted = 0;
-  uint64_t corrupt_rejected = 0;  // corrupted frames frame_to_rx refused with bad_icrc
+  uint64_t corrupt_rejected = 0;  // corrupted frames read_frame refused with bad_icrc
   uint64_t hook_dropped = 0, unroutable = 0, injected = 0;
   uint64_t ticks = 0, events = 0;
 };
@@ -107,22 +57,12 @@ struct WireFrame {
 
 class Sim;
 
-class SimLink final : public rc::Link {
- public:
-  SimLink(Sim& sim, int node) : sim_(sim), node_(node) {}
-  void transmit(const rc::TxPacket& p) override;
-
- private:
-  Sim& sim_;
-  int node_;
-};
-
 struct Node {
   std::string name;
   uint8_t gid[16] = {};
   bool v6 = false;
-  std::unique_ptr<TestMemory> mem;
-  std::unique_ptr<SimLink> link;
+  std::unique_ptr<kit::Memory> mem;
+  std::unique_ptr<kit::FrameWire> wire;
   std::unique_ptr<rc::Engine> engine;
 };
 
@@ -135,21 +75,19 @@ class Sim {
   int add_node(const std::string& name, bool v6 = false, const rc::EngineConfig& config = {});
   Node& node(int i) { return *nodes_[i]; }
   rc::Engine& engine(int i) { return *nodes_[i]->engine; }
-  TestMemory& mem(int i) { return *nodes_[i]->mem; }
+  kit::Memory& mem(int i) { return *nodes_[i]->mem; }
   rc::AddressVector av_to(int from, int to) const;
 
-  uint64_t now() const { return now_; }
+  uint64_t now() const { return clock_.t; }
   std::mt19937_64& rng() { return rng_; }
   Faults& faults() { return faults_; }
   const SimStats& stats() const { return stats_; }
   // Problems the simulator itself detected (corrupted frame accepted, engine spinning, ...).
   const std::vector<std::string>& errors() const { return errors_; }
 
-  // Fill in TxPacket::pkt.payload_len before frame_from_tx (see Sim::transmit).
-
   // Called for every transmitted frame before faults apply; return false to drop it.
   std::function<bool(const WireFrame&)> on_transmit;
-  // Called for every frame that passed frame_to_rx, just before Engine::receive.
+  // Called for every frame that passed read_frame, just before Engine::receive.
   std::function<void(const WireFrame&)> on_deliver;
 
   // Runs `fn` at virtual time `t` (>= now).
@@ -163,7 +101,7 @@ class Sim {
   // Processes everything due up to now + ns, then sets the clock to now + ns.
   void run_for(uint64_t ns);
 
-  void transmit(int from, const rc::TxPacket& p);
+  void transmit(int from, std::vector<uint8_t>&& frame, const rc::TxPacket& p);
 
  private:
   struct Event {
@@ -190,7 +128,8 @@ class Sim {
   std::map<std::pair<uint64_t, uint64_t>, Event> events_;  // (time, sequence) -> event
   std::map<std::pair<int, int>, uint64_t> fifo_tail_;  // (from, to) -> latest in-order arrival
   uint64_t seq_ = 0;
-  uint64_t now_ = 0;
+  kit::ManualClock clock_;  // every node's clock
+  uint64_t& now_ = clock_.t;
   uint64_t spins_ = 0;
 };
 
@@ -216,12 +155,12 @@ struct QpOptions {
 struct QpEnd {
   int node = -1;
   uint32_t qpn = 0;
-  TestCq* scq = nullptr;
-  TestCq* rcq = nullptr;
+  kit::Cq* scq = nullptr;
+  kit::Cq* rcq = nullptr;
 };
 
 // Creates a QP on `node` and moves it to INIT. Returns 0 or the engine's errno.
-int create_qp(Sim& sim, int node, TestCq* scq, TestCq* rcq, const QpOptions& o, uint32_t* qpn);
+int create_qp(Sim& sim, int node, kit::Cq* scq, kit::Cq* rcq, const QpOptions& o, uint32_t* qpn);
 // INIT -> RTR -> RTS towards (peer node, peer qpn); `peer_sq_psn` is the peer's first PSN.
 int connect_qp(Sim& sim, int node, uint32_t qpn, int peer, uint32_t peer_qpn, uint32_t peer_sq_psn, const QpOptions& o);
 // Both ends of an RC or UC connection: a -> b with `oa`, b -> a with `ob`.

@@ -1,5 +1,5 @@
 // The built libibverbs.so.1 as a dynamic loader sees it: symbol versions (including the private
-// node's default version, rdma-core-abi.md §2.3), and a device found through the exported entry
+// node's default version: IBVERBS_PABI_VERSION in rdma-core's CMakeLists.txt), and a device found through the exported entry
 // points only.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -66,7 +66,7 @@ TEST_F(SharedLibrary, FindsTheConfiguredDevice) {
 }
 
 TEST_F(SharedLibrary, PrivateStubsLetAStockProviderLink) {
-  // What libmlx5/libefa import from rdma-core's private ABI (rdma-core-abi.md §1.4).
+  // What Debian 12's libmlx5.so.1/libefa.so.1 import from the private node (nm -D --undefined-only).
   for (const char* sym : {"verbs_register_driver_34", "ibv_cmd_get_context", "verbs_set_ops",
                           "_verbs_init_and_alloc_context", "verbs_allow_disassociate_destroy"})
     EXPECT_NE(dlvsym(h, sym, "IBVERBS_PRIVATE_34"), nullptr) << sym;

@@ -27,13 +27,22 @@ struct Side {
   std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf);
 };
 
+// The next completion of `cq`, waiting on its completion channel (every CQ here has one): arm,
+// look once more (a completion may have arrived before the arming), then block until the channel
+// signals. No sleeping and no spinning, so the progress threads keep the CPU on a busy machine.
 ibv_wc wait_wc(ibv_cq* cq, int ms = 5000) {
   ibv_wc wc{};
   auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (std::chrono::steady_clock::now() < end) {
-    int n = ibv_poll_cq(cq, 1, &wc);
-    if (n == 1) return wc;
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  for (;;) {
+    if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
+    if (ibv_req_notify_cq(cq, 0) != 0) break;
+    if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now()).count();
+    pollfd p{cq->channel->fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, int(left)) != 1) break;
+    ibv_cq* ev_cq;
+    void* ev_ctx;
+    if (ibv_get_cq_event(cq->channel, &ev_cq, &ev_ctx) == 0) ibv_ack_cq_events(ev_cq, 1);
   }
   ADD_FAILURE() << "no completion";
   wc.status = IBV_WC_GENERAL_ERR;
@@ -91,7 +100,7 @@ class SoftLoopback : public ::testing::Test {
     ASSERT_NE(s.qp, nullptr);
   }
 
-  void connect(Side& s, Side& peer, uint8_t peer_last_octet, int access) {
+  void connect(Side& s, Side& peer, uint8_t peer_last_octet, int access, uint32_t psn = 0xfffff0) {
     ibv_qp_attr at{};
     at.qp_state = IBV_QPS_INIT;
     at.port_num = 1;
@@ -100,7 +109,7 @@ class SoftLoopback : public ::testing::Test {
     at.qp_state = IBV_QPS_RTR;
     at.path_mtu = IBV_MTU_1024;
     at.dest_qp_num = peer.qp->qp_num;
-    at.rq_psn = 0xfffff0;
+    at.rq_psn = psn;
     at.max_dest_rd_atomic = 4;
     at.min_rnr_timer = 1;
     at.ah_attr.is_global = 1;
@@ -112,9 +121,9 @@ class SoftLoopback : public ::testing::Test {
                                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
               0);
     at.qp_state = IBV_QPS_RTS;
-    at.sq_psn = 0xfffff0;
-    at.timeout = 10;
-    at.retry_cnt = 3;
+    at.sq_psn = psn;
+    at.timeout = 14;  // 67 ms: the tests are not about timeouts, and a loaded machine is slow
+    at.retry_cnt = 7;
     at.rnr_retry = 7;
     at.max_rd_atomic = 4;
     ASSERT_EQ(ibv_modify_qp(s.qp, &at,
@@ -145,6 +154,39 @@ class SoftLoopback : public ::testing::Test {
     wr.wr.rdma.remote_addr = raddr;
     wr.wr.rdma.rkey = rkey;
     return ibv_post_send(s.qp, &wr, &bad);
+  }
+
+  // RESET, then INIT..RTS again: how an application restarts QPs that went to ERR.
+  void restart() {
+    const int all =
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    for (Side* s : {&a, &b}) {
+      ibv_qp_attr at{};
+      at.qp_state = IBV_QPS_RESET;
+      ASSERT_EQ(ibv_modify_qp(s->qp, &at, IBV_QP_STATE), 0);
+    }
+    // New PSNs, as applications do: a packet of the old connection still in flight (a
+    // retransmission) must not pass for one of the new.
+    psn_ = (psn_ + 0x10000) & 0xffffff;
+    connect(a, b, 3, all, psn_);
+    connect(b, a, 2, all, psn_);
+  }
+  uint32_t psn_ = 0xfffff0;
+
+  int post_recv(Side& s, void* addr, uint32_t len, uint32_t lkey, uint64_t id) {
+    ibv_sge sge{uint64_t(uintptr_t(addr)), len, lkey};
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.wr_id = id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    return ibv_post_recv(s.qp, &wr, &bad);
+  }
+
+  static ibv_qp_state state(ibv_qp* qp) {
+    ibv_qp_attr at{};
+    ibv_qp_init_attr ia{};
+    EXPECT_EQ(ibv_query_qp(qp, &at, IBV_QP_STATE, &ia), 0);
+    return at.qp_state;
   }
 
   Side a, b;
@@ -200,8 +242,17 @@ TEST_F(SoftLoopback, BadSendArgumentsAreEinvalAndNothingIsSent) {
   wr.num_sge = 1;
   wr.opcode = IBV_WR_BIND_MW;  // not on a soft device
   EXPECT_EQ(ibv_post_send(a.qp, &wr, &bad), EINVAL);
-  ibv_wc wc;
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Nothing went out: a good SEND posted now is the first thing either side completes (the QP
+  // sends in order, so a refused WR that had been queued would complete, or arrive, before it).
+  ASSERT_EQ(post_recv(b, b.buf.data(), 64, b.mr->lkey, 50), 0);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 8, 0, 0, 51), 0);
+  ibv_wc wc = wait_wc(b.cq);
+  EXPECT_EQ(wc.wr_id, 50u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.byte_len, 8u);
+  wc = wait_wc(a.cq);
+  EXPECT_EQ(wc.wr_id, 51u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_EQ(ibv_poll_cq(a.cq, 1, &wc), 0);
   EXPECT_EQ(ibv_poll_cq(b.cq, 1, &wc), 0);
 }
@@ -322,3 +373,95 @@ TEST_F(SoftLoopback, AtomicsAreSerialAndReturnTheOriginalValue) {
 }
 
 }  // namespace
+
+// ---- ibv_rereg_mr keeps protection (issue 8 items 3 and 4) ------------------------------------------
+
+// A receive posted on the old buffer before IBV_REREG_MR_CHANGE_TRANSLATION must not be written:
+// the application may already have freed that memory (pyverbs does, and the SEND used to land in
+// the freed heap chunk). The responder finds the SGE outside the MR as it is now: the receive
+// completes with a local protection error, the requester sees a remote operational error, both
+// QPs go to ERR; restarted, they carry traffic into the new buffer.
+TEST_F(SoftLoopback, ReregTranslationFailsAReceivePostedOnTheOldBuffer) {
+  pair();
+  std::vector<uint8_t> before = b.buf;
+  ASSERT_EQ(post_recv(b, b.buf.data(), 256, b.mr->lkey, 7), 0);
+  std::vector<uint8_t> fresh(kBuf, 0);
+  ASSERT_EQ(ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, fresh.data(), fresh.size(), 0), 0);
+  memcpy(a.buf.data(), "after the rereg", 15);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 15, 0, 0, 1), 0);
+  ibv_wc wc = wait_wc(b.cq);
+  EXPECT_EQ(wc.wr_id, 7u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
+  wc = wait_wc(a.cq);
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_OP_ERR);
+  EXPECT_EQ(b.buf, before);  // the old buffer was not touched
+  EXPECT_EQ(state(a.qp), IBV_QPS_ERR);
+  EXPECT_EQ(state(b.qp), IBV_QPS_ERR);
+
+  restart();
+  ASSERT_EQ(post_recv(b, fresh.data() + 100, 256, b.mr->lkey, 8), 0);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 15, 0, 0, 2), 0);
+  wc = wait_wc(b.cq);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 8u);
+  EXPECT_EQ(memcmp(fresh.data() + 100, "after the rereg", 15), 0);
+  EXPECT_EQ(wait_wc(a.cq).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_dereg_mr(b.mr), 0);  // before `fresh` goes
+  b.mr = nullptr;
+}
+
+// IBV_REREG_MR_CHANGE_PD to a PD other than the QP's: the MR no longer serves that QP, so the
+// first message fails (requester: remote operational error). Moved back and the QPs restarted,
+// traffic passes; the PD the MR visited can then be deallocated.
+TEST_F(SoftLoopback, ReregToAForeignPdFailsTrafficUntilMovedBack) {
+  pair();
+  ibv_pd* foreign = ibv_alloc_pd(b.ctx);
+  ASSERT_NE(foreign, nullptr);
+  ASSERT_EQ(ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_PD, foreign, nullptr, 0, 0), 0);
+  EXPECT_EQ(b.mr->pd, foreign);
+  EXPECT_EQ(ibv_dealloc_pd(foreign), EBUSY);  // the MR is in it now
+  ASSERT_EQ(post_recv(b, b.buf.data(), 64, b.mr->lkey, 1), 0);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 8, 0, 0, 2), 0);
+  EXPECT_EQ(wait_wc(a.cq).status, IBV_WC_REM_OP_ERR);
+  EXPECT_EQ(wait_wc(b.cq).status, IBV_WC_LOC_PROT_ERR);
+
+  ASSERT_EQ(ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_PD, b.pd, nullptr, 0, 0), 0);
+  restart();
+  ASSERT_EQ(post_recv(b, b.buf.data(), 64, b.mr->lkey, 3), 0);
+  ASSERT_EQ(post(a, IBV_WR_SEND, 0, 8, 0, 0, 4), 0);
+  EXPECT_EQ(wait_wc(b.cq).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wait_wc(a.cq).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_dealloc_pd(foreign), 0);
+}
+
+// A WRITE aimed with an rkey that is no longer valid - its MR deregistered, or re-registered (which
+// draws new keys) - or with an lkey in place of the rkey, is a remote access error and writes nothing.
+TEST_F(SoftLoopback, WriteWithAStaleRkeyIsRemoteAccessError) {
+  pair();
+  uint64_t dst = uint64_t(uintptr_t(b.buf.data()));
+  std::vector<uint8_t> before = b.buf;
+  memset(a.buf.data(), 0x5a, 64);
+  auto expect_rejected = [&](uint32_t rkey, const char* what) {
+    SCOPED_TRACE(what);
+    ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, 0, 64, dst, rkey, 9), 0);
+    EXPECT_EQ(wait_wc(a.cq).status, IBV_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(b.buf, before);
+    restart();
+  };
+  uint32_t old_rkey = b.mr->rkey;
+  expect_rejected(b.mr->lkey, "lkey used as an rkey");
+  ASSERT_EQ(ibv_rereg_mr(b.mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE),
+            0);
+  EXPECT_NE(b.mr->rkey, old_rkey);
+  expect_rejected(old_rkey, "rkey from before the re-registration");
+  ASSERT_EQ(post(a, IBV_WR_RDMA_WRITE, 0, 64, dst, b.mr->rkey, 10), 0);  // the new one works
+  EXPECT_EQ(wait_wc(a.cq).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(b.buf[0], 0x5a);
+  before = b.buf;
+  uint32_t dead = b.mr->rkey;
+  ASSERT_EQ(ibv_dereg_mr(b.mr), 0);
+  b.mr = nullptr;
+  expect_rejected(dead, "rkey of a deregistered MR");
+}

@@ -18,19 +18,18 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <unordered_map>
 #include <vector>
 
 namespace melon::soft {
 
-// Device identity (rdma-core-abi.md §5.2): outside the Mellanox (0x02c9) and EFA (0x1d0f) vendor
+// Device identity (perftest's ib_dev_name() in src/perftest_parameters.c picks its code path by
+// vendor_part_id): outside the Mellanox (0x02c9) and EFA (0x1d0f) vendor
 // ids and outside perftest's ConnectX/BlueField/EFA part-id tables, so perftest takes the plain
 // ibv_post_send path.
 constexpr uint32_t kVendorId = 0x4d454c;  // "MEL"
 constexpr uint32_t kVendorPartId = 0x534f;  // "SO"
 constexpr int kGidTableLen = 16;
-constexpr int kMaxCqe = 65535;
-constexpr int kMaxSrqWr = 16384;
-constexpr int kMaxSge = 32;
 
 class SoftContext;
 class Hub;
@@ -53,33 +52,43 @@ struct SoftMr {
   unsigned access = 0;  // IBV_ACCESS_* without the optional bits
 };
 
-// Keys of every MR of one device. key = (slot index << 8) | generation byte; lkey == rkey.
+// Which key of an MR: the lkey (local access: gather, scatter, READ response placement) or the rkey
+// (an incoming RDMA request). One never stands in for the other.
+enum class KeyKind { local, remote };
+
+// Keys of every MR of one device. Each registration, and each re-registration, draws a fresh random
+// lkey and rkey (32 unpredictable bits each, distinct, never 0), so a key cannot be guessed from
+// another process, another run or an earlier MR, and a stale key stops resolving at once.
 class MrTable {
  public:
-  // Register; returns the key or 0 (table full).
-  uint32_t add(SoftMr* mr, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access);
-  void remove(uint32_t key);
-  // Change an entry in place (rereg); false if the key is not live.
-  bool update(uint32_t key, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access);
+  struct Keys {
+    uint32_t lkey = 0, rkey = 0, slot = 0;
+  };
+  // Register; false if the table is full.
+  bool add(ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access, Keys* keys);
+  void remove(uint32_t lkey);
+  // Change an entry in place and give it new keys (rereg); false if `lkey` is not live.
+  bool update(uint32_t lkey, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access, Keys* keys);
 
   // The data-path lookup. `need` is the access the operation requires:
   //   0                          local read (gather for SEND/WRITE, the source of a READ response)
   //   IBV_ACCESS_LOCAL_WRITE     local write (scatter of a RECV, READ response, atomic result)
   //   IBV_ACCESS_REMOTE_READ / _REMOTE_WRITE / _REMOTE_ATOMIC   an incoming RDMA request
   // On Ok, *host is the process address of `addr`. Thread-safe (shared lock).
-  MrStatus resolve(uint32_t key, const ibv_pd* pd, uint64_t addr, uint64_t len, unsigned need, void** host) const;
+  MrStatus resolve(KeyKind kind, uint32_t key, const ibv_pd* pd, uint64_t addr, uint64_t len, unsigned need,
+                   void** host) const;
   // The same check by PD handle (ibv_pd::handle, unique in the process): the form the transport
   // engine's rc::Memory::local()/remote() use (src/rc/engine.h), whose access bits are the
   // IBV_ACCESS_* values.
-  MrStatus resolve_by_pd_handle(uint32_t key, uint32_t pd_handle, uint64_t addr, uint64_t len, unsigned need,
-                                void** host) const;
+  MrStatus resolve_by_pd_handle(KeyKind kind, uint32_t key, uint32_t pd_handle, uint64_t addr, uint64_t len,
+                                unsigned need, void** host) const;
 
   size_t live() const;
 
  private:
   struct Entry {
     bool live = false;
-    uint8_t gen = 0;
+    uint32_t lkey = 0, rkey = 0;
     const ibv_pd* pd = nullptr;
     uint32_t pd_handle = 0;
     uint64_t iova = 0, length = 0;
@@ -87,10 +96,12 @@ class MrTable {
     unsigned access = 0;
   };
   MrStatus check(const Entry* e, uint64_t addr, uint64_t len, unsigned need, void** host) const;
-  const Entry* live_entry(uint32_t key) const;  // caller holds mu_
+  const Entry* live_entry(KeyKind kind, uint32_t key) const;  // caller holds mu_
+  void new_keys(Entry& e, uint32_t slot);  // caller holds mu_ exclusively
   mutable std::shared_mutex mu_;
   std::vector<Entry> slots_;
   std::vector<uint32_t> free_;
+  std::unordered_map<uint32_t, uint32_t> lkeys_, rkeys_;  // key -> slot
 };
 
 // ---- devices --------------------------------------------------------------------------------------

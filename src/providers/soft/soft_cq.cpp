@@ -1,7 +1,6 @@
 // Soft provider: completion queues (plain and extended) and shared receive queues.
 #include "providers/soft/soft.h"
 #include "providers/soft/soft_qp.h"
-#include "rc/recv_queue.h"
 
 #include <cerrno>
 #include <cstring>
@@ -98,7 +97,7 @@ ibv_cq_ex* SoftContext::create_cq(const ibv_cq_init_attr_ex* attr) {
   const uint32_t known_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
   const uint32_t known_flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
   int err = 0;
-  if (attr->cqe < 1 || attr->cqe > static_cast<uint32_t>(kMaxCqe) ||
+  if (attr->cqe < 1 || attr->cqe > rc::kMaxCqe ||
       attr->comp_vector >= static_cast<uint32_t>(vctx.context.num_comp_vectors) || (attr->comp_mask & ~known_mask) ||
       ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (attr->flags & ~known_flags)))
     err = EINVAL;
@@ -110,7 +109,7 @@ ibv_cq_ex* SoftContext::create_cq(const ibv_cq_init_attr_ex* attr) {
     return nullptr;
   }
 
-  auto* c = new SoftCq;
+  auto* c = new SoftCq();  // value-initialised: unused ibv_cq_ex members (comp_mask, read_*) are zero
   c->ctx = this;
   c->wc_flags = attr->wc_flags;
   c->ignore_overrun =
@@ -135,7 +134,7 @@ ibv_cq_ex* SoftContext::create_cq(const ibv_cq_init_attr_ex* attr) {
 }
 
 int SoftContext::resize_cq(ibv_cq* cq, int cqe) {
-  if (cq->context != &vctx.context || cqe < 1 || cqe > kMaxCqe) return EINVAL;
+  if (cq->context != &vctx.context || cqe < 1 || uint32_t(cqe) > rc::kMaxCqe) return EINVAL;
   SoftCq* c = SoftCq::from(cq);
   std::lock_guard<std::mutex> lock(c->mu);
   if (static_cast<size_t>(cqe) < c->count) return EINVAL;  // would lose completions
@@ -161,7 +160,7 @@ int SoftContext::destroy_cq(ibv_cq* cq) {
 
 int SoftSrq::post(ibv_recv_wr* wr, ibv_recv_wr** bad) {
   static_assert(sizeof(ibv_sge) == sizeof(rc::Sge), "ibv_sge and rc::Sge share a layout");
-  return hub->transport().with_engine([&](rc::Engine& e, uint64_t) {
+  return hub->transport().with_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::RecvWr r;
       r.wr_id = wr->wr_id;
@@ -179,8 +178,7 @@ int SoftSrq::post(ibv_recv_wr* wr, ibv_recv_wr** bad) {
 
 ibv_srq* SoftContext::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   ibv_srq_attr& a = attr->attr;
-  if (!owns(pd) || a.max_wr < 1 || a.max_wr > static_cast<uint32_t>(kMaxSrqWr) ||
-      a.max_sge > static_cast<uint32_t>(kMaxSge) || a.srq_limit > a.max_wr) {
+  if (!owns(pd) || a.max_wr < 1 || a.max_wr > rc::kMaxSrqWr || a.max_sge > rc::kMaxSge || a.srq_limit > a.max_wr) {
     errno = EINVAL;
     return nullptr;
   }
@@ -190,12 +188,12 @@ ibv_srq* SoftContext::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
     errno = err;
     return nullptr;
   }
-  auto* s = new SoftSrq;
+  auto* s = new SoftSrq();
   s->ctx = this;
   s->hub = h;
   s->max_wr = a.max_wr;
   s->max_sge = a.max_sge ? a.max_sge : 1;
-  err = h->transport().with_engine([&](rc::Engine& e, uint64_t) {
+  err = h->transport().with_engine([&](rc::Engine& e) {
     return e.create_srq(pd->handle, s->max_wr, s->max_sge, a.srq_limit, &s->engine, &s->srqn);
   });
   if (err) {
@@ -218,8 +216,7 @@ int SoftContext::modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   // Resizing an SRQ is not supported (docs/verbs.md); asking for the current size is fine.
   if ((mask & IBV_SRQ_MAX_WR) && attr->max_wr != s->max_wr) return EOPNOTSUPP;
   if (!(mask & IBV_SRQ_LIMIT)) return 0;
-  return s->hub->transport().with_engine(
-      [&](rc::Engine& e, uint64_t) { return e.modify_srq(s->engine, attr->srq_limit); });
+  return s->hub->transport().with_engine([&](rc::Engine& e) { return e.modify_srq(s->engine, attr->srq_limit); });
 }
 
 int SoftContext::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
@@ -227,14 +224,17 @@ int SoftContext::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   SoftSrq* s = SoftSrq::from(srq);
   attr->max_wr = s->max_wr;
   attr->max_sge = s->max_sge;
-  attr->srq_limit = s->hub->transport().with_engine([&](rc::Engine&, uint64_t) { return s->engine->limit; });
+  uint32_t limit = 0;
+  int err = s->hub->transport().with_engine([&](rc::Engine& e) { return e.query_srq(s->engine, &limit); });
+  if (err) return err;
+  attr->srq_limit = limit;
   return 0;
 }
 
 int SoftContext::destroy_srq(ibv_srq* srq) {
   if (srq->context != &vctx.context) return EINVAL;
   SoftSrq* s = SoftSrq::from(srq);
-  int err = s->hub->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.destroy_srq(s->engine); });
+  int err = s->hub->transport().with_engine([&](rc::Engine& e) { return e.destroy_srq(s->engine); });
   if (err) return err;  // EBUSY: a QP still uses it
   s->hub->remove_srq(s->srqn);
   reinterpret_cast<SoftPd*>(srq->pd)->users--;

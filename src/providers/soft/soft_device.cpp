@@ -123,24 +123,24 @@ void SoftDevice::device_attr(ibv_device_attr_ex* ex) const {
   a.vendor_id = kVendorId;
   a.vendor_part_id = kVendorPartId;
   a.hw_ver = 1;
-  a.max_qp = 4096;
-  a.max_qp_wr = 16384;
+  a.max_qp = rc::kMaxQp;
+  a.max_qp_wr = rc::kMaxQpWr;
   a.device_cap_flags = IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SRQ_RESIZE |
                        IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_PORT_ACTIVE_EVENT;
-  a.max_sge = kMaxSge;
-  a.max_sge_rd = kMaxSge;
-  a.max_cq = 16384;
-  a.max_cqe = kMaxCqe;
+  a.max_sge = rc::kMaxSge;
+  a.max_sge_rd = rc::kMaxSge;
+  a.max_cq = rc::kMaxCq;
+  a.max_cqe = rc::kMaxCqe;
   a.max_mr = 65536;
   a.max_pd = 65536;
-  a.max_qp_rd_atom = 128;  // perftest sizes outstanding READs from this; must be > 0
-  a.max_res_rd_atom = 128 * 4096;
-  a.max_qp_init_rd_atom = 128;
+  a.max_qp_rd_atom = rc::kMaxRdAtomic;  // perftest sizes outstanding READs from this; must be > 0
+  a.max_res_rd_atom = rc::kMaxRdAtomic * rc::kMaxQp;
+  a.max_qp_init_rd_atom = rc::kMaxRdAtomic;
   a.atomic_cap = IBV_ATOMIC_HCA;
   a.max_ah = 65536;
-  a.max_srq = 16384;
-  a.max_srq_wr = kMaxSrqWr;
-  a.max_srq_sge = kMaxSge;
+  a.max_srq = rc::kMaxSrq;
+  a.max_srq_wr = rc::kMaxSrqWr;
+  a.max_srq_sge = rc::kMaxSge;
   a.max_pkeys = 1;
   a.local_ca_ack_delay = 15;
   a.phys_port_cnt = 1;
@@ -208,7 +208,7 @@ void SoftContext::close() {
 
 ibv_pd* SoftContext::alloc_pd() {
   static std::atomic<uint32_t> next_handle{1};
-  auto* pd = new SoftPd;
+  auto* pd = new SoftPd();  // value-initialised: every ibv_* member starts zeroed, as rdma-core providers do
   pd->ibv.context = &vctx.context;
   pd->ibv.handle = next_handle++;
   return &pd->ibv;
@@ -236,7 +236,7 @@ ibv_ah* SoftContext::create_ah(ibv_pd* pd, const ibv_ah_attr* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  auto* ah = new SoftAh;
+  auto* ah = new SoftAh();
   ah->ibv.context = &vctx.context;
   ah->ibv.pd = pd;
   ah->attr = *attr;

@@ -1,5 +1,6 @@
 // Soft provider: memory registration and the key table the transport engine resolves keys with.
 #include "providers/soft/soft.h"
+#include "providers/soft/random.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,43 +12,64 @@ namespace melon::soft {
 
 // ---- key table ------------------------------------------------------------------------------------
 
-uint32_t MrTable::add(SoftMr*, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access) {
+void MrTable::new_keys(Entry& e, uint32_t slot) {
+  lkeys_.erase(e.lkey);
+  rkeys_.erase(e.rkey);
+  auto fresh = [this](uint32_t other) {
+    for (;;) {  // terminates: at most 2^24 of the 2^32 values are taken
+      uint32_t k = random_u32();
+      if (k && k != other && !lkeys_.count(k) && !rkeys_.count(k)) return k;
+    }
+  };
+  e.lkey = fresh(e.lkey);
+  e.rkey = fresh(e.lkey);
+  lkeys_[e.lkey] = slot;
+  rkeys_[e.rkey] = slot;
+}
+
+bool MrTable::add(ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access, Keys* keys) {
   std::unique_lock lock(mu_);
   uint32_t slot;
   if (!free_.empty()) {
     slot = free_.back();
     free_.pop_back();
   } else {
-    if (slots_.size() >= (1u << 24) - 1) return 0;
+    if (slots_.size() >= (1u << 24)) return false;
     slot = static_cast<uint32_t>(slots_.size());
     slots_.emplace_back();
   }
   Entry& e = slots_[slot];
+  e = Entry{};
   e.live = true;
-  e.gen++;  // a new generation each time the slot is reused: stale keys stop resolving
-  if (slot == 0 && e.gen == 0) e.gen = 1;  // key 0 is never valid
   e.pd = pd;
   e.pd_handle = pd->handle;
   e.iova = iova;
   e.length = length;
   e.host = reinterpret_cast<uintptr_t>(host);
   e.access = access;
-  return (slot << 8) | e.gen;
+  new_keys(e, slot);
+  *keys = {e.lkey, e.rkey, slot};
+  return true;
 }
 
-void MrTable::remove(uint32_t key) {
+void MrTable::remove(uint32_t lkey) {
   std::unique_lock lock(mu_);
-  uint32_t slot = key >> 8;
-  if (slot < slots_.size() && slots_[slot].live && slots_[slot].gen == (key & 0xff)) {
-    slots_[slot].live = false;
-    free_.push_back(slot);
-  }
+  auto it = lkeys_.find(lkey);
+  if (it == lkeys_.end()) return;
+  uint32_t slot = it->second;
+  Entry& e = slots_[slot];
+  lkeys_.erase(it);
+  rkeys_.erase(e.rkey);
+  e = Entry{};
+  free_.push_back(slot);
 }
 
-bool MrTable::update(uint32_t key, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access) {
+bool MrTable::update(uint32_t lkey, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access,
+                     Keys* keys) {
   std::unique_lock lock(mu_);
-  uint32_t slot = key >> 8;
-  if (slot >= slots_.size() || !slots_[slot].live || slots_[slot].gen != (key & 0xff)) return false;
+  auto it = lkeys_.find(lkey);
+  if (it == lkeys_.end()) return false;
+  uint32_t slot = it->second;
   Entry& e = slots_[slot];
   e.pd = pd;
   e.pd_handle = pd->handle;
@@ -55,14 +77,15 @@ bool MrTable::update(uint32_t key, ibv_pd* pd, uint64_t iova, uint64_t length, v
   e.length = length;
   e.host = reinterpret_cast<uintptr_t>(host);
   e.access = access;
+  new_keys(e, slot);  // the old keys die with the old translation
+  *keys = {e.lkey, e.rkey, slot};
   return true;
 }
 
-const MrTable::Entry* MrTable::live_entry(uint32_t key) const {
-  uint32_t slot = key >> 8;
-  if (slot >= slots_.size()) return nullptr;
-  const Entry& e = slots_[slot];
-  return e.live && e.gen == (key & 0xff) ? &e : nullptr;
+const MrTable::Entry* MrTable::live_entry(KeyKind kind, uint32_t key) const {
+  const auto& keys = kind == KeyKind::local ? lkeys_ : rkeys_;
+  auto it = keys.find(key);
+  return it == keys.end() ? nullptr : &slots_[it->second];
 }
 
 MrStatus MrTable::check(const Entry* e, uint64_t addr, uint64_t len, unsigned need, void** host) const {
@@ -73,19 +96,19 @@ MrStatus MrTable::check(const Entry* e, uint64_t addr, uint64_t len, unsigned ne
   return MrStatus::Ok;
 }
 
-MrStatus MrTable::resolve(uint32_t key, const ibv_pd* pd, uint64_t addr, uint64_t len, unsigned need,
+MrStatus MrTable::resolve(KeyKind kind, uint32_t key, const ibv_pd* pd, uint64_t addr, uint64_t len, unsigned need,
                           void** host) const {
   std::shared_lock lock(mu_);
-  const Entry* e = live_entry(key);
+  const Entry* e = live_entry(kind, key);
   if (!e) return MrStatus::BadKey;
   if (e->pd != pd) return MrStatus::WrongPd;  // IBA 10.2.3: the MR and the QP must share the PD
   return check(e, addr, len, need, host);
 }
 
-MrStatus MrTable::resolve_by_pd_handle(uint32_t key, uint32_t pd_handle, uint64_t addr, uint64_t len, unsigned need,
-                                       void** host) const {
+MrStatus MrTable::resolve_by_pd_handle(KeyKind kind, uint32_t key, uint32_t pd_handle, uint64_t addr, uint64_t len,
+                                       unsigned need, void** host) const {
   std::shared_lock lock(mu_);
-  const Entry* e = live_entry(key);
+  const Entry* e = live_entry(kind, key);
   if (!e) return MrStatus::BadKey;
   if (e->pd_handle != pd_handle) return MrStatus::WrongPd;
   return check(e, addr, len, need, host);
@@ -152,9 +175,9 @@ ibv_mr* SoftContext::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova
     return nullptr;
   }
 
-  auto* mr = new SoftMr;
-  uint32_t key = dev_->mrs().add(mr, pd, iova, length, addr, acc);
-  if (!key) {
+  auto* mr = new SoftMr();
+  MrTable::Keys keys;
+  if (!dev_->mrs().add(pd, iova, length, addr, acc, &keys)) {
     delete mr;
     errno = ENOMEM;
     return nullptr;
@@ -163,9 +186,9 @@ ibv_mr* SoftContext::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova
   mr->ibv.pd = pd;
   mr->ibv.addr = addr;
   mr->ibv.length = length;
-  mr->ibv.handle = key;
-  mr->ibv.lkey = key;
-  mr->ibv.rkey = key;
+  mr->ibv.handle = keys.slot;
+  mr->ibv.lkey = keys.lkey;
+  mr->ibv.rkey = keys.rkey;
   mr->iova = iova;
   mr->access = acc;
   reinterpret_cast<SoftPd*>(pd)->users++;
@@ -190,7 +213,10 @@ int SoftContext::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t 
       reinterpret_cast<uintptr_t>(new_addr) + new_len < reinterpret_cast<uintptr_t>(new_addr))
     return EINVAL;
   if (!range_mapped(new_addr, new_len)) return EFAULT;
-  if (!dev_->mrs().update(mr->lkey, new_pd, new_iova, new_len, new_addr, new_access)) return EINVAL;
+  MrTable::Keys keys;
+  if (!dev_->mrs().update(mr->lkey, new_pd, new_iova, new_len, new_addr, new_access, &keys)) return EINVAL;
+  mr->lkey = keys.lkey;
+  mr->rkey = keys.rkey;
   if (new_pd != mr->pd) {
     reinterpret_cast<SoftPd*>(mr->pd)->users--;
     reinterpret_cast<SoftPd*>(new_pd)->users++;

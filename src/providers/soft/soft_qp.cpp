@@ -1,5 +1,6 @@
 // QPs of the soft provider: verbs calls translated to the transport engine, under its lock.
 #include "providers/soft/soft_qp.h"
+#include "providers/soft/random.h"
 
 #include <arpa/inet.h>
 
@@ -17,9 +18,9 @@ static_assert(int(IBV_WR_SEND_WITH_INV) == int(rc::WrOpcode::send_with_inv) &&
                   int(IBV_ACCESS_REMOTE_ATOMIC) == int(rc::kRemoteAtomic),
               "the engine uses verbs' numeric values");
 
-constexpr uint32_t kMaxQpWr = 16384;
-constexpr uint32_t kMaxInline = 1024;
-constexpr uint8_t kMaxRdAtomic = 128;
+using rc::kMaxQpWr;
+using rc::kMaxRdAtomic;
+using rc::kMaxSge;
 
 // ---- hub ----------------------------------------------------------------------------------------
 
@@ -40,7 +41,10 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
     addrs.push_back(l);
   }
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
-  transport_.reset(new UdpTransport(addrs, static_cast<rc::Memory&>(*this), static_cast<rc::EventSink*>(this)));
+  rc::EngineConfig config;
+  config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
+  transport_.reset(
+      new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this), config));
 }
 
 Hub* Hub::acquire(SoftDevice* dev, int* err) {
@@ -84,15 +88,19 @@ void Hub::remove_srq(uint32_t srqn) {
   srqs_.erase(srqn);
 }
 
-uint8_t* Hub::local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t access) {
+rc::MemStatus Hub::map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
+                       rc::Span* first) {
   void* host = nullptr;
-  return dev_->mrs().resolve_by_pd_handle(lkey, pd, addr, len, access, &host) == MrStatus::Ok
-             ? static_cast<uint8_t*>(host)
-             : nullptr;
-}
-
-uint8_t* Hub::remote(uint32_t pd, uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) {
-  return local(pd, rkey, va, len, access);
+  // lkey and rkey live in separate key spaces (soft_mr.cpp).
+  KeyKind k = kind == rc::KeyKind::local ? KeyKind::local : KeyKind::remote;
+  switch (dev_->mrs().resolve_by_pd_handle(k, key, pd, addr, len, access, &host)) {
+    case MrStatus::Ok: *first = {static_cast<uint8_t*>(host), len}; return rc::MemStatus::ok;
+    case MrStatus::BadKey: return rc::MemStatus::bad_key;
+    case MrStatus::WrongPd: return rc::MemStatus::wrong_pd;
+    case MrStatus::OutOfRange: return rc::MemStatus::out_of_range;
+    case MrStatus::NoAccess: return rc::MemStatus::no_access;
+  }
+  return rc::MemStatus::bad_key;
 }
 
 void Hub::qp_event(uint32_t qpn, rc::AsyncEvent ev) {
@@ -147,8 +155,14 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
     errno = e;
     return nullptr;
   };
-  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  if (attr->comp_mask & ~known) return fail(EOPNOTSUPP);  // XRC, RSS, create flags, ...
+  // Creation flags and a TSO header size are accepted when they ask for nothing (rdma-core's
+  // own tests set the mask with zero values); any flag or a TSO header is not supported (the
+  // device reports tso_caps.max_tso 0), nor are XRC domains, RSS or indirection tables.
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+                         IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+  if (attr->comp_mask & ~known) return fail(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) return fail(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr->max_tso_header) return fail(EOPNOTSUPP);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !owns(attr->pd)) return fail(EINVAL);
   rc::QpType type;
   switch (attr->qp_type) {
@@ -160,14 +174,14 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   if (!owns(attr->send_cq) || !owns(attr->recv_cq)) return fail(EINVAL);
   if (attr->srq && attr->srq->context != &vctx.context) return fail(EINVAL);
   ibv_qp_cap& cap = attr->cap;
-  if (cap.max_send_wr > kMaxQpWr || cap.max_send_sge > uint32_t(kMaxSge) || cap.max_inline_data > kMaxInline ||
-      (!attr->srq && (cap.max_recv_wr > kMaxQpWr || cap.max_recv_sge > uint32_t(kMaxSge))))
+  if (cap.max_send_wr > kMaxQpWr || cap.max_send_sge > kMaxSge || cap.max_inline_data > rc::kMaxInlineData ||
+      (!attr->srq && (cap.max_recv_wr > kMaxQpWr || cap.max_recv_sge > kMaxSge)))
     return fail(EINVAL);
   int err = 0;
   Hub* h = hub(&err);
   if (!h) return fail(err);
 
-  auto* qp = new SoftQp;
+  auto* qp = new SoftQp();
   qp->ctx = this;
   qp->hub = h;
   qp->scq.cq = SoftCq::from(attr->send_cq);
@@ -194,7 +208,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   init.cap.max_send_sge = cap.max_send_sge;
   init.cap.max_recv_sge = cap.max_recv_sge;
   init.cap.max_inline_data = cap.max_inline_data;
-  err = h->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.create_qp(init, &qp->qpn); });
+  err = h->transport().with_engine([&](rc::Engine& e) { return e.create_qp(init, &qp->qpn); });
   if (err) {
     delete qp;
     return fail(err);
@@ -205,7 +219,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   q.handle = qp->qpn;
   if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
     if (int e = verbs::init_qp_ex_ops(qp, attr->send_ops_flags)) {
-      h->transport().with_engine([&](rc::Engine& en, uint64_t) { return en.destroy_qp(qp->qpn); });
+      h->transport().with_engine([&](rc::Engine& en) { return en.destroy_qp(qp->qpn); });
       delete qp;
       return fail(e);
     }
@@ -251,6 +265,7 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   r.timeout = a->timeout;
   r.retry_cnt = a->retry_cnt;
   r.rnr_retry = a->rnr_retry;
+  r.en_sqd_async_notify = a->en_sqd_async_notify;
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = a->ah_attr;
     if (!ah.is_global || ah.grh.flow_label > 0xfffff) return EINVAL;  // RoCE needs the GRH
@@ -264,8 +279,7 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   }
   uint32_t emask = uint32_t(mask) & ~uint32_t(IBV_QP_PORT);
   if (mask & IBV_QP_PORT) emask |= rc::kAttrPort;
-  int err = qp->hub->transport().with_engine(
-      [&](rc::Engine& e, uint64_t now) { return e.modify_qp(qp->qpn, r, emask, now); });
+  int err = qp->hub->transport().with_engine([&](rc::Engine& e) { return e.modify_qp(qp->qpn, r, emask); });
   if (!err && (mask & IBV_QP_STATE)) ibqp->state = a->qp_state;
   return err;
 }
@@ -274,7 +288,7 @@ int SoftContext::query_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask, ibv_qp_init_at
   if (ibqp->context != &vctx.context) return EINVAL;
   SoftQp* qp = SoftQp::from(ibqp);
   rc::QpAttr r;
-  int err = qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.query_qp(qp->qpn, &r, nullptr); });
+  int err = qp->hub->transport().with_engine([&](rc::Engine& e) { return e.query_qp(qp->qpn, &r, nullptr); });
   if (err) return err;
   (void)mask;  // everything is cheap to report
   std::memset(a, 0, sizeof *a);
@@ -311,7 +325,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
   if (ibqp->context != &vctx.context) return EINVAL;
   SoftQp* qp = SoftQp::from(ibqp);
   qp->hub->remove_qp(qp->qpn);
-  qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t) { return e.destroy_qp(qp->qpn); });
+  qp->hub->transport().with_engine([&](rc::Engine& e) { return e.destroy_qp(qp->qpn); });
   reinterpret_cast<SoftPd*>(ibqp->pd)->users--;
   qp->scq.cq->users--;
   qp->rcq.cq->users--;
@@ -325,7 +339,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
 
 int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t now) {
+  return qp->hub->transport().with_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::SendWr w;
       w.wr_id = wr->wr_id;
@@ -368,7 +382,7 @@ int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
           w.remote_qkey = wr->wr.ud.remote_qkey;
         }
       }
-      if (!err) err = e.post_send(qp->qpn, w, now);
+      if (!err) err = e.post_send(qp->qpn, w);
       if (err) {
         if (bad) *bad = wr;
         return err;
@@ -380,7 +394,7 @@ int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
 
 int soft_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->hub->transport().with_engine([&](rc::Engine& e, uint64_t) {
+  return qp->hub->transport().with_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::RecvWr r;
       r.wr_id = wr->wr_id;

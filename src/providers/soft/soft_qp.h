@@ -15,12 +15,12 @@
 namespace melon::soft {
 
 // Forwards one QP's completions from the engine to a provider CQ.
-struct CqForward final : rc::Cq {
+struct CqForward final : rc::CompletionSink {
   SoftCq* cq = nullptr;
   bool push(const rc::Wc& wc) override;
 };
 
-class Hub final : private rc::Memory, private rc::EventSink {
+class Hub final : private rc::HostMemory, private rc::EventSink {
  public:
   // The hub of `dev`, started on first use and kept while any context holds it; errno on failure.
   static Hub* acquire(SoftDevice* dev, int* err);
@@ -37,8 +37,9 @@ class Hub final : private rc::Memory, private rc::EventSink {
 
  private:
   explicit Hub(SoftDevice* dev);
-  uint8_t* local(uint32_t pd, uint32_t lkey, uint64_t addr, uint32_t len, uint32_t access) override;
-  uint8_t* remote(uint32_t pd, uint32_t rkey, uint64_t va, uint32_t len, uint32_t access) override;
+  // Process memory: a key's range is one span.
+  rc::MemStatus map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
+                    rc::Span* first) override;
   bool invalidate(uint32_t pd, uint32_t rkey) override { return false; }  // no memory windows yet
   void qp_event(uint32_t qpn, rc::AsyncEvent ev) override;
   void srq_event(uint32_t srqn, rc::AsyncEvent ev) override;

@@ -8,7 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "roce/icrc.h"
+#include "rc/wire.h"
+#include "roce/frame.h"
 #include "roce/icrc_udp.h"
 #include "roce/ip_udp.h"
 
@@ -53,9 +54,9 @@ bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) 
 
 }  // namespace
 
-UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events,
-                           uint16_t port)
-    : port_(port), engine_(*this, memory, events) {
+UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
+                           const rc::EngineConfig& config, uint16_t port)
+    : port_(port), engine_(rc::Host{memory, *this, *this, events}, config) {
   for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1});
   tx_.resize(kBatch);
   tx_msgs_.resize(kBatch);
@@ -158,40 +159,27 @@ void UdpTransport::wake() {
 void UdpTransport::transmit(const rc::TxPacket& p) {
   if (tx_count_ == kBatch) flush_tx();
   TxSlot& s = tx_[tx_count_];
-  roce::Packet hdr = p.pkt;
-  hdr.payload_len = p.payload_len;  // sets PadCnt
-  size_t hlen = write_transport_headers(hdr, s.hdr);
-  uint8_t pad = pad_for(p.payload_len);
-
   s.sock = socket_for(p.av->sgid);
   if (s.sock == socks_.size()) {
     stats_.tx_errors++;
     return;
   }
   const Socket& k = socks_[s.sock];
-  IpUdp ip;
+  // The ICRC covers IP and UDP as the kernel will send them: from this socket's address and port (a
+  // socket has one source port, so the engine's entropy port in tx_ip() is replaced), IPv4
+  // identification 0 with DF set (see start()).
+  IpUdp ip = rc::tx_ip(p);
   ip.v6 = k.v6;
   memcpy(ip.src, k.addr.gid, 16);
-  memcpy(ip.dst, p.av->dgid, 16);
   ip.sport = port_;
   ip.dport = kRoceV2Port;
   ip.ip_id = 0;
   ip.df = true;
-  uint8_t iph[kIpv6HeaderSize + kUdpHeaderSize];
-  size_t ipl = write_ip_udp(ip, hlen + p.payload_len + pad + kIcrcSize, iph);
-  Icrc c;
-  c.begin_with_bth(iph, ipl, s.hdr);
-  c.add(s.hdr + kBthSize, hlen - kBthSize);
+  write_payload_frame(ip, p.pkt, p.iov, p.niov, s.frame);
   int n = 0;
-  s.iov[n++] = {s.hdr, hlen};
-  for (int i = 0; i < p.niov; ++i) {
-    c.add(p.iov[i].base, p.iov[i].len);
-    s.iov[n++] = {const_cast<uint8_t*>(p.iov[i].base), p.iov[i].len};
-  }
-  memset(s.tail, 0, pad);
-  c.add(s.tail, pad);
-  store_icrc(s.tail + pad, c.value());
-  s.iov[n++] = {s.tail, size_t(pad) + kIcrcSize};
+  s.iov[n++] = {s.frame.transport, s.frame.transport_len};
+  for (int i = 0; i < p.niov; ++i) s.iov[n++] = {p.iov[i].ptr, p.iov[i].len};
+  s.iov[n++] = {s.frame.tail, s.frame.tail_len};
 
   mmsghdr& m = tx_msgs_[tx_count_];
   memset(&m, 0, sizeof m);
@@ -260,7 +248,7 @@ int UdpTransport::receive_batch(size_t sock) {
   if (n == 0) n = -1;
 #endif
   if (n <= 0) return 0;
-  uint64_t now = now_ns();
+  batch_now_ = now_ns();
   for (int i = 0; i < n; ++i) {
     const uint8_t* pkt = rx_buf_.data() + size_t(i) * kRxBuf;
     size_t len = rx_msgs_[i].msg_len;
@@ -284,9 +272,10 @@ int UdpTransport::receive_batch(size_t sock) {
     }
     ip.ip_id = id;
     stats_.rx_packets++;
-    engine_.receive(ip, pkt, len, now);
+    engine_.receive(ip, pkt, len);
   }
-  engine_.tick(now);
+  engine_.tick();
+  batch_now_ = 0;
   flush_tx();
   return n;
 }
@@ -296,9 +285,8 @@ bool UdpTransport::poll_progress() {
   int got = 0;
   for (size_t s = 0; s < socks_.size(); ++s)
     if (socks_[s].fd >= 0) got += receive_batch(s);
-  uint64_t now = now_ns();
-  if (engine_.next_deadline() <= now) {
-    engine_.tick(now);
+  if (engine_.next_deadline() <= now_ns()) {
+    engine_.tick();
     flush_tx();
   }
   mu_.unlock();
@@ -349,9 +337,8 @@ void UdpTransport::run() {
       }
     }
     std::lock_guard<std::mutex> g(mu_);
-    uint64_t now = now_ns();
-    if (engine_.next_deadline() <= now) {
-      engine_.tick(now);
+    if (engine_.next_deadline() <= now_ns()) {
+      engine_.tick();
       flush_tx();
     }
   }

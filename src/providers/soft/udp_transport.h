@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "rc/engine.h"
+#include "roce/frame.h"
 
 #if !defined(__linux__)
 // sendmmsg/recvmmsg are Linux's; elsewhere the same batches go out one sendmsg at a time.
@@ -35,11 +36,13 @@ struct LocalAddress {
   uint32_t scope_id = 0;
 };
 
-class UdpTransport final : private rc::Link {
+// The engine's frame link and clock; memory and events are the provider's (rc/host.h).
+class UdpTransport final : private rc::FrameLink, private rc::Clock {
  public:
   // One socket per address; a packet leaves from the socket whose address is its source GID.
-  // Memory and events are the provider's; both are called with the engine lock held.
-  UdpTransport(const std::vector<LocalAddress>& addrs, rc::Memory& memory, rc::EventSink* events, uint16_t port = 4791);
+  // Memory and events are called with the engine lock held.
+  UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
+               const rc::EngineConfig& config = {}, uint16_t port = 4791);
   ~UdpTransport() override;
 
   // Binds every address (those that fail are skipped) and starts the progress thread; errno value
@@ -48,7 +51,7 @@ class UdpTransport final : private rc::Link {
   void stop();
   size_t bound() const;
 
-  // Runs `f(engine, now)` under the engine lock, then sends what it queued and wakes the progress
+  // Runs `f(engine)` under the engine lock, then sends what it queued and wakes the progress
   // thread if a timer moved earlier.
   template <typename F>
   auto with_engine(F&& f) {
@@ -57,7 +60,7 @@ class UdpTransport final : private rc::Link {
       UdpTransport* t;
       ~Flush() { t->after_engine_call(); }
     } flush{this};
-    return f(engine_, now_ns());
+    return f(engine_);
   }
 
   // Receive and process whatever has arrived, from the caller's thread (an application polling
@@ -70,6 +73,7 @@ class UdpTransport final : private rc::Link {
 
  private:
   void transmit(const rc::TxPacket& p) override;
+  uint64_t now() override { return batch_now_ ? batch_now_ : now_ns(); }
   void flush_tx();
   void after_engine_call();
   void run();
@@ -94,12 +98,12 @@ class UdpTransport final : private rc::Link {
   std::thread thread_;
   std::atomic<bool> running_{false};
   uint64_t armed_deadline_ = UINT64_MAX;
+  uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
   TransportStats stats_;
 
   // Transmit batch (guarded by mu_).
   struct TxSlot {
-    uint8_t hdr[64];  // BTH + extended headers
-    uint8_t tail[8];  // pad + ICRC
+    roce::PayloadFrame frame;  // transport headers, pad + ICRC around the payload
     sockaddr_storage to;
     size_t sock;
     iovec iov[kMaxIovPerPkt];

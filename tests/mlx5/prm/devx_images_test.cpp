@@ -65,7 +65,7 @@ TEST(PrmDevxImages, CreateMkeyWithTwoMtts) {
   prm::mtt_set(v.elem(klm_pas_mtt, 0), 0x123456000ull, true, true);
   prm::mtt_set(v.elem(klm_pas_mtt, 0) + prm::kMttBytes, 0x123457000ull, true, true);
   expect_image("create_mkey", in);
-  // The reference recipe's bytes (rdma-core-abi.md §9.2): LR/LW/RR/RW + A, MTT, qpn 0xffffff, key 0x42, pd 0x1234.
+  // The bytes of the oracle program (tests/mlx5/prm/oracle/devx_images.c): LR/LW/RR/RW + A, MTT, qpn 0xffffff, key 0x42, pd 0x1234.
   EXPECT_EQ(prm::mkc_get_access_mode(prm::mkc::cview(m)), prm::mkc_access_mode::MTT);
   EXPECT_EQ(prm::mtt_pa(v.elem(klm_pas_mtt, 0)), 0x123456000ull);
 }

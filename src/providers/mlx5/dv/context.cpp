@@ -21,7 +21,9 @@ MELON_DV_NULL(struct ibv_qp*, mlx5dv_create_qp,
 
 // mlx5dv_init_obj has two versions in rdma-core v44: the default MLX5_1.2 one and the MLX5_1.0
 // one of binaries linked before MLX5_1.2. Both are defined under internal names and versioned
-// explicitly; the static_asserts hold them to rdma-core's prototype.
+// explicitly; the static_asserts hold them to rdma-core's prototype. Mach-O has no symbol
+// versions: there the function is simply exported.
+#if defined(__ELF__)
 MELON_DV_EXPORT int melon_mlx5dv_init_obj(struct mlx5dv_obj*, uint64_t) {
   errno = EOPNOTSUPP;
   return EOPNOTSUPP;
@@ -32,3 +34,6 @@ MELON_DV_EXPORT __attribute__((alias("melon_mlx5dv_init_obj"))) int melon_mlx5dv
 __asm__(".symver melon_mlx5dv_init_obj_1_0, mlx5dv_init_obj@MLX5_1.0");
 static_assert(std::is_same_v<decltype(melon_mlx5dv_init_obj), decltype(mlx5dv_init_obj)>);
 static_assert(std::is_same_v<decltype(melon_mlx5dv_init_obj_1_0), decltype(mlx5dv_init_obj)>);
+#else
+MELON_DV_ERRNO(mlx5dv_init_obj, (struct mlx5dv_obj*, uint64_t))
+#endif

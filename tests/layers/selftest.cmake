@@ -1,0 +1,17 @@
+# A scratch tree where src/rc includes a provider header: check_layers.py must fail and name it.
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK}/docs ${WORK}/src/rc ${WORK}/src/roce ${WORK}/src/providers/soft ${WORK}/tools)
+file(WRITE ${WORK}/docs/layers.txt "src/roce: src/roce\nsrc/rc: src/rc src/roce\nsrc/providers/soft: src/providers/soft src/rc/engine.h\n")
+file(WRITE ${WORK}/src/roce/packet.h "#pragma once\n")
+file(WRITE ${WORK}/src/providers/soft/soft.h "#pragma once\n")
+file(WRITE ${WORK}/src/rc/engine.h "#include \"roce/packet.h\"\n#include \"providers/soft/soft.h\"\n")
+execute_process(COMMAND ${PYTHON} ${SCRIPT} ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(rc EQUAL 0 OR NOT out MATCHES "src/rc/engine.h: #include \"providers/soft/soft.h\"")
+  message(FATAL_ERROR "check_layers.py did not report src/rc -> src/providers/soft (exit ${rc}):\n${out}")
+endif()
+# And the same tree without the crossing include passes.
+file(WRITE ${WORK}/src/rc/engine.h "#include \"roce/packet.h\"\n")
+execute_process(COMMAND ${PYTHON} ${SCRIPT} ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "check_layers.py failed a tree that keeps its table:\n${out}")
+endif()
