@@ -25,7 +25,7 @@
 #include "mlx5/core/hca.h"
 #include "mlx5/emu/device.h"
 #include "mlx5/emu/test_host.h"
-#include "uapi/core_backend.h"
+#include "mlx5/core/uapi_backend.h"
 #include "uapi/server.h"
 
 namespace melon::dext {
@@ -45,7 +45,7 @@ struct Conn {
 };
 
 // Queue memory as memfds the device sees through the TestHost IOMMU and the client maps.
-class Platform final : public uapi::QueuePlatform {
+class Platform final : public mlx5::core::QueuePlatform {
  public:
   Platform(mlx5::emu::TestHost& host, ClientDma& dma, int wake_fd) : host_(host), dma_(dma), wake_fd_(wake_fd) {}
   ~Platform() {
@@ -244,7 +244,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   if (hca.set_gid(0, g) != mlx5::core::Err::ok) return fail_device("setting GID 0 failed");
 
   Platform plat(host, dma, wake_fd);
-  uapi::CoreBackend backend(hca, plat);
+  mlx5::core::UapiBackend backend(hca, plat);
   uapi::Limits lim;
   backend.fill_limits(&lim);
   lim.clients = opt.clients < uapi::kMaxClients ? opt.clients : uapi::kMaxClients;

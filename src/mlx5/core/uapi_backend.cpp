@@ -1,15 +1,16 @@
 // uapi::Backend over src/mlx5/core.
-#include "uapi/core_backend.h"
+#include "mlx5/core/uapi_backend.h"
 
 #include <string.h>
 
 #include "mlx5/prm/prm.h"
-#include "uapi/server.h"
 
-namespace melon::uapi {
+namespace melon::mlx5::core {
+
+using namespace melon::uapi;  // the ABI this backend serves
 
 namespace c = mlx5::core;
-namespace p = mlx5::prm;
+namespace p = prm;
 
 Status status_of(c::Err e) {
   switch (e) {
@@ -28,7 +29,7 @@ Status status_of(c::Err e) {
 
 // Queue memory: the ring, page-rounded, then one page holding the doorbell record(s), so each can
 // be mapped on its own.
-struct CoreBackend::Queue {
+struct UapiBackend::Queue {
   QueuePlatform::Mem mem;
   uint64_t ring_bytes = 0;
   c::Cq* cq = nullptr;
@@ -40,19 +41,19 @@ namespace {
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
-CoreBackend::CoreBackend(c::Hca& hca, QueuePlatform& plat) : hca_(hca), plat_(plat) {
+UapiBackend::UapiBackend(c::Hca& hca, QueuePlatform& plat) : hca_(hca), plat_(plat) {
   lock_ = hca_.hal().lock_create();
   routes_ = static_cast<Route*>(hca_.hal().mem_alloc(sizeof(Route) * kRoutes));
   pending_ = static_cast<Pending*>(hca_.hal().mem_alloc(sizeof(Pending) * kPending));
 }
 
-CoreBackend::~CoreBackend() {
+UapiBackend::~UapiBackend() {
   if (routes_) hca_.hal().mem_free(routes_, sizeof(Route) * kRoutes);
   if (pending_) hca_.hal().mem_free(pending_, sizeof(Pending) * kPending);
   if (lock_) hca_.hal().lock_destroy(lock_);
 }
 
-void CoreBackend::fill_limits(Limits* lim) {
+void UapiBackend::fill_limits(uapi::Limits* lim) {
   const c::HcaCaps& caps = hca_.caps();
   lim->gid_tbl_len = caps.gid_table_size ? caps.gid_table_size : 16;
   lim->comp_vectors = hca_.comp_eq_count() ? hca_.comp_eq_count() : 1;
@@ -64,7 +65,7 @@ void CoreBackend::fill_limits(Limits* lim) {
 
 // ---- Queries -----------------------------------------------------------------------------------
 
-Status CoreBackend::query_device(DeviceAttr* a) {
+Status UapiBackend::query_device(DeviceAttr* a) {
   const c::HcaCaps& caps = hca_.caps();
   uint32_t fw_major = 14, fw_minor = 32, fw_sub = 1010;  // what the emulated card reports
   a->fw_ver = uint64_t(fw_major) << 32 | uint64_t(fw_minor) << 16 | fw_sub;
@@ -100,7 +101,7 @@ Status CoreBackend::query_device(DeviceAttr* a) {
   return Status::ok;
 }
 
-Status CoreBackend::query_port(uint32_t, PortAttr* a) {
+Status UapiBackend::query_port(uint32_t, PortAttr* a) {
   const c::PortInfo& pi = hca_.port();
   a->state = pi.vport_state == 1 ? 4 : 1;  // ACTIVE : DOWN
   uint32_t ib_mtu = pi.mtu >= 4096 ? 5 : pi.mtu >= 2048 ? 4 : pi.mtu >= 1024 ? 3 : pi.mtu >= 512 ? 2 : 1;
@@ -112,7 +113,7 @@ Status CoreBackend::query_port(uint32_t, PortAttr* a) {
   return Status::ok;
 }
 
-Status CoreBackend::query_gid(uint32_t, uint32_t index, GidResp* g) {
+Status UapiBackend::query_gid(uint32_t, uint32_t index, GidResp* g) {
   c::GidEntry e;
   if (Status s = status_of(hca_.query_gid(index, &e)); s != Status::ok) return s;
   memcpy(g->gid, e.gid, 16);
@@ -124,16 +125,16 @@ Status CoreBackend::query_gid(uint32_t, uint32_t index, GidResp* g) {
 
 // ---- PD, UAR, MR ---------------------------------------------------------------------------------
 
-Status CoreBackend::alloc_pd(void** out) {
+Status UapiBackend::alloc_pd(void** out) {
   c::Pd* pd = nullptr;
   Status s = status_of(hca_.alloc_pd(&pd));
   *out = pd;
   return s;
 }
 
-Status CoreBackend::dealloc_pd(void* o) { return status_of(hca_.free_pd(static_cast<c::Pd*>(o))); }
+Status UapiBackend::dealloc_pd(void* o) { return status_of(hca_.free_pd(static_cast<c::Pd*>(o))); }
 
-Status CoreBackend::alloc_uar(Created* cr, UarResp* r) {
+Status UapiBackend::alloc_uar(Created* cr, UarResp* r) {
   c::Uar* u = nullptr;
   if (Status s = status_of(hca_.alloc_uar(&u)); s != Status::ok) return s;
   if (plat_.uar_map(*u, &cr->maps[0]) != c::kHalOk) {
@@ -149,7 +150,7 @@ Status CoreBackend::alloc_uar(Created* cr, UarResp* r) {
   return Status::ok;
 }
 
-Status CoreBackend::free_uar(void* o) {
+Status UapiBackend::free_uar(void* o) {
   c::Uar* u = static_cast<c::Uar*>(o);
   c::Uar copy = *u;
   Status s = status_of(hca_.free_uar(u));
@@ -162,7 +163,7 @@ struct MrObj {
   uint64_t pin;
 };
 
-Status CoreBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out, RegMrResp* r) {
+Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out, RegMrResp* r) {
   uint64_t first = rq.addr & ~0xfffull, end = round_up(rq.addr + rq.length, 4096);
   uint64_t iova = 0, pin = 0;
   if (plat_.pin_client(host, first, end - first, (rq.access & ~kAccessRemoteRead) != 0, &iova, &pin) != c::kHalOk)
@@ -187,7 +188,7 @@ Status CoreBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out,
   return Status::ok;
 }
 
-Status CoreBackend::dereg_mr(void* o) {
+Status UapiBackend::dereg_mr(void* o) {
   MrObj* m = static_cast<MrObj*>(o);
   uint64_t len = round_up(m->mr->va + m->mr->len, 4096) - (m->mr->va & ~0xfffull);
   Status s = status_of(hca_.destroy_mr(m->mr));
@@ -200,7 +201,7 @@ Status CoreBackend::dereg_mr(void* o) {
 
 // ---- Queues ------------------------------------------------------------------------------------
 
-Status CoreBackend::queue_mem(uint64_t ring_bytes, Queue* q, Created* cr, MapKind ring_kind, MapKind second_kind) {
+Status UapiBackend::queue_mem(uint64_t ring_bytes, Queue* q, Created* cr, MapKind ring_kind, MapKind second_kind) {
   uint64_t page = hca_.hal().host_page_size();
   uint64_t ring = round_up(ring_bytes, page);
   if (plat_.queue_alloc(ring + page, &q->mem) != c::kHalOk) return Status::no_memory;
@@ -212,13 +213,13 @@ Status CoreBackend::queue_mem(uint64_t ring_bytes, Queue* q, Created* cr, MapKin
   return Status::ok;
 }
 
-void CoreBackend::free_queue(Queue* q) {
+void UapiBackend::free_queue(Queue* q) {
   queue_bytes_ -= q->mem.size;
   plat_.queue_free(q->mem);
   hca_.hal().mem_free(q, sizeof(Queue));
 }
 
-Status CoreBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) {
+Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) {
   Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
   if (!q) return Status::no_memory;
   *q = Queue{};
@@ -253,7 +254,7 @@ Status CoreBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) 
   return Status::ok;
 }
 
-Status CoreBackend::destroy_cq(void* o) {
+Status UapiBackend::destroy_cq(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t cqn = q->cq->cqn;
   if (Status s = status_of(hca_.destroy_cq(q->cq)); s != Status::ok) return s;
@@ -262,7 +263,7 @@ Status CoreBackend::destroy_cq(void* o) {
   return Status::ok;
 }
 
-Status CoreBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* r) {
+Status UapiBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* r) {
   Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
   if (!q) return Status::no_memory;
   *q = Queue{};
@@ -292,11 +293,11 @@ Status CoreBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* 
   return Status::ok;
 }
 
-Status CoreBackend::modify_srq(void* o, uint32_t limit) {
+Status UapiBackend::modify_srq(void* o, uint32_t limit) {
   return status_of(hca_.arm_srq(static_cast<Queue*>(o)->srq, uint16_t(limit)));
 }
 
-Status CoreBackend::destroy_srq(void* o) {
+Status UapiBackend::destroy_srq(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t n = q->srq->srqn;
   if (Status s = status_of(hca_.destroy_srq(q->srq)); s != Status::ok) return s;
@@ -305,7 +306,7 @@ Status CoreBackend::destroy_srq(void* o) {
   return Status::ok;
 }
 
-Status CoreBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) {
+Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) {
   Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
   if (!q) return Status::no_memory;
   *q = Queue{};
@@ -376,7 +377,7 @@ void path_of(const AddressReq& av, c::AddressPath* path) {
 }
 }  // namespace
 
-Status CoreBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
+Status UapiBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
   Queue* q = static_cast<Queue*>(o);
   c::QpAttr a;
   uint32_t m = rq.attr_mask;
@@ -396,7 +397,7 @@ Status CoreBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
   return status_of(hca_.modify_qp(q->qp, core_transition(t), a));
 }
 
-Status CoreBackend::query_qp(void* o, QpAttr* r) {
+Status UapiBackend::query_qp(void* o, uapi::QpAttr* r) {
   Queue* q = static_cast<Queue*>(o);
   c::QpQuery qq;
   if (Status s = status_of(hca_.query_qp(q->qp, &qq)); s != Status::ok) return s;
@@ -428,7 +429,7 @@ Status CoreBackend::query_qp(void* o, QpAttr* r) {
   return Status::ok;
 }
 
-Status CoreBackend::destroy_qp(void* o) {
+Status UapiBackend::destroy_qp(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t n = q->qp->qpn;
   if (Status s = status_of(hca_.destroy_qp(q->qp)); s != Status::ok) return s;
@@ -437,7 +438,7 @@ Status CoreBackend::destroy_qp(void* o) {
   return Status::ok;
 }
 
-Status CoreBackend::make_av(const AddressReq& av, uint8_t* out) {
+Status UapiBackend::make_av(const AddressReq& av, uint8_t* out) {
   c::AddressPath path;
   path_of(av, &path);
   c::AddressVector v;
@@ -447,7 +448,7 @@ Status CoreBackend::make_av(const AddressReq& av, uint8_t* out) {
   return Status::ok;
 }
 
-void CoreBackend::usage(UsageResp* u) {
+void UapiBackend::usage(UsageResp* u) {
   for (uint32_t k = 0; k < uint32_t(c::ObjKind::count) && k < 8; k++) u->core_live[k] = hca_.live(c::ObjKind(k));
   u->queue_bytes = queue_bytes_;
   u->pinned_bytes = pinned_;
@@ -457,7 +458,7 @@ void CoreBackend::usage(UsageResp* u) {
 
 // ---- Events ------------------------------------------------------------------------------------
 
-void CoreBackend::route_add(uint8_t kind, uint32_t number, uint32_t tag) {
+void UapiBackend::route_add(uint8_t kind, uint32_t number, uint32_t tag) {
   c::HalLock l(hca_.hal(), lock_);
   for (uint32_t i = 0; i < kRoutes; i++) {
     if (routes_[i].kind == 0) {
@@ -467,13 +468,13 @@ void CoreBackend::route_add(uint8_t kind, uint32_t number, uint32_t tag) {
   }
 }
 
-void CoreBackend::route_del(uint8_t kind, uint32_t number) {
+void UapiBackend::route_del(uint8_t kind, uint32_t number) {
   c::HalLock l(hca_.hal(), lock_);
   for (uint32_t i = 0; i < kRoutes; i++)
     if (routes_[i].kind == kind && routes_[i].number == number) routes_[i] = Route{};
 }
 
-void CoreBackend::push(uint8_t kind, uint32_t number, uint32_t event_type) {
+void UapiBackend::push(uint8_t kind, uint32_t number, uint32_t event_type) {
   {
     c::HalLock l(hca_.hal(), lock_);
     if (pend_count_ == kPending) return;  // the Server counts its own drops; these are rare
@@ -483,9 +484,9 @@ void CoreBackend::push(uint8_t kind, uint32_t number, uint32_t event_type) {
   plat_.events_pending();
 }
 
-void CoreBackend::on_completion(uint32_t cqn) { push(1, cqn, ~0u); }
+void UapiBackend::on_completion(uint32_t cqn) { push(1, cqn, ~0u); }
 
-void CoreBackend::on_async_event(const c::AsyncEvent& e) {
+void UapiBackend::on_async_event(const c::AsyncEvent& e) {
   // prm event type -> (object kind, ibv_event_type).
   struct Map {
     uint8_t prm, kind, ibv;
@@ -502,7 +503,7 @@ void CoreBackend::on_async_event(const c::AsyncEvent& e) {
     if (m.prm == e.type) push(m.kind, e.number & 0xffffff, m.ibv);
 }
 
-void CoreBackend::drain_events(Server& srv) {
+void UapiBackend::drain_events(uapi::Server& srv) {
   for (;;) {
     Pending ev;
     uint32_t tag = 0;
@@ -523,4 +524,4 @@ void CoreBackend::drain_events(Server& srv) {
   }
 }
 
-}  // namespace melon::uapi
+}  // namespace melon::mlx5::core
