@@ -629,6 +629,11 @@ void Server::deliver_async(uint32_t tag, uint32_t ibv_event_type) {
   push_event(c, EventResp{kEventAsync, token, ibv_event_type, 0});
 }
 
+void Server::deliver_device(uint32_t ibv_event_type) {
+  for (Client* c : clients_)
+    if (c && c->open) push_event(*c, EventResp{kEventAsync, 0, ibv_event_type, 0});
+}
+
 Status Server::get_event(Client& c, EventResp* rp) {
   if (!c.ev_count) return Status::no_event;
   *rp = c.events[c.ev_head];

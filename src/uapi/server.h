@@ -108,6 +108,8 @@ class Server {
   // Events from the device, tagged as the backend was told at creation (CqSpec::event_tag ...).
   void deliver_completion(uint32_t tag);
   void deliver_async(uint32_t tag, uint32_t ibv_event_type);
+  // A device event (port active/down, fatal): to every open client, with handle 0.
+  void deliver_device(uint32_t ibv_event_type);
 
   // Told when an event is queued for a client (the daemon wakes the client's event fd).
   void set_notify(EventNotify* n) { notify_ = n; }

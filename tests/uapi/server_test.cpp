@@ -635,6 +635,21 @@ TEST_F(Uapi, EventOverflowIsCounted) {
   EXPECT_EQ(srv->stats().events_dropped, 5u);
 }
 
+TEST_F(Uapi, DeviceEventsReachEveryOpenClient) {
+  Client& a = open_client();
+  Client& b = open_client();
+  Client& closed = attach();
+  srv->deliver_device(10 /* IBV_EVENT_PORT_ERR */);
+  for (Client* c : {&a, &b}) {
+    EventResp e{};
+    ASSERT_EQ(call(*c, Selector::get_event, EmptyReq{}, &e), Status::ok);
+    EXPECT_EQ(e.kind, kEventAsync);
+    EXPECT_EQ(e.handle, 0u);
+    EXPECT_EQ(e.event_type, 10u);
+  }
+  EXPECT_EQ(closed.ev_count, 0u);  // not open: nothing queued
+}
+
 // ---- Cleanup -------------------------------------------------------------------------------------
 
 TEST_F(Uapi, DetachReleasesEverythingDependentsFirst) {

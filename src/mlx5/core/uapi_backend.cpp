@@ -45,9 +45,11 @@ UapiBackend::UapiBackend(c::Hca& hca, QueuePlatform& plat) : hca_(hca), plat_(pl
   lock_ = hca_.hal().lock_create();
   routes_ = static_cast<Route*>(hca_.hal().mem_alloc(sizeof(Route) * kRoutes));
   pending_ = static_cast<Pending*>(hca_.hal().mem_alloc(sizeof(Pending) * kPending));
+  hca_.set_device_sink(this);  // port changes and fatal errors go to every client
 }
 
 UapiBackend::~UapiBackend() {
+  hca_.set_device_sink(nullptr);
   if (routes_) hca_.hal().mem_free(routes_, sizeof(Route) * kRoutes);
   if (pending_) hca_.hal().mem_free(pending_, sizeof(Pending) * kPending);
   if (lock_) hca_.hal().lock_destroy(lock_);
@@ -501,6 +503,11 @@ void UapiBackend::on_async_event(const c::AsyncEvent& e) {
   };
   for (const Map& m : kMap)
     if (m.prm == e.type) push(m.kind, e.number & 0xffffff, m.ibv);
+  // Device events: the port went up or down (PRM port_change subtypes), or the device is fatal.
+  if (e.type == uint8_t(p::event_type::PORT_CHANGE))
+    push(0, 0, e.subtype == uint8_t(p::port_change_subtype::ACTIVE) ? 9 /* PORT_ACTIVE */ : 10 /* PORT_ERR */);
+  else if (e.type == uint8_t(p::event_type::INTERNAL_ERROR))
+    push(0, 0, 8 /* DEVICE_FATAL */);
 }
 
 void UapiBackend::drain_events(uapi::Server& srv) {
@@ -515,6 +522,10 @@ void UapiBackend::drain_events(uapi::Server& srv) {
       pend_count_--;
       for (uint32_t i = 0; i < kRoutes; i++)
         if (routes_[i].kind == ev.kind && routes_[i].number == ev.number) tag = routes_[i].tag;
+    }
+    if (ev.kind == 0) {
+      srv.deliver_device(ev.event_type);
+      continue;
     }
     if (!tag) continue;  // the object is gone
     if (ev.event_type == ~0u)
