@@ -195,6 +195,8 @@ int run_emud(const EmudOptions& opt, std::string* why) {
     close(lock_fd);
     return kEmudAlreadyRunning;
   }
+  // The lock file names the daemon (melonctl emud stop/status read it).
+  if (ftruncate(lock_fd, 0) == 0) dprintf(lock_fd, "%d\n", int(getpid()));
   unlink(opt.socket.c_str());  // a stale socket of a dead daemon (we hold the lock)
   int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   sockaddr_un sa{};
