@@ -318,7 +318,7 @@ class CoreDataPathSrq : public CoreDataPath {
   }
 };
 
-TEST_F(CoreDataPathSrq, ReceivesComeFromTheSrqTheCoreMade) {
+TEST_F(CoreDataPathSrq, ReceivesComeFromTheSrqAndItsLimitEventReachesItsOwner) {
   for (int i = 0; i < 4; ++i) b.post_srq_recv(b.data.iova + 4096 * i, 4096);
   ASSERT_EQ(b.r.hca.arm_srq(b.srq, 3), Err::ok);
   for (int i = 0; i < 2; ++i) {
@@ -333,8 +333,11 @@ TEST_F(CoreDataPathSrq, ReceivesComeFromTheSrqTheCoreMade) {
   EXPECT_EQ(b.bytes()[0], 'a');
   ASSERT_NE(b.poll_cq(), nullptr);
   EXPECT_EQ(b.bytes()[4096], 'b') << "the second SEND took the next SRQ WQE in the linked list";
-  // The SRQ limit event (fewer than 3 WQEs left) is not asserted here yet: emu-dp @ b0684e5 posts it
-  // with the transport's SRQ number instead of the PRM SRQN, so it reaches no owner (reported).
+  ASSERT_EQ(b.srq_sink.events.size(), 1u) << "fewer than 3 WQEs left: one SRQ limit event";
+  EXPECT_EQ(b.srq_sink.events[0].type, p::event_type::SRQ_RQ_LIMIT);
+  EXPECT_EQ(b.srq_sink.events[0].number, b.srq->srqn);
+  EXPECT_EQ(b.srq->errors, 1u);
+  EXPECT_TRUE(b.qp_sink.events.empty()) << "an SRQ event is not the QP's";
 }
 
 }  // namespace
