@@ -245,33 +245,6 @@ const QpCounters* Engine::counters(uint32_t qpn) const {
 
 uint64_t Engine::dropped_packets() const { return impl_->dropped_; }
 
-const char* wc_status_name(WcStatus s) {
-  static const char* const names[] = {"success",
-                                      "local length error",
-                                      "local QP operation error",
-                                      "local EE context operation error",
-                                      "local protection error",
-                                      "Work Request Flushed Error",
-                                      "memory management operation error",
-                                      "bad response error",
-                                      "local access error",
-                                      "remote invalid request error",
-                                      "remote access error",
-                                      "remote operation error",
-                                      "transport retry counter exceeded",
-                                      "RNR retry counter exceeded",
-                                      "local RDD violation error",
-                                      "remote invalid RD request",
-                                      "aborted error",
-                                      "invalid EE context number",
-                                      "invalid EE context state",
-                                      "fatal error",
-                                      "response timeout error",
-                                      "general error"};
-  unsigned i = unsigned(s);
-  return i < sizeof names / sizeof names[0] ? names[i] : "unknown";
-}
-
 const char* qp_state_name(QpState s) {
   static const char* const names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
   unsigned i = unsigned(s);

@@ -31,7 +31,6 @@ enum class WcStatus : uint8_t {
   resp_timeout_err = 20,
   general_err = 21,
 };
-const char* wc_status_name(WcStatus s);
 
 enum class WcOpcode : uint8_t {
   send = 0,

@@ -342,11 +342,11 @@ double sim_scale() {
   return v > 0 ? v : 1.0;
 }
 
+// status is the ibv_wc_status value (verbs_values_oracle_test pins them); ibv_wc_status_str names it.
 std::string describe(const Wc& wc) {
   char buf[200];
-  snprintf(buf, sizeof buf, "wc{wr_id=%llu status=%s opcode=%d byte_len=%u imm=0x%x flags=0x%x qp=0x%x}",
-           (unsigned long long)wc.wr_id, wc_status_name(wc.status), int(wc.opcode), wc.byte_len, wc.imm, wc.wc_flags,
-           wc.qp_num);
+  snprintf(buf, sizeof buf, "wc{wr_id=%llu status=%d opcode=%d byte_len=%u imm=0x%x flags=0x%x qp=0x%x}",
+           (unsigned long long)wc.wr_id, int(wc.status), int(wc.opcode), wc.byte_len, wc.imm, wc.wc_flags, wc.qp_num);
   return buf;
 }
 
