@@ -15,10 +15,11 @@
 
 namespace melon::roce {
 
-// `len` bytes at `ptr`.
+// `len` bytes at `ptr`. No member initialisers: a TxPacket holds 64 of these, and zeroing them for
+// every packet cost more than building its headers.
 struct Span {
-  uint8_t* ptr = nullptr;
-  uint32_t len = 0;
+  uint8_t* ptr;
+  uint32_t len;
 };
 
 constexpr size_t kMaxTransportHeader = 64;  // BTH + the largest set of extended headers, rounded up
