@@ -75,11 +75,11 @@ setup_veth() {  # setup_veth <mtu>
 pair() {  # pair <tool> <args...>: perftest server at A, client at B; prints the client's output
   local tool=$1; shift
   local port=$((20000 + RANDOM % 20000))
-  MELON_SOFT_DEVICES=bench0=$addrA in_ns $nsA "$tool" -d bench0 -F -p $port "$@" > "$tmp/server" 2>&1 &
+  MELON_SOFT_DEVICES=bench0=$addrA in_ns $nsA timeout 90 "$tool" -d bench0 -F -p $port "$@" > "$tmp/server" 2>&1 &
   local spid=$!
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     sleep 0.5
-    MELON_SOFT_DEVICES=bench1=$addrB in_ns $nsB "$tool" -d bench1 -F -p $port "$@" $addrA > "$tmp/client" 2>&1 || true
+    MELON_SOFT_DEVICES=bench1=$addrB in_ns $nsB timeout 90 "$tool" -d bench1 -F -p $port "$@" $addrA > "$tmp/client" 2>&1 || true
     grep -q "Couldn't connect" "$tmp/client" || break
   done
   wait $spid || true
@@ -140,7 +140,7 @@ for s in $sections; do
       ;;
     lat)
       setup_lo
-      r=$(pair ib_send_lat -s 8 -n 20000 | awk '$1 == 8 {print $6}') # t_avg: half a round trip
+      r=$(pair ib_send_lat -s 8 -n 5000 | awk '$1 == 8 {print $6}') # t_avg: half a round trip
       in_ns $nsA sockperf server -i $addrA -p 11111 -F r --nonblocked > /dev/null 2>&1 &
       sleep 0.5
       # sockperf's smallest message is 14 bytes (its own header); it too reports half a round trip.

@@ -43,6 +43,10 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
   rc::EngineConfig config;
   config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
+  // A window of 512 packets (512 KiB at path MTU 1024): with the engine's 128 a QP stalled on every
+  // scheduling delay of a loaded host (docs/performance.md, "Soft path"); 512 still fits the socket
+  // buffers UdpTransport asks for (8 MiB, capped by rmem_max) at MTU 4096.
+  config.max_inflight_packets = 512;
   transport_.reset(
       new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this), config));
 }
