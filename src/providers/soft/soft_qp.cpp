@@ -4,7 +4,9 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace melon::soft {
@@ -30,6 +32,22 @@ std::map<SoftDevice*, Hub*>& hubs() {
   static auto* m = new std::map<SoftDevice*, Hub*>;  // never destroyed: progress threads may outlive statics
   return *m;
 }
+// The requester window per QP, in packets. The engine's default (128: 128 KiB at path MTU 1024)
+// stalls a QP on every scheduling delay of a loaded host (docs/performance.md, "Soft path"); a
+// larger one is only safe while the receive buffer holds it, or the window itself causes drops.
+// UdpTransport asks for 8 MiB, which Linux caps at rmem_max and then doubles. Half of that is
+// shared by four busy QPs, a packet of path MTU `pmtu` taking about 2 * pmtu of buffer; 128..512.
+uint32_t requester_window(unsigned pmtu) {
+  uint64_t rcvbuf = 0;
+  if (FILE* f = fopen("/proc/sys/net/core/rmem_max", "r")) {
+    unsigned long long v = 0;
+    if (fscanf(f, "%llu", &v) == 1) rcvbuf = 2 * std::min<uint64_t>(v, 8u << 20);
+    fclose(f);
+  }
+  uint64_t w = rcvbuf / 2 / (4 * 2 * uint64_t(pmtu));
+  return uint32_t(std::clamp<uint64_t>(w, 128, 512));
+}
+
 }  // namespace
 
 Hub::Hub(SoftDevice* dev) : dev_(dev) {
@@ -43,10 +61,8 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
   rc::EngineConfig config;
   config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
-  // A window of 512 packets (512 KiB at path MTU 1024): with the engine's 128 a QP stalled on every
-  // scheduling delay of a loaded host (docs/performance.md, "Soft path"); 512 still fits the socket
-  // buffers UdpTransport asks for (8 MiB, capped by rmem_max) at MTU 4096.
-  config.max_inflight_packets = 512;
+  config.max_inflight_packets =
+      requester_window(ib_mtu_for_interface(dev->spec().if_mtu, false));  // IPv4: the larger MTU, the smaller window
   transport_.reset(
       new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this), config));
 }
