@@ -61,9 +61,10 @@ install_app() {
 }
 
 # run_loader activate|deactivate: the loader prints RESULT: completed | willCompleteAfterReboot |
-# failed <why>, after the user approved (it waits in its run loop meanwhile). Sets LOADER_RESULT.
+# failed <why>, after the user approved (it waits in its run loop meanwhile, so its lines are shown
+# as they come: NEEDS APPROVAL tells the user where to click). Sets LOADER_RESULT.
 run_loader() {
-  local out rc
+  local line
   LOADER_RESULT=
   if [ "$DRY_RUN" = 1 ]; then
     act "$MLX_LOADER" "$1"
@@ -72,11 +73,11 @@ run_loader() {
   fi
   [ -x "$MLX_LOADER" ] || die "$EX_FAIL" "no loader at $MLX_LOADER (scripts/macos/dev release installs it)"
   note "run: $(quote_cmd "$MLX_LOADER" "$1")"
-  out=$("$MLX_LOADER" "$1" 2>&1)
-  rc=$?
-  printf '%s\n' "$out" | sed 's/^/  loader: /'
-  LOADER_RESULT=$(printf '%s\n' "$out" | sed -n 's/^RESULT: //p' | tail -n 1)
-  [ -n "$LOADER_RESULT" ] || LOADER_RESULT="failed (loader exit $rc, no RESULT line)"
+  while IFS= read -r line; do
+    printf '  loader: %s\n' "$line"
+    case $line in "RESULT: "*) LOADER_RESULT=${line#RESULT: } ;; esac
+  done < <("$MLX_LOADER" "$1" 2>&1)
+  [ -n "$LOADER_RESULT" ] || LOADER_RESULT="failed (the loader printed no RESULT line)"
 }
 
 activate() {
@@ -142,6 +143,7 @@ takeover_race() {
           [ "$DRY_RUN" = 1 ] && break
           wait_until 15 "the rematch after the kill" settled_after "$pid"
         else
+          note "Apple's driver owns the card but no $APPLE_CLASS process runs yet; waiting for it"
           wait_until 15 "Apple's driver process" apple_alive
         fi
         ;;

@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash source-path=SCRIPTDIR
 # shellcheck disable=SC2034  # the settings here are read by the scripts that source this file
 # Common ground of the macOS operator scripts (dev, hot-update, preflight, cold-takeover): settings,
 # exit codes, output, the dry-run gate and the lock. Sourced, never run.
@@ -37,6 +37,16 @@ MLX_LOADER="$MLX_APP/Contents/MacOS/$MLX_APP_NAME"
 : "${MLX_READY_SECONDS:=90}"     # Start() to "MelonState = ready"
 : "${MLX_PERSONA_SECONDS:=30}"   # activation to our personality reaching the kernel's catalogue
 : "${MLX_LOG_WINDOW:=10m}"       # how far back `log show` looks
+
+# A bound that is not a positive number would turn the bounded loops into errors or no-ops.
+for bound in MLX_MAX_ROUNDS MLX_READY_SECONDS MLX_PERSONA_SECONDS; do
+  case ${!bound} in
+    '' | *[!0-9]* | 0)
+      printf '%s: %s must be a positive whole number\n' "$MLX_PROG" "$bound" >&2
+      exit 2
+      ;;
+  esac
+done
 
 # Exit codes, the same in every script (docs/macos.md lists them).
 EX_OK=0

@@ -62,193 +62,211 @@ void EngineImpl::arm_retrans(Qp& qp, uint64_t now) {
   qp.comp.retrans_deadline = (t && qp.sq_count) ? now + t : 0;
 }
 
+// A NAK (RNR or not) against the oldest WQE (IBA 9.7.5.2.3-9.7.5.2.8).
+EngineImpl::Step EngineImpl::match_nak(Qp& qp, SendWqe& w, const Packet& p, bool& progressed, uint64_t now) {
+  const uint32_t psn = p.bth.psn;
+  const AckType type = syndrome_type(p.aeth.syndrome);
+  // NAKs carry the PSN they refer to; everything before it is implicitly acknowledged.
+  if (psn_diff(psn, w.first_psn) < 0) return Step::stop;  // stale NAK for an earlier PSN
+  if (psn_diff(psn, w.last_psn) > 0 && !w.is_read_or_atomic()) {
+    progressed = true;
+    if (!complete_send(qp, w, WcStatus::success)) return Step::leave;
+    return Step::next;
+  }
+  if (psn_diff(psn, w.last_psn) > 0) {  // a READ/atomic before the NAKed PSN got no response
+    rewind(qp, w.read_next_psn);
+    return Step::stop;
+  }
+  // The NAKed PSN acknowledges everything before it (IBA 9.7.5.2.3): that is progress.
+  if (psn_diff(psn, qp.comp.una_psn) > 0) progressed = true;
+  qp.comp.una_psn = psn;
+  if (type == AckType::rnr_nak) {
+    ++qp.counters.rnr_naks_received;
+    if (qp.req.rnr_deadline && !progressed) return Step::leave;  // a duplicate of the NAK being waited out
+    if (qp.attr.rnr_retry != 7) {
+      if (qp.comp.cur_rnr_retry == 0) {
+        complete_send(qp, w, outcome_row(Outcome::rnr_retry_exceeded).requester_wc);
+        to_error(qp);
+        return Step::leave;
+      }
+      --qp.comp.cur_rnr_retry;
+    }
+    rewind(qp, psn);
+    qp.req.rnr_deadline = now + rnr_timer_ns(syndrome_value(p.aeth.syndrome));
+    qp.comp.retrans_deadline = 0;
+    return Step::leave;
+  }
+  if (type == AckType::nak && NakCode(syndrome_value(p.aeth.syndrome)) == NakCode::psn_seq_error) {
+    ++qp.counters.seq_naks_received;
+    // Packets already in flight behind an RNR-NAKed one draw a sequence NAK for the same PSN
+    // (rxe-rc-rnr.pcap); the RNR back-off already covers them, and only rnr_retry may count.
+    if (qp.req.rnr_deadline) return Step::leave;
+    // One retry per NAKed PSN: a duplicated or reordered copy of a NAK already acted on
+    // must not cost another retry (only new information does).
+    if (!progressed && qp.comp.seq_nak_pending && qp.comp.seq_nak_psn == psn) return Step::leave;
+    qp.comp.seq_nak_pending = true;
+    qp.comp.seq_nak_psn = psn;
+    if (progressed) qp.comp.cur_retry_count = qp.attr.retry_cnt;
+    if (qp.comp.cur_retry_count == 0) {
+      complete_send(qp, w, outcome_row(Outcome::retry_exceeded).requester_wc);
+      to_error(qp);
+      return Step::leave;
+    }
+    --qp.comp.cur_retry_count;
+    rewind(qp, psn);
+    ++qp.counters.retransmits;
+    arm_retrans(qp, now);
+    requester_progress(qp, now);
+    return Step::leave;
+  }
+  // Class B/C/D errors: the WQE fails, the QP goes to ERR (IBA 9.9.3.1.2).
+  complete_send(qp, w, outcome_for_nak(NakCode(syndrome_value(p.aeth.syndrome))).requester_wc);
+  to_error(qp);
+  return Step::leave;
+}
+
+// A READ response against the oldest WQE (IBA 9.7.5.2.2; implied NAK 9.7.5.1.6).
+EngineImpl::Step EngineImpl::match_read_response(Qp& qp, SendWqe& w, const Packet& p, bool& progressed, uint64_t now) {
+  const OpInfo& op = p.info();
+  const uint32_t psn = p.bth.psn;
+  const bool rd = w.wr.opcode == WrOpcode::rdma_read;
+  const bool at = w.is_read_or_atomic() && !rd;
+  if (psn_diff(psn, w.first_psn) < 0) return Step::stop;  // duplicate response
+  if (!rd) {
+    if (psn_diff(psn, w.last_psn) > 0 && !at) {  // implicitly acknowledges earlier SEND/WRITE
+      progressed = true;
+      if (!complete_send(qp, w, WcStatus::success)) return Step::leave;
+      return Step::next;
+    }
+    return Step::stop;  // a READ response where an atomic/SEND is outstanding: ignore
+  }
+  if (psn != w.read_next_psn) {
+    // A response past the one expected (inside this READ, or belonging to a later one) means
+    // responses were lost: implied NAK (IBA 9.7.5.1.6), re-issue from the hole. Once per gap:
+    // later out-of-order responses are ignored until an in-order one arrives.
+    if (psn_diff(psn, w.read_next_psn) > 0 && !(qp.comp.read_gap_pending && qp.comp.read_gap_psn == w.read_next_psn)) {
+      qp.comp.read_gap_pending = true;
+      qp.comp.read_gap_psn = w.read_next_psn;
+      ++qp.counters.retransmits;
+      rewind(qp, w.read_next_psn);
+      requester_progress(qp, now);
+    }
+    return Step::leave;
+  }
+  qp.comp.read_gap_pending = false;
+  uint32_t off = uint32_t(psn_diff(psn, w.first_psn)) * qp.mtu;
+  bool first = op.is(kStart), last = op.is(kEnd);
+  // Length rules for responses (mirrors the responder's C9-87 checks).
+  uint32_t remaining = w.length - off;
+  bool bad = first != (psn == w.first_psn) || last != (psn == w.last_psn) || (!last && p.payload_len != qp.mtu) ||
+             (last && p.payload_len != remaining);
+  if (bad) {
+    complete_send(qp, w, outcome_row(Outcome::bad_response).requester_wc);
+    to_error(qp);
+    return Step::leave;
+  }
+  if (scatter(mem_, qp.init.pd, w.seg, w.nseg, off, p.payload, p.payload_len) != MemStatus::ok) {
+    complete_send(qp, w,
+                  outcome_row(Outcome::local_protection_error).requester_wc);  // the region went away after post_send
+    to_error(qp);
+    return Step::leave;
+  }
+  w.read_next_psn = psn_add(psn, 1);
+  qp.comp.una_psn = w.read_next_psn;
+  progressed = true;
+  if (last) {
+    w.done = true;
+    if (!complete_send(qp, w, WcStatus::success)) return Step::leave;
+  }
+  return Step::stop;
+}
+
+// An atomic ACK against the oldest WQE.
+EngineImpl::Step EngineImpl::match_atomic_ack(Qp& qp, SendWqe& w, const Packet& p, bool& progressed, uint64_t) {
+  const uint32_t psn = p.bth.psn;
+  const bool rd = w.wr.opcode == WrOpcode::rdma_read;
+  const bool at = w.is_read_or_atomic() && !rd;
+  if (psn_diff(psn, w.first_psn) < 0) return Step::stop;
+  if (!at) {
+    if (!rd && psn_diff(psn, w.last_psn) > 0) {
+      progressed = true;
+      if (!complete_send(qp, w, WcStatus::success)) return Step::leave;
+      return Step::next;
+    }
+    if (rd && psn_diff(psn, w.last_psn) > 0) {  // READ responses missing: implied NAK
+      rewind(qp, w.read_next_psn);
+    }
+    return Step::stop;
+  }
+  if (psn != w.first_psn) {
+    if (psn_diff(psn, w.first_psn) > 0) rewind(qp, w.first_psn);
+    return Step::stop;
+  }
+  // The original value lands in host order, as rxe does.
+  if (w.nseg && scatter(mem_, qp.init.pd, w.seg, w.nseg, 0, reinterpret_cast<const uint8_t*>(&p.atomic_orig), 8) !=
+                    MemStatus::ok) {
+    complete_send(qp, w, outcome_row(Outcome::local_protection_error).requester_wc);
+    to_error(qp);
+    return Step::leave;
+  }
+  qp.comp.una_psn = psn_add(psn, 1);
+  progressed = true;
+  w.done = true;
+  if (!complete_send(qp, w, WcStatus::success)) return Step::leave;
+  return Step::stop;
+}
+
+// A plain (coalesced) ACK against the oldest WQE: acknowledges every PSN up to its own.
+EngineImpl::Step EngineImpl::match_ack(Qp& qp, SendWqe& w, const Packet& p, bool& progressed, uint64_t now) {
+  const uint32_t psn = p.bth.psn;
+  const bool rd = w.wr.opcode == WrOpcode::rdma_read;
+  // Plain ACK (coalesced): acknowledges every PSN up to and including `psn`.
+  if (psn_diff(psn, w.first_psn) < 0) return Step::stop;
+  if (w.is_read_or_atomic()) {
+    // An ACK covering a READ/atomic whose response never came: implied NAK (IBA 9.7.5.1.6).
+    // Once per WQE until progress: duplicates draw re-ACKs, and rewinding on each would feed a
+    // retransmission storm; the ACK timer covers a lost re-issue.
+    if (qp.comp.implied_nak_pending && qp.comp.implied_nak_psn == w.first_psn) return Step::leave;
+    qp.comp.implied_nak_pending = true;
+    qp.comp.implied_nak_psn = w.first_psn;
+    rewind(qp, w.read_next_psn == w.first_psn || !rd ? w.first_psn : w.read_next_psn);
+    ++qp.counters.retransmits;
+    requester_progress(qp, now);
+    return Step::leave;
+  }
+  if (psn_diff(psn, w.last_psn) >= 0) {
+    progressed = true;
+    w.done = true;
+    if (!complete_send(qp, w, WcStatus::success)) return Step::leave;
+    return Step::next;
+  }
+  // Partial acknowledgement of a multi-packet message.
+  if (psn_diff(psn_add(psn, 1), qp.comp.una_psn) > 0) {
+    qp.comp.una_psn = psn_add(psn, 1);
+    progressed = true;
+  }
+  return Step::stop;
+}
+
 void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
   if (qp.state != QpState::rts && qp.state != QpState::sqd && qp.state != QpState::sqe) {
     ++qp.counters.dropped;
     return;
   }
   const OpInfo& op = p.info();
-  const uint32_t psn = p.bth.psn;
   AckType type = op.has(kAeth) ? syndrome_type(p.aeth.syndrome) : AckType::ack;
-
   bool progressed = false;
 
   // Walk the send queue from the oldest WQE.
   while (qp.sq_count) {
     SendWqe& w = qp.sq[qp.sq_index(qp.sq_head)];
     if (!w.started) break;
-    bool rd = w.wr.opcode == WrOpcode::rdma_read;
-    bool at = w.is_read_or_atomic() && !rd;
-
-    if (type != AckType::ack) {
-      // NAKs carry the PSN they refer to; everything before it is implicitly acknowledged.
-      if (psn_diff(psn, w.first_psn) < 0) break;  // stale NAK for an earlier PSN
-      if (psn_diff(psn, w.last_psn) > 0 && !w.is_read_or_atomic()) {
-        progressed = true;
-        if (!complete_send(qp, w, WcStatus::success)) return;
-        continue;
-      }
-      if (psn_diff(psn, w.last_psn) > 0) {  // a READ/atomic before the NAKed PSN got no response
-        rewind(qp, w.read_next_psn);
-        break;
-      }
-      // The NAKed PSN acknowledges everything before it (IBA 9.7.5.2.3): that is progress.
-      if (psn_diff(psn, qp.comp.una_psn) > 0) progressed = true;
-      qp.comp.una_psn = psn;
-      if (type == AckType::rnr_nak) {
-        ++qp.counters.rnr_naks_received;
-        if (qp.req.rnr_deadline && !progressed) return;  // a duplicate of the NAK being waited out
-        if (qp.attr.rnr_retry != 7) {
-          if (qp.comp.cur_rnr_retry == 0) {
-            complete_send(qp, w, outcome_row(Outcome::rnr_retry_exceeded).requester_wc);
-            to_error(qp);
-            return;
-          }
-          --qp.comp.cur_rnr_retry;
-        }
-        rewind(qp, psn);
-        qp.req.rnr_deadline = now + rnr_timer_ns(syndrome_value(p.aeth.syndrome));
-        qp.comp.retrans_deadline = 0;
-        return;
-      }
-      if (type == AckType::nak && NakCode(syndrome_value(p.aeth.syndrome)) == NakCode::psn_seq_error) {
-        ++qp.counters.seq_naks_received;
-        // Packets already in flight behind an RNR-NAKed one draw a sequence NAK for the same PSN
-        // (rxe-rc-rnr.pcap); the RNR back-off already covers them, and only rnr_retry may count.
-        if (qp.req.rnr_deadline) return;
-        // One retry per NAKed PSN: a duplicated or reordered copy of a NAK already acted on
-        // must not cost another retry (only new information does).
-        if (!progressed && qp.comp.seq_nak_pending && qp.comp.seq_nak_psn == psn) return;
-        qp.comp.seq_nak_pending = true;
-        qp.comp.seq_nak_psn = psn;
-        if (progressed) qp.comp.cur_retry_count = qp.attr.retry_cnt;
-        if (qp.comp.cur_retry_count == 0) {
-          complete_send(qp, w, outcome_row(Outcome::retry_exceeded).requester_wc);
-          to_error(qp);
-          return;
-        }
-        --qp.comp.cur_retry_count;
-        rewind(qp, psn);
-        ++qp.counters.retransmits;
-        arm_retrans(qp, now);
-        requester_progress(qp, now);
-        return;
-      }
-      // Class B/C/D errors: the WQE fails, the QP goes to ERR (IBA 9.9.3.1.2).
-      complete_send(qp, w, outcome_for_nak(NakCode(syndrome_value(p.aeth.syndrome))).requester_wc);
-      to_error(qp);
-      return;
-    }
-
-    if (op.is(kReadResp)) {
-      if (psn_diff(psn, w.first_psn) < 0) break;  // duplicate response
-      if (!rd) {
-        if (psn_diff(psn, w.last_psn) > 0 && !at) {  // implicitly acknowledges earlier SEND/WRITE
-          progressed = true;
-          if (!complete_send(qp, w, WcStatus::success)) return;
-          continue;
-        }
-        break;  // a READ response where an atomic/SEND is outstanding: ignore
-      }
-      if (psn != w.read_next_psn) {
-        // A response past the one expected (inside this READ, or belonging to a later one) means
-        // responses were lost: implied NAK (IBA 9.7.5.1.6), re-issue from the hole. Once per gap:
-        // later out-of-order responses are ignored until an in-order one arrives.
-        if (psn_diff(psn, w.read_next_psn) > 0 &&
-            !(qp.comp.read_gap_pending && qp.comp.read_gap_psn == w.read_next_psn)) {
-          qp.comp.read_gap_pending = true;
-          qp.comp.read_gap_psn = w.read_next_psn;
-          ++qp.counters.retransmits;
-          rewind(qp, w.read_next_psn);
-          requester_progress(qp, now);
-        }
-        return;
-      }
-      qp.comp.read_gap_pending = false;
-      uint32_t off = uint32_t(psn_diff(psn, w.first_psn)) * qp.mtu;
-      bool first = op.is(kStart), last = op.is(kEnd);
-      // Length rules for responses (mirrors the responder's C9-87 checks).
-      uint32_t remaining = w.length - off;
-      bool bad = first != (psn == w.first_psn) || last != (psn == w.last_psn) || (!last && p.payload_len != qp.mtu) ||
-                 (last && p.payload_len != remaining);
-      if (bad) {
-        complete_send(qp, w, outcome_row(Outcome::bad_response).requester_wc);
-        to_error(qp);
-        return;
-      }
-      if (scatter(mem_, qp.init.pd, w.seg, w.nseg, off, p.payload, p.payload_len) != MemStatus::ok) {
-        complete_send(
-            qp, w, outcome_row(Outcome::local_protection_error).requester_wc);  // the region went away after post_send
-        to_error(qp);
-        return;
-      }
-      w.read_next_psn = psn_add(psn, 1);
-      qp.comp.una_psn = w.read_next_psn;
-      progressed = true;
-      if (last) {
-        w.done = true;
-        if (!complete_send(qp, w, WcStatus::success)) return;
-      }
-      break;
-    }
-
-    if (op.is(kAtomicAck)) {
-      if (psn_diff(psn, w.first_psn) < 0) break;
-      if (!at) {
-        if (!rd && psn_diff(psn, w.last_psn) > 0) {
-          progressed = true;
-          if (!complete_send(qp, w, WcStatus::success)) return;
-          continue;
-        }
-        if (rd && psn_diff(psn, w.last_psn) > 0) {  // READ responses missing: implied NAK
-          rewind(qp, w.read_next_psn);
-        }
-        break;
-      }
-      if (psn != w.first_psn) {
-        if (psn_diff(psn, w.first_psn) > 0) rewind(qp, w.first_psn);
-        break;
-      }
-      // The original value lands in host order, as rxe does.
-      if (w.nseg && scatter(mem_, qp.init.pd, w.seg, w.nseg, 0, reinterpret_cast<const uint8_t*>(&p.atomic_orig), 8) !=
-                        MemStatus::ok) {
-        complete_send(qp, w, outcome_row(Outcome::local_protection_error).requester_wc);
-        to_error(qp);
-        return;
-      }
-      qp.comp.una_psn = psn_add(psn, 1);
-      progressed = true;
-      w.done = true;
-      if (!complete_send(qp, w, WcStatus::success)) return;
-      break;
-    }
-
-    // Plain ACK (coalesced): acknowledges every PSN up to and including `psn`.
-    if (psn_diff(psn, w.first_psn) < 0) break;
-    if (w.is_read_or_atomic()) {
-      // An ACK covering a READ/atomic whose response never came: implied NAK (IBA 9.7.5.1.6).
-      // Once per WQE until progress: duplicates draw re-ACKs, and rewinding on each would feed a
-      // retransmission storm; the ACK timer covers a lost re-issue.
-      if (qp.comp.implied_nak_pending && qp.comp.implied_nak_psn == w.first_psn) return;
-      qp.comp.implied_nak_pending = true;
-      qp.comp.implied_nak_psn = w.first_psn;
-      rewind(qp, w.read_next_psn == w.first_psn || !rd ? w.first_psn : w.read_next_psn);
-      ++qp.counters.retransmits;
-      requester_progress(qp, now);
-      return;
-    }
-    if (psn_diff(psn, w.last_psn) >= 0) {
-      progressed = true;
-      w.done = true;
-      if (!complete_send(qp, w, WcStatus::success)) return;
-      continue;
-    }
-    // Partial acknowledgement of a multi-packet message.
-    if (psn_diff(psn_add(psn, 1), qp.comp.una_psn) > 0) {
-      qp.comp.una_psn = psn_add(psn, 1);
-      progressed = true;
-    }
-    break;
+    Step s = type != AckType::ack ? match_nak(qp, w, p, progressed, now)
+             : op.is(kReadResp)   ? match_read_response(qp, w, p, progressed, now)
+             : op.is(kAtomicAck)  ? match_atomic_ack(qp, w, p, progressed, now)
+                                  : match_ack(qp, w, p, progressed, now);
+    if (s == Step::leave) return;
+    if (s == Step::stop) break;
   }
 
   if (progressed) {

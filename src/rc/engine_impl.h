@@ -76,8 +76,14 @@ class EngineImpl {
   void requester_progress(Qp& qp, uint64_t now);
   void rewind(Qp& qp, uint32_t psn);  // go-back-N to `psn`
 
-  // completer.cpp
+  // completer.cpp: on_response walks the send queue from the oldest WQE and matches the response
+  // against each with one of the match_* functions, until one says stop.
+  enum class Step : uint8_t { next, stop, leave };  // next WQE / stop walking / return at once
   void on_response(Qp& qp, const roce::Packet& p, uint64_t now);
+  Step match_nak(Qp& qp, SendWqe& w, const roce::Packet& p, bool& progressed, uint64_t now);
+  Step match_read_response(Qp& qp, SendWqe& w, const roce::Packet& p, bool& progressed, uint64_t now);
+  Step match_atomic_ack(Qp& qp, SendWqe& w, const roce::Packet& p, bool& progressed, uint64_t now);
+  Step match_ack(Qp& qp, SendWqe& w, const roce::Packet& p, bool& progressed, uint64_t now);
   void on_timer(Qp& qp, uint64_t now);
   bool complete_send(Qp& qp, SendWqe& w, WcStatus st);  // false: CQ overflow, QP went to ERR
   void arm_retrans(Qp& qp, uint64_t now);

@@ -39,9 +39,11 @@ setup() {
 }
 world() { printf '%s\n' "$2" >"$T/world/$1"; }
 
+# MELON_TEST_BASH runs the scripts under another bash, e.g. a 3.2 built from source to stand in
+# for macOS's /bin/bash (docs/macos.md); by default their #! line chooses.
 run() {  # run <script> <args...>: stdout, stderr and exit code of one script run
   : >"$T/calls"
-  "$top/scripts/macos/$1" "${@:2}" >"$T/out" 2>"$T/err"
+  ${MELON_TEST_BASH:+"$MELON_TEST_BASH"} "$top/scripts/macos/$1" "${@:2}" >"$T/out" 2>"$T/err"
   rc=$?
 }
 
@@ -83,6 +85,13 @@ case_dev_usage() {
   run dev log many
   expect_rc 2
   expect_err "dev: log takes a line count and --follow, not 'many'"
+  MLX_MAX_ROUNDS=twelve run dev takeover
+  expect_rc 2
+  expect_err "dev: MLX_MAX_ROUNDS must be a positive whole number"
+  MLX_READY_SECONDS=0 run hot-update
+  expect_rc 2
+  expect_err "hot-update: MLX_READY_SECONDS must be a positive whole number"
+  expect_no_actions
 }
 
 case_dev_takeover_kills_apple_then_wins() {
@@ -247,6 +256,19 @@ EOF
   expect_out "dev: the card is back with AppleEthernetMLX5"
 }
 
+case_dev_deactivate_dry_run() {
+  world owner ours
+  world our_pid 7000
+  run dev deactivate --dry-run
+  expect_rc 0
+  expect_no_actions
+  expect_dry <<'EOF'
+dry-run: $T/Applications/MelonDMA.app/Contents/MacOS/MelonDMA deactivate
+dry-run: wait up to 20s for AppleEthernetMLX5 to take the card
+EOF
+  grep -q 'the card is back' "$T/out" && fail "a dry run claimed the card moved"
+}
+
 case_dev_deactivate_after_reboot() {
   world owner ours
   world loader_out "$(printf 'REQUEST: deactivate org.melondma.rdma.dext\nRESULT: willCompleteAfterReboot')"
@@ -342,8 +364,13 @@ case_dev_release_refusals() {
   world uid 501
   world sysext "$(printf '*\t*\tABCDE12345\torg.melondma.rdma.dext (0.2/2)\tMlxRDMA\t[terminating for uninstall but still running]')"
   run dev release
-  expect_rc 6
+  expect_rc 3
   expect_err "dev: the extension swap is stuck; run scripts/macos/hot-update, which cures it first"
+  expect_no_actions
+  world bootargs "-v"
+  run dev release
+  expect_rc 3
+  expect_err 'dev: missing boot-arg dextrelaunch=1 (development Macs: sudo nvram boot-args="dextrelaunch=1 daily_max_dext_crashes=1000", then reboot)'
   expect_no_actions
 }
 
@@ -364,6 +391,12 @@ EOF
   world loader_out "RESULT: willCompleteAfterReboot"
   run dev release
   expect_rc 6
+  world loader_out "Illegal instruction"
+  world loader_rc 132
+  run dev release
+  expect_rc 1
+  expect_err "dev: activation failed: failed (the loader printed no RESULT line)"
+  expect_out "  loader: Illegal instruction"
 }
 
 case_dev_release_dry_run() {
@@ -413,7 +446,38 @@ EOF
   expect_call "log stream --style compact --predicate 'process == \"MlxRDMA\" OR (process == \"kernel\" AND eventMessage CONTAINS \"Mlx\") OR (process == \"sysextd\" AND eventMessage CONTAINS \"org.melondma.rdma.dext\")'"
 }
 
-case_dev_doctor_diagnoses() {
+case_dev_report_gathers_bug_report() {
+  local tgz
+  world owner ours
+  world state ready
+  world logtext "MlxPCIDriver: started"
+  mkdir "$T/rep"
+  run dev report "$T/rep"
+  expect_rc 0
+  expect_no_actions
+  expect_call "kmutil showloaded"
+  expect_call "system_profiler SPPCIDataType SPThunderboltDataType SPSoftwareDataType"
+  expect_call "ioreg -r -c IOUserUserClient -l -w 0"
+  tgz=$(ls "$T"/rep/melondma-report-*.tgz 2>/dev/null)
+  [ -n "$tgz" ] || fail "no report tarball"
+  [ "$(tar -tzf "$tgz" | sed 's|^[^/]*/||' | grep . | sort | tr '\n' ' ')" = \
+    "doctor.txt hardware.txt ioreg-card.txt ioreg-clients.txt kexts.txt log.txt security.txt sysext.txt versions.txt " ] ||
+    fail "report holds $(tar -tzf "$tgz" | tr '\n' ' ')"
+  grep -q -F "  healthy: MlxPCIDriver owns the card and is ready" "$T"/rep/melondma-report-*/doctor.txt || fail "doctor.txt"
+  grep -q -x -F "doctor exit code: 0" "$T"/rep/melondma-report-*/doctor.txt || fail "doctor.txt lacks the exit code"
+  grep -q -F "System Integrity Protection status: disabled." "$T"/rep/melondma-report-*/security.txt || fail "security.txt"
+  run dev --dry-run report "$T/rep"
+  expect_rc 0
+  grep -q "^dry-run: kmutil showloaded > kexts.txt$" "$T/out" || fail "dry run does not list kmutil"
+  grep -q "^dry-run: tar -czf $T/rep/melondma-report-[0-9TZ]*.tgz -C $T/rep melondma-report-[0-9TZ]*$" "$T/out" ||
+    fail "dry run does not list the tarball"
+  [ "$(find "$T/rep" -mindepth 1 -maxdepth 1 | wc -l)" -eq 2 ] || fail "the dry run wrote files"
+  run dev report "$T/missing"
+  expect_rc 2
+  expect_err "dev: no directory $T/missing"
+}
+
+case_dev_doctor_healthy_or_next_step() {
   world owner ours
   world our_pid 7000
   world state ready
@@ -427,6 +491,11 @@ case_dev_doctor_diagnoses() {
   world persona 1
   run dev doctor
   expect_rc 6
+  expect_out "  our personality is not in the kernel's catalogue: reboot, then scripts/macos/dev takeover"
+  expect_no_actions
+}
+
+case_dev_doctor_install_and_stuck_swap() {
   world sysext ""
   run dev doctor
   expect_rc 1
@@ -440,11 +509,16 @@ case_dev_doctor_diagnoses() {
   run dev doctor
   expect_rc 1
   expect_out "  the extension swap is stuck with a live driver process; cure: scripts/macos/hot-update"
+  expect_no_actions
+}
+
+case_dev_doctor_orphaned_or_absent_card() {
   world sysext ""
   world owner none
   world logtext "MlxPCIDriver: config space reads 0xffff"
   run dev doctor
   expect_rc 5
+  expect_out "  the card is orphaned (owner-less, config space reads 0xffff): cold power cycle, then scripts/macos/dev takeover"
   world owner absent
   world pci ""
   run dev doctor
