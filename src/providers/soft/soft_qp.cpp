@@ -60,9 +60,9 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
   }
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
   rc::EngineConfig config;
-  config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
   config.max_inflight_packets =
       requester_window(ib_mtu_for_interface(dev->spec().if_mtu, false));  // IPv4: the larger MTU, the smaller window
+  config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
   transport_.reset(
       new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this), config));
 }
