@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace melon::soft {
@@ -37,7 +38,12 @@ std::map<SoftDevice*, Hub*>& hubs() {
 // larger one is only safe while the receive buffer holds it, or the window itself causes drops.
 // UdpTransport asks for 8 MiB, which Linux caps at rmem_max and then doubles. Half of that is
 // shared by four busy QPs, a packet of path MTU `pmtu` taking about 2 * pmtu of buffer; 128..512.
+// MELON_SOFT_WINDOW=N (1..16384) overrides it, for benchmarks comparing windows in one run.
 uint32_t requester_window(unsigned pmtu) {
+  if (const char* env = getenv("MELON_SOFT_WINDOW")) {
+    unsigned long v = strtoul(env, nullptr, 10);
+    if (v >= 1 && v <= kMaxQpWr) return uint32_t(v);
+  }
   uint64_t rcvbuf = 0;
   if (FILE* f = fopen("/proc/sys/net/core/rmem_max", "r")) {
     unsigned long long v = 0;
