@@ -45,13 +45,18 @@ uint32_t requester_window(unsigned pmtu) {
     if (v >= 1 && v <= kMaxQpWr) return uint32_t(v);
   }
   uint64_t rcvbuf = 0;
+  unsigned long long rmem_max = 0;
   if (FILE* f = fopen("/proc/sys/net/core/rmem_max", "r")) {
-    unsigned long long v = 0;
-    if (fscanf(f, "%llu", &v) == 1) rcvbuf = 2 * std::min<uint64_t>(v, 8u << 20);
+    if (fscanf(f, "%llu", &rmem_max) == 1) rcvbuf = 2 * std::min<uint64_t>(rmem_max, 8u << 20);
     fclose(f);
   }
-  uint64_t w = rcvbuf / 2 / (4 * 2 * uint64_t(pmtu));
-  return uint32_t(std::clamp<uint64_t>(w, 128, 512));
+  uint32_t w = uint32_t(std::clamp<uint64_t>(rcvbuf / 2 / (4 * 2 * uint64_t(pmtu)), 128, 512));
+  if (getenv("MELON_SOFT_DEBUG") && rmem_max < (8u << 20))
+    fprintf(stderr,
+            "melondma soft: net.core.rmem_max = %llu caps the 8 MiB receive buffer asked for; requester window "
+            "%u packets at path MTU %u (raise rmem_max for more)\n",
+            rmem_max, w, pmtu);
+  return w;
 }
 
 }  // namespace
