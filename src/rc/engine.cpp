@@ -111,6 +111,11 @@ int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpInit* init) const {
     *attr = qp->attr;
     attr->qp_state = attr->cur_qp_state = qp->state;
     attr->sq_draining = qp->state == QpState::sqd && !qp->sq_drained();
+    // Live PSNs once the QP runs, as rxe's ibv_query_qp reports them (the emulated HCA's QUERY_QP
+    // shows them in next_send_psn / next_rcv_psn).
+    if (qp->state != QpState::reset && qp->state != QpState::init) attr->rq_psn = qp->resp.next_rcv_psn;
+    if (qp->state == QpState::rts || qp->state == QpState::sqd || qp->state == QpState::sqe)
+      attr->sq_psn = qp->req.next_send_psn;
   }
   if (init) *init = qp->init;
   return 0;

@@ -39,7 +39,8 @@ fi
 
 # ---------------------------------------------------------------------------------------------------
 # Providers: what runs on our side. provider_setup sets OUR_ENV (env assignments for `env`), OUR_DEV
-# (device name), OUR_GID (GID index of 10.77.0.1's RoCEv2 entry) and OUR_WHAT (for the table).
+# (device name), OUR_GID (GID index of 10.77.0.1's RoCEv2 entry), OUR_GID_LL and OUR_GID_ULA (GID
+# indices of br0's link-local fe80::5054:ff:fe77:1 and ULA fd77::1) and OUR_WHAT (for the table).
 # A new provider (mlx5 on real hardware, say) is one more case here.
 provider_setup() {
   case $provider in
@@ -47,9 +48,10 @@ provider_setup() {
       [ -n "$libdir" ] && [ -e "$libdir/libibverbs.so.1" ] ||
         { echo "FAIL: no ${libdir:-<libdir>}/libibverbs.so.1 (build the ibverbs target)"; return 1; }
       local cfg=$PEER_RUN/soft.conf
-      echo "device soft0 $PEER_HOST_ADDR" > "$cfg"
-      OUR_ENV=(LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG="$cfg")
-      OUR_DEV=soft0 OUR_GID=0 OUR_WHAT="MelonDMA soft provider ($libdir)"
+      # GID table = the addresses in this order: 0 IPv4, 1 IPv6 link-local (scope br0), 2 IPv6 ULA.
+      echo "device soft0 $PEER_HOST_ADDR addr=$PEER_HOST_LL6%br0 addr=$PEER_HOST_ADDR6" > "$cfg"
+      OUR_ENV=(LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG="$cfg" MELON_STATS_DIR="$PEER_RUN/stats")
+      OUR_DEV=soft0 OUR_GID=0 OUR_GID_LL=1 OUR_GID_ULA=2 OUR_WHAT="MelonDMA soft provider ($libdir)"
       ;;
     *) echo "FAIL: unknown provider '$provider' (known: soft)"; return 1 ;;
   esac
@@ -168,7 +170,7 @@ common() {  # common <tool>: both ends exit 0, rxe accepted our packets (at leas
 # libibverbs example pingpongs: "<n> iters in <t> seconds = <x> usec/iter" and a nonzero bandwidth.
 pp() {  # pp <how> <tool> <iters> <extra args for both ends>
   local how=$1 tool=$2 n=$3 extra=$4
-  exchange "$how" "$tool -d rxe0 -g 1 -n $n $extra" "$tool -d $OUR_DEV -g $OUR_GID -n $n $extra"
+  exchange "$how" "$tool -d rxe0 -g ${GGID:-1} -n $n $extra" "$tool -d $OUR_DEV -g ${OGID:-$OUR_GID} -n $n $extra"
   common "$tool" "$n"
   local bytes='^[1-9][0-9]* bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec'
   local iters="^$n iters in [0-9.]+ seconds = [0-9.]*[1-9][0-9.]* usec/iter"
@@ -181,7 +183,8 @@ pp() {  # pp <how> <tool> <iters> <extra args for both ends>
 # perftest: a result row "<size> <iters> ..." whose last figure (MsgRate or a latency) is nonzero.
 perf() {  # perf <how> <tool> <size> <iters> <extra args for both ends> [<iters in the result row>]
   local how=$1 tool=$2 size=$3 n=$4 extra=$5 rown=${6:-$4}
-  exchange "$how" "$tool -d rxe0 -x 1 -F -n $n -m $pmtu $extra" "$tool -d $OUR_DEV -x $OUR_GID -F -n $n -m $pmtu $extra"
+  exchange "$how" "$tool -d rxe0 -x ${GGID:-1} -F -n $n -m $pmtu $extra" \
+    "$tool -d $OUR_DEV -x ${OGID:-$OUR_GID} -F -n $n -m $pmtu $extra"
   common "$tool" 1
   check "$tool: both ends use path MTU $pmtu" [ "$(grep -Ec "^ *Mtu +: $pmtu\[B\]" <<<"$host_out"$'\n'"$guest_out")" = 2 ]
   local row="^[[:space:]]*${size}[[:space:]]+${rown}[[:space:]]+([0-9.]+[[:space:]]+)+[0-9.]*[1-9][0-9.]*[[:space:]]*\$"
@@ -211,6 +214,33 @@ for how in guest-server host-server; do
   run_case "ib_atomic_bw CMP_AND_SWAP" "$how" atomic_case CMP_AND_SWAP
   run_case ib_write_lat "$how" lat_case ib_write_lat
   run_case ib_read_lat "$how" lat_case ib_read_lat
+done
+
+# IPv6 (RoCEv2 over UDP/IPv6): rxe sends UDP checksum 0, which our socket must accept
+# (UDP_NO_CHECK6_RX). The same exchanges over the link-local GIDs and over the ULA GIDs of both
+# sides; the TCP side channel stays on IPv4. Both ends must print the IPv6 GIDs they used.
+v6_case() {  # v6_case <how> <ll|ula> <pp|perf> <args for pp/perf without how>
+  local how=$1 kind=$2 kindfn=$3; shift 3
+  local ggid ogid pp_re perf_re
+  if [ "$kind" = ll ]; then
+    ggid=$(peer_ready 1 gid_ll) ogid=$OUR_GID_LL pp_re='GID fe80::' perf_re='GID: 254:128:'
+  else
+    ggid=$(peer_ready 1 gid_ula) ogid=$OUR_GID_ULA pp_re='GID fd77::' perf_re='GID: 253:119:'
+  fi
+  if [ -z "$ggid" ]; then check "rxe0 has an IPv6 $kind GID (ready file: $(tr '\n' ' ' <"$PEER_RUN/g1/share/ready"))" false; return; fi
+  GGID=$ggid OGID=$ogid "$kindfn" "$how" "$@"
+  local re=$pp_re; [ "$kindfn" = perf ] && re=$perf_re
+  check "ours used IPv6 GIDs ('$re' local and remote)" [ "$(grep -c -- "$re" <<<"$host_out")" -ge 2 ]
+  check "guest used IPv6 GIDs ('$re' local and remote)" [ "$(grep -c -- "$re" <<<"$guest_out")" -ge 2 ]
+}
+for kind in ll ula; do
+  case $kind in ll) tag='[fe80::]' ;; ula) tag='[fd77::]' ;; esac
+  for how in guest-server host-server; do
+    run_case "ibv_rc_pingpong $tag" "$how" v6_case "$kind" pp ibv_rc_pingpong 20 "-s 4096 -m $pmtu -c"
+    run_case "ibv_ud_pingpong $tag" "$how" v6_case "$kind" pp ibv_ud_pingpong 20 "-s $pmtu -c"
+    run_case "ib_write_bw $tag" "$how" v6_case "$kind" perf ib_write_bw 65536 50 "-s 65536"
+    run_case "ib_read_bw $tag" "$how" v6_case "$kind" perf ib_read_bw 65536 50 "-s 65536"
+  done
 done
 
 # --extended: more modes of the same tools, both directions.

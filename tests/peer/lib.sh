@@ -12,8 +12,9 @@
 # Call peer_up in the script's own shell, never inside $(...): the guests die with the shell that
 # started them (PR_SET_PDEATHSIG), so a harness killed by a timeout leaves no qemu behind.
 #
-# Addresses: host side 10.77.0.1/24 on bridge br0; guest i is 10.77.0.(i+1), MAC 52:54:00:77:00:(i+1),
-# tap<i>. These exist only inside the namespace this file creates.
+# Addresses: host side 10.77.0.1/24, fd77::1/64 and fe80::5054:ff:fe77:1 on bridge br0; guest i is
+# 10.77.0.(i+1) and fd77::(i+1), MAC 52:54:00:77:00:(i+1), tap<i>. These exist only inside the
+# namespace this file creates.
 
 PEER_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PEER_CACHE=${MELON_PEER_CACHE:-${HOME:-/root}/.cache/melondma/peer}
@@ -25,6 +26,12 @@ PEER_BOOT_TIMEOUT=${MELON_PEER_BOOT_TIMEOUT:-240}
 PEER_JOB_TIMEOUT=${PEER_JOB_TIMEOUT:-120}   # seconds a job may run in the guest (peer_run/peer_spawn)
 PEER_PREFIX=10.77.0
 PEER_HOST_ADDR=$PEER_PREFIX.1
+# IPv6 on the same bridge: a ULA prefix, and a fixed bridge MAC so the host's link-local address
+# (EUI-64 of the MAC) is known in advance. Guest i: fd77::(i+1), link-local from its MAC.
+PEER_PREFIX6=fd77:
+PEER_HOST_ADDR6=${PEER_PREFIX6}:1
+PEER_HOST_MAC=52:54:00:77:00:01
+PEER_HOST_LL6=fe80::5054:ff:fe77:1
 
 # What the guest root file system holds (debootstrap --variant=minbase).
 PEER_GUEST_PACKAGES=(rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils iproute2 kmod
@@ -242,6 +249,9 @@ peer_is_qemu() {
 }
 
 peer_guest_addr() { echo "$PEER_PREFIX.$(( $1 + 1 ))"; }
+peer_guest_addr6() { printf '%s:%x\n' "$PEER_PREFIX6" $(( $1 + 1 )); }
+# peer_ready <guest> <key>: a value from the guest's ready file (state, gid1, gid_ll, gid_ula, ip6_ll, ...).
+peer_ready() { sed -n "s/^$2=//p" "$PEER_RUN/g$1/share/ready"; }
 
 # peer_up [guests=2] [mtu=1500]: namespace + bridge + guests, each booted and with rxe0 ACTIVE.
 # PEER_NS (default melonpeer-<pid of this shell>) names the namespace. PEER_TRAP=0: no trap.
@@ -266,13 +276,17 @@ peer_up() {
     echo "PEER_IMAGE=$PEER_IMAGE"; } > "$PEER_RUN/session"
   ip netns add "$PEER_NS" || return 1
   ip -n "$PEER_NS" link set lo up
+  # No duplicate address detection in the namespace: IPv6 addresses are usable at once.
+  ip netns exec "$PEER_NS" sh -c 'echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad' || return 1
   ip -n "$PEER_NS" link add br0 type bridge stp_state 0 forward_delay 0 mcast_snooping 0 || return 1
+  ip -n "$PEER_NS" link set br0 address "$PEER_HOST_MAC" || return 1
   for ((i = 1; i <= n; i++)); do
     ip -n "$PEER_NS" tuntap add "tap$i" mode tap || return 1
     ip -n "$PEER_NS" link set "tap$i" mtu "$mtu" master br0 up || return 1
   done
   ip -n "$PEER_NS" link set br0 mtu "$mtu" up
   ip -n "$PEER_NS" addr add "$PEER_HOST_ADDR/24" dev br0
+  ip -n "$PEER_NS" -6 addr add "$PEER_HOST_ADDR6/64" dev br0 nodad
   local t0=$SECONDS
   for ((i = 1; i <= n; i++)); do peer_start_guest "$i" "$mtu" || return 1; done
   for ((i = 1; i <= n; i++)); do peer_wait_ready "$i" || return 1; done
@@ -286,7 +300,7 @@ peer_start_guest() {  # peer_start_guest <i> <mtu>
   local addr; addr=$(peer_guest_addr "$i")
   local mac; mac=$(printf '52:54:00:77:%02x:%02x' $(( (i + 1) >> 8 )) $(( (i + 1) & 255 )))
   local cmdline="console=ttyS0 ${MELON_PEER_APPEND:-quiet loglevel=4} panic=-1 mitigations=off"
-  cmdline+=" melon.name=g$i melon.ip=$addr/24 melon.mtu=$mtu"
+  cmdline+=" melon.name=g$i melon.ip=$addr/24 melon.ip6=$(peer_guest_addr6 "$i")/64 melon.mtu=$mtu"
   local qemu=(qemu-system-x86_64 -name "peer-g$i" -machine pc,accel=tcg -cpu max -smp 1 -m "$PEER_MEM"
     -nodefaults -no-user-config -display none -no-reboot
     -kernel "$PEER_IMAGE/vmlinux" -initrd "$PEER_IMAGE/initrd.img" -append "$cmdline"

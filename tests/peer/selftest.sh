@@ -41,7 +41,13 @@ for i in 1 2; do
     "RoCE v2"
   printf -v want '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${addr//./ }
   check "guest $i: GID 1 = $want" has "$info" "^$want\$"
+  # IPv6 (the gate's IPv6 rows use these): rxe has RoCEv2 GIDs for the link-local and the fd77:: address.
+  check "guest $i: rxe0 has an IPv6 link-local GID ($(peer_ready "$i" ip6_ll) at $(peer_ready "$i" gid_ll))" \
+    [ -n "$(peer_ready "$i" gid_ll)" ]
+  check "guest $i: rxe0 has a GID for $(peer_guest_addr6 "$i") (at $(peer_ready "$i" gid_ula))" \
+    [ -n "$(peer_ready "$i" gid_ula)" -a "$(peer_ready "$i" ip6)" = "$(peer_guest_addr6 "$i")" ]
 done
+out=$(peer_host ping -6 -c 2 -W 5 fd77::2 2>&1); check "host ping -6 fd77::2" has "$out" ' 0% packet loss'
 
 # --- the host side of the namespace reaches both guests
 out=$(peer_host ping -c 2 -W 5 10.77.0.2 2>&1); check "host ping 10.77.0.2" has "$out" ' 0% packet loss'

@@ -1038,7 +1038,7 @@ TEST_F(SoftVerbs, ObjectsStartZeroed) {
   ibv_ah_attr aa{};
   aa.is_global = 1;
   aa.port_num = 1;
-  aa.grh.dgid.raw[15] = 1;
+  inet_pton(AF_INET6, "::ffff:127.0.1.3", aa.grh.dgid.raw);  // the family of GID 0 (a mix is EINVAL)
   ibv_ah* ah = ibv_create_ah(pd, &aa);
   ASSERT_NE(ah, nullptr);
   EXPECT_EQ(ah->handle, 0u);

@@ -14,13 +14,11 @@ namespace core = mlx5::core;
 EmuHal::EmuHal(mlx5::emu::Device& dev, mlx5::emu::TestHost& host, mlx5::emu::ManualClock* clock,
                const EmuHalOptions& opt)
     : dev_(dev), host_(host), clock_(clock), opt_(opt) {
+  // The handler runs under irq_mu_, so vector_disable() returns only once no call is in flight
+  // (as an interrupt dispatch source's cancel does).
   host_.on_irq = [this](uint16_t v) {
-    core::VectorHandler* h = nullptr;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (v < 64) h = handlers_[v];
-    }
-    if (h) h->on_vector(v);
+    std::lock_guard<std::mutex> l(irq_mu_);
+    if (v < 64 && handlers_[v]) handlers_[v]->on_vector(v);
   };
 }
 
@@ -113,13 +111,13 @@ uint32_t EmuHal::vector_count() { return opt_.interrupts ? dev_.config().msix_ve
 
 int EmuHal::vector_enable(uint32_t vector, core::VectorHandler* h) {
   if (vector >= 64 || vector >= vector_count()) return core::kHalUnsupported;
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(irq_mu_);
   handlers_[vector] = h;
   return core::kHalOk;
 }
 
 void EmuHal::vector_disable(uint32_t vector) {
-  std::lock_guard<std::mutex> l(mu_);
+  std::lock_guard<std::mutex> l(irq_mu_);
   if (vector < 64) handlers_[vector] = nullptr;
 }
 

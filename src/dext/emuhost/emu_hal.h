@@ -88,6 +88,7 @@ class EmuHal final : public mlx5::core::Hal {
   std::atomic<int64_t> mem_bytes_{0};
   std::atomic<int> fail_allocs_{0}, fail_after_{-1};
   mutable std::mutex mu_;
+  std::mutex irq_mu_;  // held while a vector handler runs
   std::map<uint64_t, std::vector<mlx5::core::DmaSegment>> pins_;  // by token
   uint64_t next_pin_ = 1;
   mlx5::core::VectorHandler* handlers_[64] = {};

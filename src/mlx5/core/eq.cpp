@@ -78,7 +78,11 @@ void Hca::destroy_eq(Eq& eq) {
   p::cmd_set_header(in, p::opcode::DESTROY_EQ, 0);
   p::destroy_eq_in::view(in).set(p::destroy_eq_in::eq_number, eq.eqn);
   Err e = cmd(in, sizeof in, out, sizeof out);
-  eq.live = false;
+  {
+    // An interrupt on another CPU may be draining it right now: wait for it, then it is gone.
+    HalLock l(*hal_, eq.lock);
+    eq.live = false;
+  }
   // Refused or unanswered: the device may still write events into it.
   ledger_.free(eq.buf, e != Err::ok);
   eq.buf = {};
@@ -112,7 +116,7 @@ Err Hca::setup_eqs() {
   return Err::ok;
 }
 
-void Hca::drain_eq(Eq& eq) {
+void Hca::drain_eq(Eq& eq, bool from_vector) {
   if (!eq.live) return;
   HalLock l(*hal_, eq.lock);
   if (!eq.live) return;
@@ -127,9 +131,9 @@ void Hca::drain_eq(Eq& eq) {
     ++n;
   }
   stats_.events += n;
-  // Consumer index update and re-arm in one doorbell, even when nothing was new (Linux does the
-  // same): an EQ left unarmed never interrupts again.
-  hal_->write32(uint32_t(eq_uar_->bar_off + p::kUarEqArm), (eq.eqn << 24) | (eq.cc & 0xffffff));
+  // Consumer index update and re-arm in one doorbell. After an interrupt always (Linux does the
+  // same: an EQ left unarmed never interrupts again); when polling only if something was taken.
+  if (n || from_vector) hal_->write32(uint32_t(eq_uar_->bar_off + p::kUarEqArm), (eq.eqn << 24) | (eq.cc & 0xffffff));
 }
 
 void Hca::poll_events() {
@@ -138,9 +142,9 @@ void Hca::poll_events() {
 }
 
 void Hca::on_vector(uint32_t vector) {
-  if (vector == 0) drain_eq(async_eq_);
+  if (vector == 0) drain_eq(async_eq_, true);
   for (uint32_t i = 0; i < ncomp_eqs_; ++i)
-    if (comp_eqs_[i].vector == vector) drain_eq(comp_eqs_[i]);
+    if (comp_eqs_[i].vector == vector) drain_eq(comp_eqs_[i], true);
 }
 
 // Runs in the event context: no commands here. Page requests are only noted; service() does them.

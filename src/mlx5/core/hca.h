@@ -83,6 +83,7 @@ struct HcaConfig {
   uint32_t health_misses = 3;  // health counter unchanged this many polls -> fatal
   uint32_t health_interval_ms = 2000;  // service() polls health this often (Linux: 2 s)
   bool enable_roce = true;
+  uint32_t max_fw_pages = 1u << 20;  // 4 GiB of firmware pages at most
 };
 
 // Counters a benchmark or a test reads.
@@ -218,11 +219,12 @@ class Hca : private CmdWaitHooks, private VectorHandler {
   void fill_uar(Uar* u, uint32_t index);
   Err create_eq(Eq& eq, uint32_t log_size, uint64_t mask, uint32_t vector);
   void destroy_eq(Eq& eq);
-  void drain_eq(Eq& eq);
+  void drain_eq(Eq& eq, bool from_vector = false);
   void dispatch_eqe(const uint8_t* eqe);
   void route_async(uint8_t type, uint8_t sub, uint32_t number, bool srq_obj);
 
   void enter_fatal(FatalReason r, uint8_t syndrome);
+  void notify_lost();
   void fence_bus_master();
   void log_health_buffer();
 

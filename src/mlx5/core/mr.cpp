@@ -41,7 +41,7 @@ Err Hca::create_mr(Pd* pd, uint64_t va, uint64_t len, uint32_t access, const Dma
   if (!in) return Err::no_memory;
   p::cmd_set_header(in.get(), p::opcode::CREATE_MKEY, 0);
   p::create_mkey_in::view v(in.get());
-  uint8_t key = g_key_variant++;
+  uint8_t key = __atomic_fetch_add(&g_key_variant, 1, __ATOMIC_RELAXED);
   auto m = v.at(p::create_mkey_in::memory_key_mkey_entry);
   p::mkc_set_access_mode(m, p::mkc_access_mode::MTT);
   m.set(p::mkc::lr, 1)

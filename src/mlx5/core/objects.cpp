@@ -241,10 +241,18 @@ Err Hca::set_gid(uint32_t index, const GidEntry& g) {
   p::set_roce_address_in::view v(in);
   v.set(p::set_roce_address_in::roce_address_index, index);
   auto a = v.at(p::set_roce_address_in::roce_address);
-  a.set_bytes(p::roce_addr_layout::source_l3_address, g.gid)
+  // An IPv4-mapped GID is an IPv4 address: the device wants it alone in the last 4 bytes (Linux
+  // mlx5_core_roce_gid_set does the same); anything else is IPv6.
+  bool v4 = gid_is_v4_mapped(g.gid);
+  uint8_t l3[16] = {};
+  if (v4)
+    memcpy(l3 + 12, g.gid + 12, 4);
+  else
+    memcpy(l3, g.gid, 16);
+  a.set_bytes(p::roce_addr_layout::source_l3_address, l3)
       .set(p::roce_addr_layout::vlan_valid, g.vlan_valid)
       .set(p::roce_addr_layout::vlan_id, g.vlan_id)
-      .set(p::roce_addr_layout::roce_l3_type, g.l3_type)
+      .set(p::roce_addr_layout::roce_l3_type, v4 ? p::roce_l3_type::IPV4 : p::roce_l3_type::IPV6)
       .set(p::roce_addr_layout::roce_version, g.version);
   p::set_mac(a.data(), p::roce_addr_layout::source_mac_47_32, p::roce_addr_layout::source_mac_31_0, g.mac);
   if (Err e = cmd(in, sizeof in, out, sizeof out); e != Err::ok) return e;
@@ -262,13 +270,24 @@ Err Hca::query_gid(uint32_t index, GidEntry* g) {
   p::query_roce_address_in::view(in).set(p::query_roce_address_in::roce_address_index, index);
   if (Err e = cmd(in, sizeof in, out, sizeof out); e != Err::ok) return e;
   auto a = p::query_roce_address_out::cview(out).at(p::query_roce_address_out::roce_address);
-  memcpy(g->gid, a.bytes(p::roce_addr_layout::source_l3_address), 16);
+  g->l3_type = uint8_t(a.get(p::roce_addr_layout::roce_l3_type));
+  const uint8_t* l3 = a.bytes(p::roce_addr_layout::source_l3_address);
+  memcpy(g->gid, l3, 16);
+  static const uint8_t zero[16] = {};
+  if (g->l3_type == p::roce_l3_type::IPV4 && memcmp(l3 + 12, zero, 4) != 0) {
+    memset(g->gid, 0, 10);  // back to the ::ffff:a.b.c.d GID the client set
+    g->gid[10] = g->gid[11] = 0xff;
+  }
   p::get_mac(a.data(), p::roce_addr_layout::source_mac_47_32, p::roce_addr_layout::source_mac_31_0, g->mac);
   g->vlan_valid = a.get(p::roce_addr_layout::vlan_valid);
   g->vlan_id = uint16_t(a.get(p::roce_addr_layout::vlan_id));
-  g->l3_type = uint8_t(a.get(p::roce_addr_layout::roce_l3_type));
   g->version = uint8_t(a.get(p::roce_addr_layout::roce_version));
   return Err::ok;
+}
+
+bool gid_is_v4_mapped(const uint8_t gid[16]) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return memcmp(gid, prefix, 12) == 0;
 }
 
 // ---- address vectors (AH) ---------------------------------------------------------------------

@@ -39,6 +39,12 @@ class EventSink {
   ~EventSink() = default;
 };
 
+// The largest queue (log2 of entries) the core accepts whatever the caps claim: the PRM's log
+// size fields are 5 bits, and this keeps every size computation far from overflow.
+inline constexpr uint32_t kMaxLogQueueSize = 24;
+// The largest UAR page (log2 of 4 KiB units) the core accepts from the caps.
+inline constexpr uint32_t kMaxLogUarPage = 8;
+
 // Access flags, with the values of ibv_access_flags.
 enum : uint32_t {
   kAccessLocalWrite = 1,
@@ -217,8 +223,10 @@ struct GidEntry {
   bool vlan_valid = false;
   uint16_t vlan_id = 0;
   uint8_t version = 2;  // prm::roce_version (2 = RoCEv2)
-  uint8_t l3_type = 0;  // prm::roce_l3_type (0 = IPv4)
+  uint8_t l3_type = 0;  // prm::roce_l3_type; set_gid derives it from the GID, query_gid reports it
 };
+// ::ffff:a.b.c.d (IBA A17.8: a RoCEv2 GID for an IPv4 address)
+bool gid_is_v4_mapped(const uint8_t gid[16]);
 
 // The datagram segment (address vector) of a UD send, built from an address handle's attributes
 // (mlx5 AHs are not firmware objects: the provider copies this into each UD WQE).

@@ -101,6 +101,14 @@ void PageManager::free_idle_chunks() {
 }
 
 Err PageManager::give(uint16_t function_id, uint32_t npages, CmdFailure* fail) {
+  if (npages > limit_ || given() + npages > limit_) {
+    MLX_ERR(*hal_, pages, "firmware asks for %u pages with %u given; the limit is %u", npages, given(), limit_);
+    uint8_t fin[p::manage_pages_in::size_bytes] = {}, out[p::manage_pages_out::size_bytes] = {};
+    p::cmd_set_header(fin, p::opcode::MANAGE_PAGES, p::manage_pages_op_mod::ALLOCATION_FAIL);
+    p::manage_pages_in::view(fin).set(p::manage_pages_in::function_id, function_id);
+    cmd_->exec(fin, sizeof fin, out, sizeof out, nullptr, 0, true);
+    return Err::no_memory;
+  }
   while (npages) {
     uint32_t n = npages < kMaxPerCommand ? npages : kMaxPerCommand;
     uint32_t in_len = p::manage_pages_in::size_bytes + n * 8;

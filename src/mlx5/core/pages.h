@@ -28,6 +28,8 @@ class PageManager {
   static constexpr uint32_t kMaxPerCommand = 4096;
 
   void init(Hal* hal, DmaLedger* ledger, CmdQueue* cmd);
+  // The most pages the firmware may hold; a request beyond it is refused (ALLOCATION_FAIL).
+  void set_limit(uint32_t max_pages) { limit_ = max_pages; }
   // Boot or init pages during bring-up: QUERY_PAGES then give what the firmware asks for.
   Err satisfy_startup(uint16_t query_op_mod, CmdFailure* fail);
   Err give(uint16_t function_id, uint32_t npages, CmdFailure* fail);
@@ -77,6 +79,7 @@ class PageManager {
   uint64_t given_total_ = 0, returned_total_ = 0;
   uint32_t unknown_returns_ = 0;
   uint16_t function_id_ = 0;
+  uint32_t limit_ = 1u << 20;
   int32_t pending_ = 0;
   bool pending_flag_ = false;
   bool busy_ = false;  // run_pending() is running (it may be entered from a command wait)

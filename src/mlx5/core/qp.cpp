@@ -91,7 +91,7 @@ Err Hca::create_qp(const QpParams& qp_p, Qp** out) {
       q.log_rq_stride < 4 || q.log_rq_stride > 11)
     return Err::invalid;
   uint32_t log_max_sz = uint32_t(p::get(caps_.general, p::cmd_hca_cap::log_max_qp_sz));
-  if (!log_max_sz) log_max_sz = 15;
+  if (!log_max_sz || log_max_sz > kMaxLogQueueSize) log_max_sz = log_max_sz ? kMaxLogQueueSize : 15;
   if (q.log_sq_size > log_max_sz || (!q.srq && q.log_rq_size > log_max_sz)) return Err::invalid;
   uint64_t rq_bytes = q.srq ? 0 : (uint64_t(1) << q.log_rq_size) << q.log_rq_stride;
   uint64_t sq_bytes = (uint64_t(1) << q.log_sq_size) * p::kSendWqeBB;

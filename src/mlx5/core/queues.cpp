@@ -32,7 +32,8 @@ uint32_t fill_pas(uint8_t* pas, const DmaSegment* segs, uint32_t n) {
 Err Hca::create_cq(const CqParams& cp, Cq** out) {
   if (state() != HcaState::up) return state() == HcaState::fatal ? Err::dead : Err::bad_state;
   uint32_t log_max_sz = uint32_t(p::get(caps_.general, p::cmd_hca_cap::log_max_cq_sz));
-  if (cp.log_size > (log_max_sz ? log_max_sz : 22) || cp.comp_vector >= ncomp_eqs_ || !cp.dbr_iova || (cp.dbr_iova & 7))
+  if (cp.log_size > (log_max_sz ? log_max_sz : 22) || cp.log_size > kMaxLogQueueSize || cp.comp_vector >= ncomp_eqs_ ||
+      !cp.dbr_iova || (cp.dbr_iova & 7))
     return Err::invalid;
   if (!ring_ok(cp.buf, cp.nbuf, (uint64_t(1) << cp.log_size) * 64)) return Err::invalid;
   uint32_t npages = uint32_t(for_each_page(cp.buf, cp.nbuf, kQueuePageShift, [](uint64_t) {}));
@@ -123,7 +124,7 @@ Err Hca::create_srq(const SrqParams& sp, Srq** out) {
       (sp.dbr_iova & 3))
     return Err::invalid;
   uint32_t log_max = uint32_t(p::get(caps_.general, p::cmd_hca_cap::log_max_srq_sz));
-  if (sp.log_size > (log_max ? log_max : 15)) return Err::invalid;
+  if (sp.log_size > (log_max ? log_max : 15) || sp.log_size > kMaxLogQueueSize) return Err::invalid;
   if (!ring_ok(sp.buf, sp.nbuf, (uint64_t(1) << sp.log_size) << sp.log_stride)) return Err::invalid;
   uint32_t npages = uint32_t(for_each_page(sp.buf, sp.nbuf, kQueuePageShift, [](uint64_t) {}));
   uint32_t in_len = p::create_srq_in::size_bytes + npages * 8;

@@ -18,8 +18,9 @@ constexpr uint32_t kSupportedIssi = 0x3;  // ISSI 0 and 1
 void Hca::build_caps() {
   memset(max_caps_, 0, sizeof max_caps_);
   cap::view c(max_caps_);
-  c.set(cap::log_max_srq_sz, 15).set(cap::log_max_qp_sz, 15).set(cap::log_max_qp, 18).set(cap::log_max_srq, 16);
-  c.set(cap::log_max_cq_sz, 22).set(cap::log_max_cq, 16).set(cap::log_max_eq_sz, 22).set(cap::log_max_mkey, 20);
+  // Queue and object limits stay within what the transport takes (rc/limits.h).
+  c.set(cap::log_max_srq_sz, 14).set(cap::log_max_qp_sz, 14).set(cap::log_max_qp, 12).set(cap::log_max_srq, 14);
+  c.set(cap::log_max_cq_sz, 22).set(cap::log_max_cq, 14).set(cap::log_max_eq_sz, 22).set(cap::log_max_mkey, 20);
   c.set(cap::log_max_eq, 5).set(cap::max_indirection, 0).set(cap::log_max_mrw_sz, 64);
   c.set(cap::log_max_klm_list_size, 0).set(cap::log_max_ra_req_qp, 4).set(cap::log_max_ra_res_qp, 4);
   c.set(cap::release_all_pages, 0).set(cap::force_teardown, 1).set(cap::fast_teardown, 0);

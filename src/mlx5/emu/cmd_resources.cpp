@@ -101,15 +101,28 @@ CmdStatus Hca::query_q_counter(Cmd& c) {
   auto it = qcounters_.find(uint32_t(in.get(prm::query_q_counter_in::counter_set_id)));
   if (it == qcounters_.end()) return fail(S::BAD_RES_ERR, synd::UNKNOWN_Q_COUNTER);
   QCounter& q = it->second;
+  // The transport's per-QP counters, summed over the QPs bound to this set, less what was cleared.
+  QCounter now{q.id};
+  for (auto& [n, qp] : qps_) {
+    if (qp.counter_set != q.id) continue;
+    const rc::QpCounters* k = engine_->counters(n);
+    if (!k) continue;
+    now.out_of_buffer += uint32_t(k->rnr_naks_sent);  // no receive WQE: an RNR NAK went out
+    now.out_of_sequence += uint32_t(k->seq_naks_sent);
+    now.duplicate_request += uint32_t(k->duplicates);
+    now.packet_seq_err += uint32_t(k->seq_naks_received);
+    now.local_ack_timeout_err += uint32_t(k->timeouts);
+    now.rnr_nak_retry_err += uint32_t(k->rnr_naks_received);
+  }
   namespace o = prm::query_q_counter_out;
   o::view(c.out)
-      .set(o::out_of_buffer, q.out_of_buffer)
-      .set(o::out_of_sequence, q.out_of_sequence)
-      .set(o::duplicate_request, q.duplicate_request)
-      .set(o::rnr_nak_retry_err, q.rnr_nak_retry_err)
-      .set(o::packet_seq_err, q.packet_seq_err)
-      .set(o::local_ack_timeout_err, q.local_ack_timeout_err);
-  if (in.get(prm::query_q_counter_in::clear)) q = QCounter{q.id};
+      .set(o::out_of_buffer, now.out_of_buffer - q.out_of_buffer)
+      .set(o::out_of_sequence, now.out_of_sequence - q.out_of_sequence)
+      .set(o::duplicate_request, now.duplicate_request - q.duplicate_request)
+      .set(o::rnr_nak_retry_err, now.rnr_nak_retry_err - q.rnr_nak_retry_err)
+      .set(o::packet_seq_err, now.packet_seq_err - q.packet_seq_err)
+      .set(o::local_ack_timeout_err, now.local_ack_timeout_err - q.local_ack_timeout_err);
+  if (in.get(prm::query_q_counter_in::clear)) q = now;  // the baseline the next query subtracts
   return {};
 }
 
@@ -130,7 +143,7 @@ CmdStatus Hca::set_roce_address(Cmd& c) {
     return fail(S::BAD_PARAM_ERR, synd::BAD_ROCE_ADDRESS);
   GidEntry& g = gids_[idx];
   memcpy(g.addr, a.data(), sizeof g.addr);
-  // An all-zero address clears the entry (Linux gid.c deletes an entry this way).
+  // An all-zero address clears the entry (Linux deletes a GID this way).
   static const uint8_t kZero[16] = {};
   g.valid = memcmp(a.bytes(prm::roce_addr_layout::source_l3_address), kZero, 16) != 0;
   return {};

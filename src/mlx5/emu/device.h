@@ -53,7 +53,7 @@ class Clock {
 };
 
 // The Ethernet-side port: whole RoCEv2 frames (IPv4/IPv6 + UDP + BTH.. + ICRC, no L2 header), as
-// src/rc/wire.h builds and parses them. Inbound frames enter through Device::receive_frame.
+// src/roce/frame.h writes and reads them. Inbound frames enter through Device::receive_frame.
 // src/mlx5/emu/wire.h has an in-memory link between devices and a UDP socket on port 4791.
 class FramePort {
  public:

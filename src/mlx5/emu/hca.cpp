@@ -5,13 +5,6 @@
 
 namespace melon::mlx5::emu {
 
-Hca::Hca(const HostPorts& ports, const DeviceConfig& config) : ports_(ports), cfg_(config) {
-  if (!ports_.clock) ports_.clock = &own_clock_;
-  reset(true);
-}
-
-Hca::~Hca() = default;
-
 void Hca::reset(bool power_on) {
   uint64_t t = now();
   state_ = FwState::kBooting;
@@ -26,6 +19,7 @@ void Hca::reset(bool power_on) {
   rx_.clear();
   faults_.cmd_timeout = false;
   drop_objects();
+  engine_reset();
   for (auto& [iova, p] : pages_) returned_pages_.insert(iova);  // FLR: the driver gets every page back
   pages_.clear();
   icm_slots_.clear();
@@ -86,7 +80,7 @@ void Hca::raise_irq(uint16_t vector) {
 uint64_t Hca::next_deadline() {
   if (state_ == FwState::kBooting) return boot_done_ns_;
   if (pending_cmd_bits_ || !doorbells_.empty() || !rx_.empty()) return 0;
-  return UINT64_MAX;
+  return state_ == FwState::kInitialized && engine_ ? engine_->next_deadline() : UINT64_MAX;
 }
 
 bool Hca::service() {
@@ -105,6 +99,18 @@ bool Hca::service() {
     Doorbell db = doorbells_.front();
     doorbells_.pop_front();
     run_doorbell(db);
+    worked = true;
+  }
+  while (!rx_.empty() && state_ == FwState::kInitialized) {
+    std::vector<uint8_t> f = std::move(rx_.front());
+    rx_.pop_front();
+    rx_frame(f);
+    worked = true;
+  }
+  rx_.clear();
+  if (state_ == FwState::kInitialized && engine_->next_deadline() <= now()) {
+    engine_->tick();
+    engine_done();
     worked = true;
   }
   return worked;

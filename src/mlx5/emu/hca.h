@@ -5,10 +5,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -17,6 +19,7 @@
 #include "mlx5/emu/device.h"
 #include "mlx5/emu/syndromes.h"
 #include "mlx5/prm/prm.h"
+#include "rc/engine.h"
 
 namespace melon::mlx5::emu {
 
@@ -73,6 +76,16 @@ struct Eq {
 
 enum class CqArm : uint8_t { kNone, kNext, kSolicited };
 
+class Hca;
+
+// Work completions of one CQ from the transport, as the device turns them into CQEs.
+struct CqSink : rc::CompletionSink {
+  Hca* hca = nullptr;
+  uint32_t cqn = 0;
+  bool send = false;  // requester completions (REQ CQEs) or responder ones (RESP CQEs)
+  bool push(const rc::Wc& wc) override;
+};
+
 struct Cq {
   uint32_t cqn = 0;
   uint8_t log_size = 0, log_page_size = 0, page_offset = 0, cqe_sz = 0;
@@ -87,6 +100,8 @@ struct Cq {
   uint8_t status = 0;  // prm::cqc_status
   uint16_t cq_period = 0, cq_max_count = 0;
   uint32_t refs = 0;  // QPs/SRQs using it
+  std::unique_ptr<CqSink> send_sink, recv_sink;
+  uint32_t queued = 0;  // completions taken from the transport, not yet written
 };
 
 struct Mkey {
@@ -99,6 +114,8 @@ struct Mkey {
   bool len64 = false;  // covers the whole address space
   uint8_t log_page_size = 12;
   std::vector<uint64_t> mtt;  // page IOVAs (MTT mode)
+  bool free = false;  // invalid until re-enabled (created free, or invalidated remotely)
+  bool en_rinval = false;  // a SEND with invalidate may invalidate it
   uint32_t key() const { return (index << 8) | key8; }
 };
 
@@ -111,9 +128,11 @@ struct Srq {
   uint64_t dbr = 0;
   uint16_t lwm = 0;
   uint8_t state = 0;
-  uint32_t taken = 0;  // receive WQEs handed to the transport so far (wqe_counter of the next)
+  uint32_t taken = 0;  // receive WQEs handed to the transport so far
+  uint16_t head = 0;  // next WQE of the linked list (PRM: follow next_wqe_index)
   uint32_t refs = 0;
-  void* engine_srq = nullptr;  // rc::Srq
+  rc::Srq* engine_srq = nullptr;
+  uint32_t engine_srqn = 0;  // the transport's number for it (its events name that one)
 };
 
 struct Qp {
@@ -130,13 +149,28 @@ struct Qp {
   uint32_t sq_pi = 0;  // send WQEBBs the device has taken (its hw counter)
   uint32_t rq_taken = 0;  // receive WQEs handed to the transport
   uint32_t sq_wqe_cnt = 0;  // WQEs taken
+  uint32_t user_index = 0;  // reported in CQEs (cqe_version 1)
+  std::vector<rc::AddressVector> avs;  // UD address vectors by SQ slot (the engine keeps a pointer)
 };
 
 struct GidEntry {
   bool valid = false;
   uint8_t addr[prm::roce_addr_layout::size_bytes] = {};
+  // The address as a 16-byte GID. An IPv4 entry keeps its address in the last 4 bytes of
+  // source_l3_address (Linux mlx5_core_roce_gid_set); its GID is the IPv4-mapped ::ffff:a.b.c.d.
+  void gid(uint8_t out[16]) const {
+    const uint8_t* l3 = prm::addr(addr, prm::roce_addr_layout::source_l3_address);
+    if (prm::get(addr, prm::roce_addr_layout::roce_l3_type) == prm::roce_l3_type::IPV4) {
+      static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+      memcpy(out, kMapped, 12);
+      memcpy(out + 12, l3 + 12, 4);
+    } else {
+      memcpy(out, l3, 16);
+    }
+  }
 };
 
+// A Q counter set: the values at the last clear (queries report the transport's counts minus these).
 struct QCounter {
   uint32_t id = 0;
   uint32_t out_of_buffer = 0, out_of_sequence = 0, duplicate_request = 0, rnr_nak_retry_err = 0, packet_seq_err = 0,
@@ -339,6 +373,7 @@ class Hca {
   bool tp_create_qp(Qp& qp, uint32_t* qpn);
   bool tp_modify_qp(Qp& qp, uint8_t to_state);  // the qpc already holds the new attributes
   void tp_query_qp(Qp& qp, uint8_t* qpc_out);  // live PSNs and state
+  uint8_t tp_state(Qp& qp);  // the transport's state (it moves QPs to ERR/SQER on its own)
   void tp_destroy_qp(Qp& qp);
   bool tp_create_srq(Srq& s);
   void tp_arm_srq(Srq& s);
@@ -349,6 +384,25 @@ class Hca {
   void cq_doorbell(const Doorbell& db);
   void send_doorbell(const Doorbell& db);
   uint32_t cq_cursor_ = 0x80, mkey_cursor_ = 0x100, qp_cursor_ = 0x11, srq_cursor_ = 0x40;
+
+  // ---- data path (transport.cpp, datapath.cpp) ----
+  class EngineHost;
+  std::unique_ptr<EngineHost> eh_;
+  std::unique_ptr<rc::Engine> engine_;
+  void engine_reset();  // a new, empty transport (power-up, FLR)
+  void engine_done();  // after every engine call: staged writes, then CQEs, then events
+  struct PendingCqe {
+    uint32_t cqn;
+    bool send;
+    rc::Wc wc;
+  };
+  std::vector<PendingCqe> pending_cqes_;
+  void write_completion(const PendingCqe& p);
+  void sq_process(Qp& qp);  // WQEs from the hw counter up to the doorbell record
+  void rq_replenish(Qp& qp);  // receive WQEs the driver posted, to the transport
+  void srq_replenish(Srq& s);
+  void rx_frame(const std::vector<uint8_t>& f);
+  bool qp_error_cqe(Qp& qp, uint16_t wqe_index, uint8_t wqe_opcode, uint8_t syndrome);
 
   // Inbound frames waiting for service().
   std::deque<std::vector<uint8_t>> rx_;

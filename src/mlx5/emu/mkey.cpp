@@ -24,6 +24,8 @@ CmdStatus Hca::create_mkey(Cmd& c) {
   mk.len = m.get(k::len);
   mk.len64 = m.get(k::length64);
   mk.log_page_size = uint8_t(m.get(k::log_page_size));
+  mk.free = m.get(k::free);
+  mk.en_rinval = m.get(k::en_rinval);
   if (mk.access_mode != prm::mkc_access_mode::PA && mk.access_mode != prm::mkc_access_mode::MTT)
     return fail(S::BAD_PARAM_ERR, synd::BAD_ACCESS_MODE);  // KLM/KSM: not on this model
   if (m.get(k::qpn) != kNoQp) return fail(S::BAD_PARAM_ERR, synd::BAD_MKEY_QPN);
@@ -82,25 +84,26 @@ CmdStatus Hca::query_mkey(Cmd& c) {
   namespace k = prm::mkc;
   prm::mkc_set_access_mode(m, mk.access_mode);
   m.set(k::lr, mk.lr).set(k::lw, mk.lw).set(k::rr, mk.rr).set(k::rw, mk.rw).set(k::a, mk.a);
+  m.set(k::free, mk.free).set(k::en_rinval, mk.en_rinval);
   m.set(k::qpn, kNoQp).set(k::mkey_7_0, mk.key8).set(k::length64, mk.len64).set(k::pd, mk.pd);
   m.set(k::start_addr, mk.start).set(k::len, mk.len).set(k::log_page_size, mk.log_page_size);
   m.set(k::translations_octword_size, (mk.mtt.size() + 1) / 2);
   return {};
 }
 
-// Resolves [va, va+len) of key `key` for an access by PD `pd` into IOVA segments. Returns the CQE
-// syndrome that applies when it may not (0 = allowed).
+// Resolves [va, va+len) of key `key` for an access by PD `pd` into IOVA segments. Returns 0 when
+// allowed, else why not, numbered as rc::MemStatus (1 bad key, 2 wrong PD, 3 out of range, 4 no access).
 uint8_t Hca::mkey_resolve(uint32_t key, uint32_t pd, uint64_t va, uint64_t len, uint32_t access,
                           std::vector<IovaSeg>* segs) {
   auto it = mkeys_.find(key >> 8);
-  if (it == mkeys_.end() || it->second.key8 != uint8_t(key)) return 1;
+  if (it == mkeys_.end() || it->second.key8 != uint8_t(key) || it->second.free) return 1;
   const Mkey& mk = it->second;
-  if (mk.pd != pd) return 1;
+  if (mk.pd != pd) return 2;
   bool remote = access & kAccRemote;
-  if ((access & kAccWrite) && !(remote ? mk.rw : mk.lw)) return 1;
-  if ((access & kAccRead) && remote && !mk.rr) return 1;
-  if ((access & kAccAtomic) && !mk.a) return 1;
-  if (!mk.len64 && (va < mk.start || len > mk.len || va - mk.start > mk.len - len)) return 1;
+  if (!mk.len64 && (va < mk.start || len > mk.len || va - mk.start > mk.len - len)) return 3;
+  if ((access & kAccWrite) && !(remote ? mk.rw : mk.lw)) return 4;
+  if ((access & kAccRead) && remote && !mk.rr) return 4;
+  if ((access & kAccAtomic) && !mk.a) return 4;
   if (segs) segs->clear();
   if (len == 0) return 0;
   if (mk.access_mode == prm::mkc_access_mode::PA) {

@@ -207,6 +207,7 @@ CmdStatus Hca::modify_qp(Cmd& c) {
   auto it = qps_.find(uint32_t(prm::get(c.in, prm::qp_2err_in::qpn)));
   if (it == qps_.end()) return fail(S::BAD_RES_ERR, synd::UNKNOWN_QP);
   Qp& qp = it->second;
+  qp.state = tp_state(qp);  // the transport may have moved it to ERR or SQER on its own
   if (t->from != 0xff && qp.state != t->from) return fail(S::BAD_QP_STATE_ERR, synd::BAD_QP_STATE);
   if (t->to == st::ERR || t->to == st::RST) {
     tp_modify_qp(qp, t->to);

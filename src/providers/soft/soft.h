@@ -125,6 +125,10 @@ class SoftDevice : public verbs::Device {
   bool gid(uint32_t index, ibv_gid_entry* entry) const;
   // The address of a GID table entry (what the engine binds/sends from).
   const IpAddr* gid_address(uint32_t index) const;
+  // The source address for traffic from GID `index` to `dgid`, or nullptr with *err: EINVAL (no
+  // such entry, or IPv4 and IPv6 mixed), EAFNOSUPPORT (this platform cannot use the family; the
+  // reason goes to stderr once).
+  const IpAddr* source_address(uint32_t index, const uint8_t dgid[16], int* err) const;
   ibv_mtu active_mtu() const;
 
  private:

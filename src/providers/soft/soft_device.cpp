@@ -1,6 +1,8 @@
 // Soft provider: discovery, device and port attributes, GID table, context, PD, AH.
 #include "providers/soft/soft.h"
 #include "providers/soft/soft_qp.h"
+#include "providers/soft/udp_socket.h"
+#include "roce/ip_udp.h"
 
 #include <arpa/inet.h>
 
@@ -71,6 +73,16 @@ MELON_VERBS_PROVIDER(SoftProvider)
 SoftDevice::SoftDevice(const DeviceSpec& spec) : spec_(spec), guid_(make_guid(spec)) {}
 
 verbs::ContextBase* SoftDevice::open() {
+  // The socket options RoCEv2 needs, tried now: a host that cannot set them fails here with the
+  // reason, not later as packets every peer drops (udp_socket.h).
+  bool v4 = false, v6 = false;
+  for (const IpAddr& a : spec_.addrs) (a.family == AF_INET6 ? v6 : v4) = true;
+  std::string why;
+  if (int e = check_roce_host(v4, v6, &why)) {
+    std::fprintf(stderr, "melondma soft: %s: cannot open: %s\n", name(), why.c_str());
+    errno = e;
+    return nullptr;
+  }
   auto* ctx = new SoftContext(this);
   if (int rc = verbs::init_context(ctx, ctx, this)) {
     delete ctx;
@@ -180,6 +192,21 @@ const IpAddr* SoftDevice::gid_address(uint32_t index) const {
   return index < spec_.addrs.size() ? &spec_.addrs[index] : nullptr;
 }
 
+const IpAddr* SoftDevice::source_address(uint32_t index, const uint8_t dgid[16], int* err) const {
+  const IpAddr* a = gid_address(index);
+  if (!a || roce::gid_is_v4_mapped(dgid) != (a->family == AF_INET)) {
+    *err = EINVAL;  // RoCEv2 cannot carry IPv4 from an IPv6 source or the reverse
+    return nullptr;
+  }
+  if (const char* no = gid_family_unusable(a->family == AF_INET6)) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) std::fprintf(stderr, "melondma soft: %s: GID %u: %s\n", name(), index, no);
+    *err = EAFNOSUPPORT;
+    return nullptr;
+  }
+  return a;
+}
+
 // ---- context: queries -----------------------------------------------------------------------------
 
 int SoftContext::query_device_ex(ibv_device_attr_ex* attr) {
@@ -231,9 +258,10 @@ ibv_ah* SoftContext::create_ah(ibv_pd* pd, const ibv_ah_attr* attr) {
     errno = EINVAL;  // RoCE: the GRH is the address (IBV_QPF_GRH_REQUIRED)
     return nullptr;
   }
-  const IpAddr* src = dev_->gid_address(attr->grh.sgid_index);
+  int err = 0;
+  const IpAddr* src = dev_->source_address(attr->grh.sgid_index, attr->grh.dgid.raw, &err);
   if (!src) {
-    errno = EINVAL;
+    errno = err;
     return nullptr;
   }
   auto* ah = new SoftAh();

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "roce/ip_udp.h"
+
 namespace melon::soft {
 
 static_assert(sizeof(ibv_sge) == sizeof(rc::Sge) && offsetof(ibv_sge, lkey) == offsetof(rc::Sge, lkey),
@@ -74,8 +76,8 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
   config.max_inflight_packets =
       requester_window(ib_mtu_for_interface(dev->spec().if_mtu, false));  // IPv4: the larger MTU, the smaller window
   config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
-  transport_.reset(
-      new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this), config));
+  transport_.reset(new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this),
+                                    config, roce::kRoceV2Port, dev->name()));
 }
 
 Hub* Hub::acquire(SoftDevice* dev, int* err) {
@@ -83,7 +85,9 @@ Hub* Hub::acquire(SoftDevice* dev, int* err) {
   Hub*& h = hubs()[dev];
   if (!h) {
     auto* n = new Hub(dev);
-    if (int e = n->transport_->start()) {
+    std::string why;
+    if (int e = n->transport_->start(&why)) {
+      std::fprintf(stderr, "melondma soft: %s: cannot start the RoCEv2 transport: %s\n", dev->name(), why.c_str());
       delete n;
       *err = e;
       return nullptr;
@@ -300,8 +304,9 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = a->ah_attr;
     if (!ah.is_global || ah.grh.flow_label > 0xfffff) return EINVAL;  // RoCE needs the GRH
-    const IpAddr* src = qp->ctx->device()->gid_address(ah.grh.sgid_index);
-    if (!src) return EINVAL;
+    int err = 0;
+    const IpAddr* src = qp->ctx->device()->source_address(ah.grh.sgid_index, ah.grh.dgid.raw, &err);
+    if (!src) return err;
     std::memcpy(r.av.dgid, ah.grh.dgid.raw, 16);
     src->to_gid(r.av.sgid);
     r.av.flow_label = ah.grh.flow_label;

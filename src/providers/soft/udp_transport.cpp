@@ -4,10 +4,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "providers/soft/udp_socket.h"
 #include "rc/wire.h"
 #include "roce/frame.h"
 #include "roce/icrc_udp.h"
@@ -55,8 +57,11 @@ bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) 
 }  // namespace
 
 UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
-                           const rc::EngineConfig& config, uint16_t port)
-    : port_(port), engine_(rc::Host{memory, *this, *this, events}, config) {
+                           const rc::EngineConfig& config, uint16_t port, const char* counter_name)
+    : port_(port),
+      engine_(rc::Host{memory, *this, *this, events}, config),
+      counters_(counter_name),
+      stats_(counters_.counters()) {
   for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1});
   tx_.resize(kBatch);
   tx_msgs_.resize(kBatch);
@@ -80,48 +85,55 @@ size_t UdpTransport::bound() const {
   return n;
 }
 
-int UdpTransport::start() {
+int UdpTransport::start(std::string* why) {
   int last_err = EADDRNOTAVAIL;
+  std::string last_why = "no address";
+  std::vector<std::string> unbound;
   for (Socket& k : socks_) {
-    sockaddr_storage ss;
-    socklen_t sl = to_sockaddr(k.addr.gid, port_, &ss, k.addr.scope_id);
-    int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      last_err = errno;
+    if (const char* no = gid_family_unusable(k.v6)) {  // refused at use too, with the reason (soft_device.cpp)
+      last_err = EAFNOSUPPORT;
+      last_why = no;
       continue;
     }
-    // DF set and an unconnected socket: Linux then sends IPv4 identification 0, which our ICRC assumes.
-#ifdef IP_MTU_DISCOVER
-    if (!k.v6) {
-      int pmtu = IP_PMTUDISC_DO;
-      setsockopt(fd, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu);
-    }
-#endif
-#ifdef UDP_NO_CHECK6_RX
-    int one = 1;
-    if (k.v6) setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof one);  // RoCEv2 sends checksum 0
-#endif
-    int buf = 8 << 20;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&ss), sl) < 0) {
-      last_err = errno;
-      close(fd);
+    std::string w;
+    bool bind_failed = false;
+    int fd = open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed);
+    if (fd >= 0) {
+      k.fd = fd;
       continue;
     }
-    k.fd = fd;
+    last_err = errno;
+    last_why = w;
+    if (!bind_failed) {  // the host cannot carry RoCEv2 right: no half-working device
+      stop();
+      if (why) *why = w;
+      return last_err;
+    }
+    unbound.push_back(w);
   }
-  if (!bound()) return last_err;
+  if (!bound()) {
+    if (why) *why = last_why;
+    return last_err;
+  }
+  // Not silent: packets to these GIDs will not arrive.
+  for (const std::string& w : unbound)
+    std::fprintf(stderr, "melondma soft: %s; packets to this address will not be received\n", w.c_str());
   int p[2];
   if (pipe(p) < 0) {
     int e = errno;
     stop();
+    if (why) *why = std::string("pipe: ") + strerror(e);
     return e;
   }
   wake_rd_ = p[0];
   wake_wr_ = p[1];
-  fcntl(wake_rd_, F_SETFL, O_NONBLOCK);
-  fcntl(wake_wr_, F_SETFL, O_NONBLOCK);
+  // The progress thread drains the wake pipe until EAGAIN; a blocking pipe would hang it.
+  if (fcntl(wake_rd_, F_SETFL, O_NONBLOCK) != 0 || fcntl(wake_wr_, F_SETFL, O_NONBLOCK) != 0) {
+    int e = errno;
+    stop();
+    if (why) *why = std::string("fcntl(O_NONBLOCK) on the wake pipe: ") + strerror(e);
+    return e;
+  }
   running_ = true;
   thread_ = std::thread([this] { run(); });
   return 0;
@@ -259,7 +271,10 @@ int UdpTransport::receive_batch(size_t sock) {
     IpUdp ip;
     ip.v6 = k.v6;
     uint16_t sport = 0;
-    if (!from_sockaddr(rx_from_[i], ip.src, &sport)) continue;
+    if (!from_sockaddr(rx_from_[i], ip.src, &sport)) {
+      stats_.rx_malformed++;
+      continue;
+    }
     memcpy(ip.dst, k.addr.gid, 16);
     ip.sport = sport;
     ip.dport = port_;
@@ -274,6 +289,7 @@ int UdpTransport::receive_batch(size_t sock) {
     stats_.rx_packets++;
     engine_.receive(ip, pkt, len);
   }
+  stats_.rx_engine_dropped.store(engine_.dropped_packets(), std::memory_order_relaxed);
   engine_.tick();
   batch_now_ = 0;
   flush_tx();

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "providers/soft/soft_counters.h"
 #include "rc/engine.h"
 #include "roce/frame.h"
 
@@ -26,10 +27,6 @@ struct mmsghdr {
 
 namespace melon::soft {
 
-struct TransportStats {
-  std::atomic<uint64_t> rx_packets{0}, tx_packets{0}, rx_bad_icrc{0}, rx_malformed{0}, tx_errors{0};
-};
-
 // One local address of the device, as a GID (IPv4-mapped or IPv6), with the IPv6 scope.
 struct LocalAddress {
   uint8_t gid[16];
@@ -40,14 +37,17 @@ struct LocalAddress {
 class UdpTransport final : private rc::FrameLink, private rc::Clock {
  public:
   // One socket per address; a packet leaves from the socket whose address is its source GID.
-  // Memory and events are called with the engine lock held.
+  // Memory and events are called with the engine lock held. With a `counter_name` (the device
+  // name) the counters are published for melonctl (soft_counters.h).
   UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
-               const rc::EngineConfig& config = {}, uint16_t port = 4791);
+               const rc::EngineConfig& config = {}, uint16_t port = 4791, const char* counter_name = nullptr);
   ~UdpTransport() override;
 
-  // Binds every address (those that fail are skipped) and starts the progress thread; errno value
-  // if no address could be bound.
-  int start();
+  // Opens every address's socket (udp_socket.h) and starts the progress thread. A socket option
+  // that cannot be set fails the start (errno value, *why says which and what it would break); an
+  // address that cannot be bound is skipped with a warning on stderr, and the start fails only if
+  // none could be bound.
+  int start(std::string* why = nullptr);
   void stop();
   size_t bound() const;
 
@@ -99,7 +99,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<bool> running_{false};
   uint64_t armed_deadline_ = UINT64_MAX;
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
-  TransportStats stats_;
+  CounterFile counters_;
+  TransportStats& stats_;  // in counters_
 
   // Transmit batch (guarded by mu_).
   struct TxSlot {

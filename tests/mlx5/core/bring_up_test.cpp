@@ -123,3 +123,69 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<StageCase>& i) { return std::string(p::opcode::name_of(i.param.opcode)); });
 
 }  // namespace
+
+namespace {
+
+// The device on its own thread: interrupts arrive on another thread while the core waits, polls
+// and destroys EQs (what the DEXT sees). Objects churn in between; ASan watches the EQ buffers.
+TEST(CoreThreaded, BringUpObjectsReinitAndTeardownWithTheDeviceOnItsOwnThread) {
+  RigOptions o;
+  o.threaded = true;
+  Rig r(o);
+  ASSERT_EQ(r.hca.bring_up(), Err::ok);
+  for (int round = 0; round < 3; ++round) {
+    core::Pd* pd = nullptr;
+    ASSERT_EQ(r.hca.alloc_pd(&pd), Err::ok);
+    core::CqParams c;
+    core::DmaSegment ring = r.buffer(4096), dbr = r.buffer(4096);
+    c.buf = &ring, c.nbuf = 1, c.dbr_iova = dbr.iova;
+    core::Cq* cq = nullptr;
+    ASSERT_EQ(r.hca.create_cq(c, &cq), Err::ok);
+    for (int i = 0; i < 50; ++i) {
+      core::Pd* tmp = nullptr;
+      ASSERT_EQ(r.hca.alloc_pd(&tmp), Err::ok);
+      ASSERT_EQ(r.hca.free_pd(tmp), Err::ok);
+    }
+    bool used_reset = true;
+    ASSERT_EQ(r.hca.reinit(&used_reset), Err::ok);
+    EXPECT_FALSE(used_reset);
+    r.free_buffers();
+  }
+  EXPECT_GT(r.host.irq_count(0), 0u);
+  EXPECT_FALSE(r.hal->logged("without its completion event"));
+  EXPECT_EQ(r.hca.pages().given(), r.dev->stats().fw_pages_held);
+  EXPECT_EQ(r.hca.teardown(), Err::ok);
+  EXPECT_EQ(r.hal->dma_buffers(), 0u);
+  EXPECT_EQ(r.host.dma_faults(), 0u);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CoreBringUp, SeveralCompletionEqsEachOnItsOwnVector) {
+  RigOptions o;
+  o.cfg.comp_eqs = 4;
+  Rig r(o);
+  ASSERT_EQ(r.hca.bring_up(), Err::ok);
+  ASSERT_EQ(r.hca.comp_eq_count(), 4u);
+  EXPECT_TRUE(r.hal->logged("MlxEQ: async EQ"));
+  for (uint32_t v = 1; v <= 4; ++v) {
+    char want[64];
+    core::format(want, sizeof want, "entries, vector %u", v);
+    EXPECT_TRUE(r.hal->logged(want)) << want;
+  }
+  core::CqParams c;
+  core::DmaSegment ring = r.buffer(4096), dbr = r.buffer(4096);
+  c.buf = &ring, c.nbuf = 1, c.dbr_iova = dbr.iova, c.comp_vector = 3;
+  core::Cq* cq = nullptr;
+  ASSERT_EQ(r.hca.create_cq(c, &cq), Err::ok);
+  core::CqQuery q;
+  ASSERT_EQ(r.hca.query_cq(cq, &q), Err::ok);
+  EXPECT_EQ(q.eqn, r.hca.comp_eqn(3));
+  EXPECT_EQ(r.hca.teardown(), Err::ok);
+  r.free_buffers();
+  expect_clean(r);
+}
+
+}  // namespace

@@ -49,6 +49,7 @@ TEST_F(CmdFixture, InlineCommandRoundTrips) {
   ASSERT_EQ(q.exec(in, sizeof in, out, sizeof out), Err::ok);
   EXPECT_EQ(p::get(out, p::alloc_pd_out::pd), 0x1234u);
   EXPECT_EQ(q.mailboxes_in_use(), 0u);
+  for (auto& l : hal.lines) EXPECT_EQ(l.find("ALLOC_PD"), std::string::npos) << "debug lines compile out: " << l;
 }
 
 TEST_F(CmdFixture, LongInputAndOutputTravelInMailboxChains) {

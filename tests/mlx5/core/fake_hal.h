@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "mlx5/core/cmd_queue.h"
 #include "mlx5/core/hal.h"
 #include "mlx5/prm/prm.h"
 

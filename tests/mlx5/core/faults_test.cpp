@@ -87,7 +87,6 @@ TEST_F(Faults, BadStatusOnAModifyLeavesTheQpWhereItWas) {
   f.bad_status_syndrome = 0xabc;
   r.dev->set_faults(f);
   core::QpAttr a;
-  core::CmdFailure fail;
   EXPECT_EQ(r.hca.modify_qp(qp, core::QpTransition::rst2init, a), Err::cmd_status);
   EXPECT_EQ(qp->state, core::QpState::rst);
   core::QpQuery qq;
@@ -129,6 +128,15 @@ TEST_F(Faults, FatalSyndromeStopsWorkFencesBusMasteringAndQuarantines) {
   EXPECT_EQ(r.hca.pages().count(core::PageState::quarantined), 0u);
   EXPECT_EQ(r.hca.pages().given(), r.dev->stats().fw_pages_held);
   EXPECT_EQ(r.hca.alloc_pd(&other), Err::ok);
+  expect_clean_after_teardown();
+}
+
+TEST_F(Faults, RecoveryWhileUpTellsOwnersTheirObjectsAreGone) {
+  ASSERT_EQ(r.hca.recover(), Err::ok);
+  ASSERT_EQ(cq_sink.events.size(), 1u);
+  EXPECT_EQ(cq_sink.events[0].type, p::event_type::INTERNAL_ERROR);
+  EXPECT_EQ(r.hca.live(core::ObjKind::cq), 0u);
+  EXPECT_EQ(r.hca.live(core::ObjKind::pd), 0u);
   expect_clean_after_teardown();
 }
 

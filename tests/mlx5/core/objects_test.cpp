@@ -180,7 +180,6 @@ TEST_F(Objects, FirmwareRefusalLeavesNoRecord) {
   core::DmaSegment ring = r.buffer(4096), dbr = r.buffer(4096);
   c.buf = &ring, c.nbuf = 1, c.dbr_iova = dbr.iova;
   core::Cq* out = nullptr;
-  core::CmdFailure fail;
   EXPECT_EQ(r.hca.create_cq(c, &out), Err::cmd_status);
   EXPECT_EQ(r.hca.live(core::ObjKind::cq), 0u);
   EXPECT_TRUE(r.hal->logged("MlxCmd: CREATE_CQ(0x400) op_mod 0x0 failed: status LIM_ERR(0x8) syndrome 0x77"));
@@ -335,6 +334,13 @@ TEST_F(Objects, GidTableThroughSetRoceAddress) {
   EXPECT_EQ(memcmp(back.gid, gid, 16), 0);
   EXPECT_EQ(memcmp(back.mac, g.mac, 6), 0);
   EXPECT_EQ(back.version, p::roce_version::VERSION_2);
+  EXPECT_EQ(back.l3_type, p::roce_l3_type::IPV4) << "an IPv4-mapped GID is stored as IPv4";
+  uint8_t v6[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0x4d, 0x45, 0xff, 0xfe, 0x4c, 0, 1};
+  memcpy(g.gid, v6, 16);
+  ASSERT_EQ(r.hca.set_gid(4, g), Err::ok);
+  ASSERT_EQ(r.hca.query_gid(4, &back), Err::ok);
+  EXPECT_EQ(memcmp(back.gid, v6, 16), 0);
+  EXPECT_EQ(back.l3_type, p::roce_l3_type::IPV6);
   ASSERT_EQ(r.hca.clear_gid(3), Err::ok);
   ASSERT_EQ(r.hca.query_gid(3, &back), Err::ok);
   uint8_t zero[16] = {};

@@ -18,6 +18,8 @@
 namespace melon::mlx5::core::test {
 
 struct RigOptions {
+  bool threaded = false;  // the device's worker thread and the steady clock, real sleeps
+  emu::FramePort* wire = nullptr;  // the Ethernet port's link (src/mlx5/emu/wire.h), if any
   dext::EmuHalOptions hal;
   HcaConfig cfg;
   emu::DeviceConfig dev;
@@ -28,14 +30,19 @@ struct Rig {
     emu::HostPorts ports;
     ports.dma = &host;
     ports.irq = &host;
-    ports.clock = &clock;
+    ports.clock = o.threaded ? nullptr : &clock;
+    ports.wire = o.wire;
     dev = std::make_unique<emu::Device>(ports, o.dev);
     dext::EmuHalOptions ho = o.hal;
     if (getenv("MELON_CORE_LOG")) ho.echo_log = true, ho.echo_level = LogLevel::debug;  // to debug a test
-    hal = std::make_unique<dext::EmuHal>(*dev, host, &clock, ho);
+    hal = std::make_unique<dext::EmuHal>(*dev, host, o.threaded ? nullptr : &clock, ho);
+    if (o.threaded) dev->start_worker();
     hca.attach(hal.get(), o.cfg);
   }
-  ~Rig() { hca.detach(); }
+  ~Rig() {
+    hca.detach();
+    dev->stop_worker();
+  }
 
   // A DMA buffer for queues the test owns (as a client's pinned memory would be).
   DmaSegment buffer(size_t len, size_t align = 4096) {

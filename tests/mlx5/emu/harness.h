@@ -37,8 +37,10 @@ inline std::vector<uint8_t> cmd_in(uint16_t opcode, uint32_t bytes, uint16_t op_
 
 class Harness {
  public:
-  explicit Harness(DeviceConfig cfg = {}, FramePort* wire = nullptr)
-      : dev(HostPorts{&host, &host, &clock, wire}, cfg) {}
+  // steady_clock: the device runs on CLOCK_MONOTONIC (tests against a real peer), not `clock`.
+  explicit Harness(DeviceConfig cfg = {}, FramePort* wire = nullptr, bool steady_clock = false)
+      : dev(HostPorts{&host, &host, steady_clock ? nullptr : &clock, wire}, cfg), steady_(steady_clock) {}
+  bool steady_ = false;
 
   TestHost host;
   ManualClock clock;
@@ -56,6 +58,7 @@ class Harness {
   void power_up() {
     dev.config_write(kPciCommand, 2, kPciCommandMemory | kPciCommandBusMaster);
     clock.advance(dev.config().init_delay_ns + 1);
+    for (int i = 0; steady_ && i < 1000 && (reg(prm::init_seg_offset::initializing) >> 31); ++i) usleep(1000);
     ASSERT_EQ(reg(prm::init_seg_offset::initializing) >> 31, 0u);
     cmdq = host.alloc(4096);
     set_reg(prm::init_seg_offset::cmdq_addr_h, uint32_t(cmdq.iova >> 32));
@@ -325,19 +328,126 @@ class Harness {
     }
     return exec(in, out_size(opcode));
   }
-  // GID index 0 = the IPv4-mapped address `ip` (RoCE v2).
+  // GID `index` = the IPv4 address `ip` (RoCE v2), stored as Linux mlx5_core_roce_gid_set does: the
+  // address in the last 4 bytes of source_l3_address.
   Result set_gid(uint32_t index, const uint8_t ip[4]) {
     auto in = cmd_in(prm::opcode::SET_ROCE_ADDRESS, in_size(prm::opcode::SET_ROCE_ADDRESS));
     prm::set_roce_address_in::view v(in.data());
     v.set(prm::set_roce_address_in::roce_address_index, index).set(prm::set_roce_address_in::vhca_port_num, 1);
     auto a = v.at(prm::set_roce_address_in::roce_address);
-    uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[0], ip[1], ip[2], ip[3]};
+    uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ip[0], ip[1], ip[2], ip[3]};
     a.set_bytes(prm::roce_addr_layout::source_l3_address, gid);
     a.set(prm::roce_addr_layout::roce_l3_type, prm::roce_l3_type::IPV4)
         .set(prm::roce_addr_layout::roce_version, prm::roce_version::VERSION_2);
     prm::set_mac(a.data(), prm::roce_addr_layout::source_mac_47_32, prm::roce_addr_layout::source_mac_31_0,
                  dev.config().mac);
     return exec(in, out_size(prm::opcode::SET_ROCE_ADDRESS));
+  }
+
+  // ---- data path (rdma-core qp.c's WQE layout) ----
+  struct Seg {
+    uint64_t addr;
+    uint32_t len;
+    uint32_t lkey;
+  };
+  struct SendOpts {
+    uint64_t raddr = 0;
+    uint32_t rkey = 0;
+    uint32_t imm = 0;  // immediate, or the rkey to invalidate
+    bool signaled = true, fence = false, solicited = false;
+    uint64_t swap_add = 0, compare = 0;
+    std::vector<uint8_t> inline_data;
+    bool has_inline = false;
+    // UD
+    uint32_t dqpn = 0, qkey = 0;
+    uint8_t dgid[16] = {};
+  };
+  // Writes a send WQE at the producer index, updates the doorbell record and rings the doorbell.
+  uint16_t post_send(QpRing& q, uint8_t opcode, const std::vector<Seg>& sges) {
+    return post_send(q, opcode, sges, SendOpts());
+  }
+  uint16_t post_send(QpRing& q, uint8_t opcode, const std::vector<Seg>& sges, const SendOpts& o) {
+    std::vector<uint8_t> w(16, 0);
+    auto put = [&](const uint8_t* p, size_t n) { w.insert(w.end(), p, p + n); };
+    if (q.st == prm::qpc_st::UD) {
+      uint8_t d[prm::wqe_datagram_seg::size_bytes] = {};
+      prm::wqe_datagram_seg::view v(d);
+      v.set(prm::wqe_datagram_seg::qkey, o.qkey)
+          .set(prm::wqe_datagram_seg::dqpn, o.dqpn)
+          .set(prm::wqe_datagram_seg::ext, 1);
+      v.set_bytes(prm::wqe_datagram_seg::rgid, o.dgid).set(prm::wqe_datagram_seg::hop_limit, 64);
+      put(d, sizeof d);
+    }
+    namespace wo = prm::wqe_opcode;
+    bool atomic = opcode == wo::ATOMIC_CS || opcode == wo::ATOMIC_FA;
+    if (opcode == wo::RDMA_WRITE || opcode == wo::RDMA_WRITE_IMM || opcode == wo::RDMA_READ || atomic) {
+      uint8_t r[16] = {};
+      prm::wqe_raddr_seg::view(r).set(prm::wqe_raddr_seg::raddr, o.raddr).set(prm::wqe_raddr_seg::rkey, o.rkey);
+      put(r, 16);
+    }
+    if (atomic) {
+      uint8_t a[16] = {};
+      prm::wqe_atomic_seg::view(a)
+          .set(prm::wqe_atomic_seg::swap_add, o.swap_add)
+          .set(prm::wqe_atomic_seg::compare, o.compare);
+      put(a, 16);
+    }
+    if (o.has_inline) {
+      uint8_t hdr[4];
+      prm::set_bits(hdr, 0, 32, prm::kInlineSegFlag | uint32_t(o.inline_data.size()));
+      put(hdr, 4);
+      put(o.inline_data.data(), o.inline_data.size());
+      while (w.size() % 16) w.push_back(0);
+    } else {
+      for (const Seg& g : sges) {
+        uint8_t d[16] = {};
+        prm::wqe_data_seg::view(d)
+            .set(prm::wqe_data_seg::byte_count, g.len)
+            .set(prm::wqe_data_seg::lkey, g.lkey)
+            .set(prm::wqe_data_seg::addr, g.addr);
+        put(d, 16);
+      }
+    }
+    prm::wqe_ctrl_seg::view c(w.data());
+    c.set(prm::wqe_ctrl_seg::opcode, opcode).set(prm::wqe_ctrl_seg::wqe_index, q.sq_pi & 0xffff);
+    c.set(prm::wqe_ctrl_seg::qpn, q.qpn).set(prm::wqe_ctrl_seg::ds, w.size() / 16);
+    c.set(prm::wqe_ctrl_seg::ce, o.signaled ? 2 : 0)
+        .set(prm::wqe_ctrl_seg::se, o.solicited)
+        .set(prm::wqe_ctrl_seg::fm, o.fence ? 4 : 0);
+    c.set(prm::wqe_ctrl_seg::imm, o.imm);
+    uint32_t nbb = uint32_t((w.size() + 63) / 64);
+    w.resize(nbb * 64, 0);
+    uint16_t index = uint16_t(q.sq_pi);
+    for (uint32_t i = 0; i < nbb; ++i) memcpy(q.sq(q.sq_pi + i), w.data() + 64 * i, 64);
+    q.sq_pi += nbb;
+    prm::set(q.dbr.va, prm::qp_dbrec::snd_counter, q.sq_pi & 0xffff);
+    uar_write64(uar, prm::kUarBlueFlame, w.data());
+    return index;
+  }
+  void post_recv(QpRing& q, const std::vector<Seg>& sges) {
+    uint8_t* r = q.rq(q.rq_pi);
+    uint32_t max = (16u << q.log_rq_stride) / 16;
+    memset(r, 0, 16u << q.log_rq_stride);
+    for (uint32_t i = 0; i < max; ++i) {
+      prm::wqe_data_seg::view d(r + 16 * i);
+      if (i < sges.size())
+        d.set(prm::wqe_data_seg::byte_count, sges[i].len)
+            .set(prm::wqe_data_seg::lkey, sges[i].lkey)
+            .set(prm::wqe_data_seg::addr, sges[i].addr);
+      else {
+        d.set(prm::wqe_data_seg::lkey, 0x100);  // MLX5_INVALID_LKEY ends the list
+        break;
+      }
+    }
+    ++q.rq_pi;
+    prm::set(q.dbr.va, prm::qp_dbrec::rcv_counter, q.rq_pi & 0xffff);
+  }
+  Result enable_roce() {
+    auto mv = cmd_in(prm::opcode::MODIFY_NIC_VPORT_CONTEXT, in_size(prm::opcode::MODIFY_NIC_VPORT_CONTEXT));
+    prm::modify_nic_vport_context_in::view m(mv.data());
+    m.at(prm::modify_nic_vport_context_in::field_select).set(prm::modify_nic_vport_field_select::roce_en, 1);
+    m.at(prm::modify_nic_vport_context_in::nic_vport_context).set(prm::nic_vport_context::roce_en, 1);
+    return exec(mv, 16);
   }
 
   // A UAR doorbell write in memory order (Linux mlx5_write64 / __raw_writel).

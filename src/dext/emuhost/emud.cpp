@@ -1,0 +1,368 @@
+// melon-emud's body: the device (emulator + EmuHal + core), the platform under CoreBackend (memfd
+// queue memory, client windows), and the socket loop around uapi::Server.
+#include "dext/emuhost/emud.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "dext/emuhost/client_dma.h"
+#include "dext/emuhost/emu_hal.h"
+#include "dext/emuhost/socket_protocol.h"
+#include "mlx5/core/hca.h"
+#include "mlx5/emu/device.h"
+#include "mlx5/emu/test_host.h"
+#include "mlx5/core/uapi_backend.h"
+#include "uapi/server.h"
+
+namespace melon::dext {
+
+namespace {
+
+int g_stop_fd = -1;  // eventfd the signal handler writes
+
+std::string errstr(const char* what) { return std::string(what) + ": " + strerror(errno); }
+
+struct Conn {
+  int fd = -1;
+  int event_fd = -1;
+  pid_t pid = 0;
+  bool attached = false;  // false: over the device's client limit; refused at its first request
+  std::unique_ptr<uapi::Client> client;
+};
+
+// Queue memory as memfds the device sees through the TestHost IOMMU and the client maps.
+class Platform final : public mlx5::core::QueuePlatform {
+ public:
+  Platform(mlx5::emu::TestHost& host, ClientDma& dma, int wake_fd) : host_(host), dma_(dma), wake_fd_(wake_fd) {}
+  ~Platform() {
+    for (auto& [fd, m] : mems_) {
+      munmap(m.va, m.size);
+      close(fd);
+    }
+  }
+
+  int queue_alloc(uint64_t size, Mem* out) override {
+    int fd = memfd_create("melon-queue", MFD_CLOEXEC);
+    if (fd < 0) return mlx5::core::kHalNoMemory;
+    void* va = MAP_FAILED;
+    if (ftruncate(fd, off_t(size)) == 0) va = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (va == MAP_FAILED) {
+      close(fd);
+      return mlx5::core::kHalNoMemory;
+    }
+    uint64_t iova = host_.map(va, size);
+    if (!iova) {
+      munmap(va, size);
+      close(fd);
+      return mlx5::core::kHalNoMemory;
+    }
+    out->memory = uint64_t(fd);
+    out->iova = iova;
+    out->va = va;
+    out->size = size;
+    mems_[fd] = M{va, size, iova};
+    return mlx5::core::kHalOk;
+  }
+  void queue_free(const Mem& m) override { release(int(m.memory)); }
+
+  // The client's UAR page is a memfd page. (Forwarding its doorbells to the emulated BAR comes with
+  // the provider's data path; see docs/uapi.md.)
+  int uar_map(const mlx5::core::Uar& u, uapi::MapRegion* out) override {
+    Mem m;
+    if (int r = queue_alloc(4096, &m); r != mlx5::core::kHalOk) return r;
+    uars_[u.index] = int(m.memory);
+    *out = uapi::MapRegion{uint8_t(uapi::MapKind::uar), uapi::kMapWriteCombine, m.memory, 0, 4096};
+    return mlx5::core::kHalOk;
+  }
+  void uar_unmap(const mlx5::core::Uar& u) override {
+    auto it = uars_.find(u.index);
+    if (it == uars_.end()) return;
+    release(it->second);
+    uars_.erase(it);
+  }
+
+  int pin_client(void* host, uint64_t addr, uint64_t len, bool writable, uint64_t* iova, uint64_t* token) override {
+    const Conn* c = static_cast<const Conn*>(host);
+    uint64_t w = dma_.open_window(c->pid, addr, len, writable);
+    if (!w) return mlx5::core::kHalFault;
+    *iova = *token = w;
+    return mlx5::core::kHalOk;
+  }
+  void unpin_client(uint64_t token) override { dma_.close_window(token); }
+  void events_pending() override {
+    uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof one);
+  }
+
+  size_t memfds() const { return mems_.size(); }
+
+ private:
+  struct M {
+    void* va;
+    uint64_t size, iova;
+  };
+  void release(int fd) {
+    auto it = mems_.find(fd);
+    if (it == mems_.end()) return;
+    host_.unmap(it->second.iova);
+    munmap(it->second.va, it->second.size);
+    close(fd);
+    mems_.erase(it);
+  }
+  mlx5::emu::TestHost& host_;
+  ClientDma& dma_;
+  int wake_fd_;
+  std::map<int, M> mems_;
+  std::map<uint32_t, int> uars_;
+};
+
+bool send_reply(int fd, const SocketReply& rp, const void* body, uint32_t len, int pass_fd) {
+  uint8_t buf[kMaxSocketMessage];
+  memcpy(buf, &rp, sizeof rp);
+  if (len) memcpy(buf + sizeof rp, body, len);
+  iovec iov{buf, sizeof rp + len};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  if (pass_fd >= 0) {
+    mh.msg_control = ctl;
+    mh.msg_controllen = sizeof ctl;
+    cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+  }
+  return sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(sizeof rp + len);
+}
+
+// The port's GID 0: the wire address as an IPv4-mapped RoCEv2 GID (IBA A17.9.1 / RoCEv2 annex).
+bool wire_gid(const std::string& addr, uint8_t gid[16]) {
+  in_addr a{};
+  if (inet_pton(AF_INET, addr.c_str(), &a) == 1) {
+    memset(gid, 0, 16);
+    gid[10] = gid[11] = 0xff;
+    memcpy(gid + 12, &a, 4);
+    return true;
+  }
+  return inet_pton(AF_INET6, addr.c_str(), gid) == 1;
+}
+
+}  // namespace
+
+void stop_emud() {
+  if (g_stop_fd >= 0) {
+    uint64_t one = 1;
+    (void)!write(g_stop_fd, &one, sizeof one);
+  }
+}
+
+int run_emud(const EmudOptions& opt, std::string* why) {
+  if (opt.socket.empty() || opt.socket.size() >= sizeof(sockaddr_un::sun_path)) {
+    *why = "socket path empty or too long";
+    return kEmudUsage;
+  }
+  uint8_t gid[16];
+  if (!wire_gid(opt.wire, gid)) {
+    *why = "--wire " + opt.wire + " is not an IPv4 or IPv6 address";
+    return kEmudUsage;
+  }
+  // One daemon per device: the lock is held for the process's life (and dropped by the kernel
+  // when it dies, so a crash never blocks the next start).
+  std::string lock_path = opt.socket + ".lock";
+  int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) {
+    *why = errstr(("cannot open " + lock_path).c_str());
+    return kEmudSocket;
+  }
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    *why = "another melon-emud already serves " + opt.socket;
+    close(lock_fd);
+    return kEmudAlreadyRunning;
+  }
+  // The lock file names the daemon (melonctl emud stop/status read it).
+  if (ftruncate(lock_fd, 0) == 0) dprintf(lock_fd, "%d\n", int(getpid()));
+  unlink(opt.socket.c_str());  // a stale socket of a dead daemon (we hold the lock)
+  int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path, opt.socket.c_str(), opt.socket.size() + 1);
+  if (lfd < 0 || bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(lfd, 32) != 0) {
+    *why = errstr(("cannot listen on " + opt.socket).c_str());
+    if (lfd >= 0) close(lfd);
+    close(lock_fd);
+    return kEmudSocket;
+  }
+  chmod(opt.socket.c_str(), 0666);
+  g_stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+
+  // The device and the driver core.
+  mlx5::emu::TestHost host;
+  ClientDma dma(host);
+  mlx5::emu::HostPorts ports;
+  ports.dma = &dma;
+  ports.irq = &host;
+  auto dev = std::make_unique<mlx5::emu::Device>(ports, mlx5::emu::DeviceConfig{});
+  EmuHalOptions ho;
+  ho.host_page_size = 4096;
+  ho.interrupts = true;
+  ho.echo_log = true;  // warnings and errors to stderr; everything with --verbose
+  ho.echo_level = opt.verbose ? mlx5::core::LogLevel::debug : mlx5::core::LogLevel::warn;
+  EmuHal hal(*dev, host, nullptr, ho);
+  dev->start_worker();
+  mlx5::core::Hca hca;
+  hca.attach(&hal);
+  auto fail_device = [&](const char* what) {
+    *why = std::string(what) + ": " + mlx5::core::stage_name(hca.last_failure().stage) + ", " +
+           mlx5::core::err_name(hca.last_failure().err);
+    dev->stop_worker();
+    hca.detach();
+    close(lfd);
+    unlink(opt.socket.c_str());
+    close(lock_fd);
+    return kEmudDevice;
+  };
+  if (hca.bring_up() != mlx5::core::Err::ok) return fail_device("device bring-up failed");
+  mlx5::core::GidEntry g;
+  memcpy(g.gid, gid, 16);
+  memcpy(g.mac, hca.port().mac, 6);
+  g.l3_type = (gid[10] == 0xff && gid[11] == 0xff) ? 0 : 1;
+  if (hca.set_gid(0, g) != mlx5::core::Err::ok) return fail_device("setting GID 0 failed");
+
+  Platform plat(host, dma, wake_fd);
+  mlx5::core::UapiBackend backend(hca, plat);
+  uapi::Limits lim;
+  backend.fill_limits(&lim);
+  lim.clients = opt.clients < uapi::kMaxClients ? opt.clients : uapi::kMaxClients;
+  uapi::Server srv(backend, lim);
+  std::vector<std::unique_ptr<Conn>> conns;
+  struct Notify final : uapi::EventNotify {
+    std::vector<std::unique_ptr<Conn>>* conns;
+    void event_queued(uapi::Client& c) override {
+      for (auto& cn : *conns)
+        if (cn->client.get() == &c) {
+          uint64_t one = 1;
+          (void)!write(cn->event_fd, &one, sizeof one);
+        }
+    }
+  } notify;
+  notify.conns = &conns;
+  srv.set_notify(&notify);
+
+  auto drop = [&](size_t i) {
+    Conn& c = *conns[i];
+    if (c.attached) srv.detach(*c.client);
+    close(c.fd);
+    close(c.event_fd);
+    conns.erase(conns.begin() + long(i));
+  };
+  bool running = true;
+  while (running) {
+    std::vector<pollfd> pf;
+    pf.push_back({g_stop_fd, POLLIN, 0});
+    pf.push_back({wake_fd, POLLIN, 0});
+    pf.push_back({lfd, POLLIN, 0});
+    for (auto& c : conns) pf.push_back({c->fd, POLLIN, 0});
+    // The health poller and page requests want service() now and then.
+    int n = poll(pf.data(), pf.size(), 200);
+    if (n < 0 && errno != EINTR) break;
+    while (hal.take_service_request()) hca.service();
+    if (pf[0].revents) running = false;
+    if (pf[1].revents) {
+      uint64_t v;
+      (void)!read(wake_fd, &v, sizeof v);
+    }
+    backend.drain_events(srv);
+    size_t polled = pf.size() - 3;  // connections accepted below were not polled this round
+    if (pf[2].revents & POLLIN) {
+      for (;;) {
+        int cfd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (cfd < 0) break;
+        auto c = std::make_unique<Conn>();
+        c->fd = cfd;
+        ucred cr{};
+        socklen_t crl = sizeof cr;
+        getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cr, &crl);
+        c->pid = cr.pid;
+        c->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        c->client = std::make_unique<uapi::Client>();
+        c->attached = srv.attach(c->client.get(), c.get()) == uapi::Status::ok;
+        conns.push_back(std::move(c));
+      }
+    }
+    // Requests (back to front, so a dropped connection does not shift the ones still to serve).
+    for (size_t i = polled; i-- > 0;) {
+      short re = pf[3 + i].revents;
+      if (!re) continue;
+      Conn& c = *conns[i];
+      uint8_t buf[kMaxSocketMessage];
+      ssize_t got = (re & POLLIN) ? recv(c.fd, buf, sizeof buf, MSG_DONTWAIT) : 0;
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (got <= 0) {  // closed or died: everything it owned goes now
+        drop(i);
+        continue;
+      }
+      SocketReply rp{};
+      uint8_t out[kMaxSocketMessage];
+      int pass = -1;
+      if (size_t(got) < sizeof(SocketRequest)) {
+        rp.status = uint32_t(uapi::Status::truncated);
+      } else if (!c.attached) {
+        rp.status = uint32_t(uapi::Status::quota_device);
+      } else {
+        SocketRequest rq;
+        memcpy(&rq, buf, sizeof rq);
+        uint32_t cap = rq.out_cap < sizeof out - sizeof rp ? rq.out_cap : uint32_t(sizeof out - sizeof rp);
+        uint32_t in_len = uint32_t(got) - sizeof rq;
+        uapi::Reply r = srv.handle(*c.client, rq.selector, in_len ? buf + sizeof rq : nullptr, in_len, out, cap);
+        rp.status = uint32_t(r.status);
+        rp.out_len = r.out_len;
+        if (r.status == uapi::Status::ok && rq.selector == uint32_t(uapi::Selector::map)) {
+          uapi::MapResp m;
+          memcpy(&m, out, sizeof m);
+          pass = int(m.memory);
+        } else if (r.status == uapi::Status::ok && rq.selector == uint32_t(uapi::Selector::open)) {
+          pass = c.event_fd;
+        }
+      }
+      rp.has_fd = pass >= 0;
+      if (!send_reply(c.fd, rp, out, rp.out_len, pass) || !c.attached) drop(i);
+    }
+  }
+
+  // Clean stop: clients' objects, the device, the socket.
+  while (!conns.empty()) drop(conns.size() - 1);
+  backend.drain_events(srv);
+  mlx5::core::Err te = hca.teardown();
+  dev->stop_worker();
+  hca.detach();
+  close(lfd);
+  unlink(opt.socket.c_str());
+  close(wake_fd);
+  close(g_stop_fd);
+  g_stop_fd = -1;
+  close(lock_fd);
+  if (te != mlx5::core::Err::ok) {
+    *why = std::string("teardown: ") + mlx5::core::err_name(te);
+    return kEmudDevice;
+  }
+  return kEmudOk;
+}
+
+}  // namespace melon::dext

@@ -1,0 +1,31 @@
+// melon-emud: the Linux host of the driver. It runs src/mlx5/core on the emulated ConnectX-4 Lx and
+// serves the user-client ABI (src/uapi) to client processes over a Unix socket, passing memfds for
+// queue memory and UAR pages and an eventfd per client for events (docs/uapi.md).
+//
+// One daemon per device: a second one on the same socket path refuses to start (an flock on
+// <socket>.lock). Stops cleanly on SIGTERM/SIGINT or stop(): every client's objects released,
+// the device torn down, the socket removed.
+#pragma once
+
+#include <stdint.h>
+
+#include <string>
+
+namespace melon::dext {
+
+struct EmudOptions {
+  std::string socket;  // the Unix socket path
+  std::string wire = "127.0.0.1";  // the RoCEv2 address (UDP 4791) of this emulated port
+  uint32_t clients = 16;  // at most uapi::kMaxClients
+  bool verbose = false;
+};
+
+// Exit codes of run().
+enum : int { kEmudOk = 0, kEmudUsage = 2, kEmudAlreadyRunning = 3, kEmudSocket = 4, kEmudDevice = 5 };
+
+// Runs until stopped. `why` says what failed.
+int run_emud(const EmudOptions& opt, std::string* why);
+// Asks a running run_emud() to stop (async-signal-safe).
+void stop_emud();
+
+}  // namespace melon::dext

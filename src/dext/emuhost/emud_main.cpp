@@ -1,0 +1,38 @@
+// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--verbose]
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dext/emuhost/emud.h"
+#include "dext/emuhost/socket_protocol.h"
+
+int main(int argc, char** argv) {
+  melon::dext::EmudOptions opt;
+  const char* env = getenv("MELON_EMUD_SOCKET");
+  opt.socket = env ? env : melon::dext::kDefaultSocket;
+  for (int i = 1; i < argc; i++) {
+    auto arg = [&](const char* name) { return !strcmp(argv[i], name) && i + 1 < argc; };
+    if (arg("--socket"))
+      opt.socket = argv[++i];
+    else if (arg("--wire"))
+      opt.wire = argv[++i];
+    else if (arg("--clients"))
+      opt.clients = uint32_t(atoi(argv[++i]));
+    else if (!strcmp(argv[i], "--verbose"))
+      opt.verbose = true;
+    else {
+      fprintf(stderr, "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--verbose]\n");
+      return melon::dext::kEmudUsage;
+    }
+  }
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { melon::dext::stop_emud(); };
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::string why;
+  int rc = melon::dext::run_emud(opt, &why);
+  if (rc != 0) fprintf(stderr, "melon-emud: %s\n", why.c_str());
+  return rc;
+}

@@ -1,0 +1,538 @@
+// uapi::Backend over src/mlx5/core.
+#include "mlx5/core/uapi_backend.h"
+
+#include <string.h>
+
+#include "mlx5/prm/prm.h"
+
+namespace melon::mlx5::core {
+
+using namespace melon::uapi;  // the ABI this backend serves
+
+namespace c = mlx5::core;
+namespace p = prm;
+
+Status status_of(c::Err e) {
+  switch (e) {
+    case c::Err::ok: return Status::ok;
+    case c::Err::no_memory: return Status::no_memory;
+    case c::Err::invalid: return Status::invalid;
+    case c::Err::busy:
+    case c::Err::in_use: return Status::busy;
+    case c::Err::dead: return Status::device_dead;
+    case c::Err::unsupported: return Status::unsupported;
+    case c::Err::bad_state: return Status::wrong_state;
+    case c::Err::not_found: return Status::bad_handle;
+    default: return Status::firmware;  // timeout, cmd_status, delivery, leak
+  }
+}
+
+// Queue memory: the ring, page-rounded, then one page holding the doorbell record(s), so each can
+// be mapped on its own.
+struct UapiBackend::Queue {
+  QueuePlatform::Mem mem;
+  uint64_t ring_bytes = 0;
+  c::Cq* cq = nullptr;
+  c::Srq* srq = nullptr;
+  c::Qp* qp = nullptr;
+};
+
+namespace {
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+}  // namespace
+
+UapiBackend::UapiBackend(c::Hca& hca, QueuePlatform& plat) : hca_(hca), plat_(plat) {
+  lock_ = hca_.hal().lock_create();
+  routes_ = static_cast<Route*>(hca_.hal().mem_alloc(sizeof(Route) * kRoutes));
+  pending_ = static_cast<Pending*>(hca_.hal().mem_alloc(sizeof(Pending) * kPending));
+  hca_.set_device_sink(this);  // port changes and fatal errors go to every client
+}
+
+UapiBackend::~UapiBackend() {
+  hca_.set_device_sink(nullptr);
+  if (routes_) hca_.hal().mem_free(routes_, sizeof(Route) * kRoutes);
+  if (pending_) hca_.hal().mem_free(pending_, sizeof(Pending) * kPending);
+  if (lock_) hca_.hal().lock_destroy(lock_);
+}
+
+void UapiBackend::fill_limits(uapi::Limits* lim) {
+  const c::HcaCaps& caps = hca_.caps();
+  lim->gid_tbl_len = caps.gid_table_size ? caps.gid_table_size : 16;
+  lim->comp_vectors = hca_.comp_eq_count() ? hca_.comp_eq_count() : 1;
+  uint32_t log_wq = p::get(caps.general, p::cmd_hca_cap::log_max_wq_sz);
+  if (log_wq && (1u << log_wq) < lim->max_qp_wr) lim->max_qp_wr = lim->max_srq_wr = 1u << log_wq;
+  uint32_t log_cq = p::get(caps.general, p::cmd_hca_cap::log_max_cq_sz);
+  if (log_cq && (1u << log_cq) - 1 < lim->max_cqe) lim->max_cqe = (1u << log_cq) - 1;
+}
+
+// ---- Queries -----------------------------------------------------------------------------------
+
+Status UapiBackend::query_device(DeviceAttr* a) {
+  const c::HcaCaps& caps = hca_.caps();
+  uint32_t fw_major = 14, fw_minor = 32, fw_sub = 1010;  // what the emulated card reports
+  a->fw_ver = uint64_t(fw_major) << 32 | uint64_t(fw_minor) << 16 | fw_sub;
+  const uint8_t* mac = hca_.port().mac;
+  // EUI-64 from the port MAC (as mlx5 derives node_guid for Ethernet ports).
+  uint64_t guid = uint64_t(mac[0] ^ 2) << 56 | uint64_t(mac[1]) << 48 | uint64_t(mac[2]) << 40 | 0xfffeull << 24 |
+                  uint64_t(mac[3]) << 16 | uint64_t(mac[4]) << 8 | mac[5];
+  a->node_guid = a->sys_image_guid = guid;
+  a->max_mr_size = ~0ull;
+  a->page_size_cap = ~0xfffull;
+  a->vendor_id = 0x02c9;  // Mellanox
+  a->vendor_part_id = 4117;  // ConnectX-4 Lx
+  a->hw_ver = 0;
+  a->max_qp = 1u << caps.log_max_qp;
+  uint32_t log_wq = p::get(caps.general, p::cmd_hca_cap::log_max_wq_sz);
+  a->max_qp_wr = log_wq ? (1u << log_wq) : 16384;
+  if (a->max_qp_wr > 16384) a->max_qp_wr = 16384;
+  a->max_sge = 30;
+  a->max_cq = 1u << caps.log_max_cq;
+  uint32_t log_cq = p::get(caps.general, p::cmd_hca_cap::log_max_cq_sz);
+  a->max_cqe = log_cq ? (1u << log_cq) - 1 : (1u << 22) - 1;
+  a->max_mr = 1u << caps.log_max_mkey;
+  a->max_pd = 1u << caps.log_max_pd;
+  a->max_qp_rd_atom = a->max_qp_init_rd_atom = 16;
+  a->max_srq = 1u << caps.log_max_srq;
+  a->max_srq_wr = a->max_qp_wr - 1;
+  a->max_srq_sge = 31;
+  a->max_ah = 0x7fffffff;
+  a->phys_port_cnt = 1;
+  a->max_inline_data = 512;
+  a->uar_page_size = p::kUarPageBytes << caps.log_uar_page_sz;
+  a->bf_reg_size = caps.bf ? p::bf_buffer_bytes(caps.log_bf_reg_size) : 0;
+  return Status::ok;
+}
+
+Status UapiBackend::query_port(uint32_t, PortAttr* a) {
+  const c::PortInfo& pi = hca_.port();
+  a->state = pi.vport_state == 1 ? 4 : 1;  // ACTIVE : DOWN
+  uint32_t ib_mtu = pi.mtu >= 4096 ? 5 : pi.mtu >= 2048 ? 4 : pi.mtu >= 1024 ? 3 : pi.mtu >= 512 ? 2 : 1;
+  a->max_mtu = a->active_mtu = ib_mtu;
+  a->gid_tbl_len = hca_.caps().gid_table_size;
+  a->active_speed = 32;  // 25 Gb/s (IBV_SPEED_EDR per lane)
+  a->active_width = 1;  // 1x
+  memcpy(a->mac, pi.mac, 6);
+  return Status::ok;
+}
+
+Status UapiBackend::query_gid(uint32_t, uint32_t index, GidResp* g) {
+  c::GidEntry e;
+  if (Status s = status_of(hca_.query_gid(index, &e)); s != Status::ok) return s;
+  memcpy(g->gid, e.gid, 16);
+  static const uint8_t zero[16] = {};
+  g->valid = memcmp(e.gid, zero, 16) != 0;
+  g->roce_version = e.version;
+  return Status::ok;
+}
+
+// ---- PD, UAR, MR ---------------------------------------------------------------------------------
+
+Status UapiBackend::alloc_pd(void** out) {
+  c::Pd* pd = nullptr;
+  Status s = status_of(hca_.alloc_pd(&pd));
+  *out = pd;
+  return s;
+}
+
+Status UapiBackend::dealloc_pd(void* o) { return status_of(hca_.free_pd(static_cast<c::Pd*>(o))); }
+
+Status UapiBackend::alloc_uar(Created* cr, UarResp* r) {
+  c::Uar* u = nullptr;
+  if (Status s = status_of(hca_.alloc_uar(&u)); s != Status::ok) return s;
+  if (plat_.uar_map(*u, &cr->maps[0]) != c::kHalOk) {
+    hca_.free_uar(u);
+    return Status::no_memory;
+  }
+  cr->maps[0].kind = uint8_t(MapKind::uar);
+  cr->maps[0].flags = kMapWriteCombine;
+  cr->obj = u;
+  r->page_bytes = uint32_t(cr->maps[0].length);
+  r->db_offset = p::kUarBlueFlame;
+  r->bf_bytes = u->bf_size;
+  return Status::ok;
+}
+
+Status UapiBackend::free_uar(void* o) {
+  c::Uar* u = static_cast<c::Uar*>(o);
+  c::Uar copy = *u;
+  Status s = status_of(hca_.free_uar(u));
+  if (s == Status::ok) plat_.uar_unmap(copy);
+  return s;
+}
+
+struct MrObj {
+  c::Mr* mr;
+  uint64_t pin;
+};
+
+Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out, RegMrResp* r) {
+  uint64_t first = rq.addr & ~0xfffull, end = round_up(rq.addr + rq.length, 4096);
+  uint64_t iova = 0, pin = 0;
+  if (plat_.pin_client(host, first, end - first, (rq.access & ~kAccessRemoteRead) != 0, &iova, &pin) != c::kHalOk)
+    return Status::invalid;  // not the client's memory (or not pinnable)
+  MrObj* m = static_cast<MrObj*>(hca_.hal().mem_alloc(sizeof(MrObj)));
+  if (!m) {
+    plat_.unpin_client(pin);
+    return Status::no_memory;
+  }
+  // The segment starts at the address itself (its in-page offset is the MR's first page offset).
+  c::DmaSegment seg{iova + (rq.addr - first), end - rq.addr};
+  Status s = status_of(hca_.create_mr(static_cast<c::Pd*>(pd), rq.addr, rq.length, rq.access, &seg, 1, &m->mr));
+  if (s != Status::ok) {
+    plat_.unpin_client(pin);
+    hca_.hal().mem_free(m, sizeof(MrObj));
+    return s;
+  }
+  m->pin = pin;
+  pinned_ += end - first;
+  r->lkey = r->rkey = m->mr->mkey;
+  *out = m;
+  return Status::ok;
+}
+
+Status UapiBackend::dereg_mr(void* o) {
+  MrObj* m = static_cast<MrObj*>(o);
+  uint64_t len = round_up(m->mr->va + m->mr->len, 4096) - (m->mr->va & ~0xfffull);
+  Status s = status_of(hca_.destroy_mr(m->mr));
+  if (s != Status::ok) return s;
+  plat_.unpin_client(m->pin);
+  pinned_ -= len;
+  hca_.hal().mem_free(m, sizeof(MrObj));
+  return Status::ok;
+}
+
+// ---- Queues ------------------------------------------------------------------------------------
+
+Status UapiBackend::queue_mem(uint64_t ring_bytes, Queue* q, Created* cr, MapKind ring_kind, MapKind second_kind) {
+  uint64_t page = hca_.hal().host_page_size();
+  uint64_t ring = round_up(ring_bytes, page);
+  if (plat_.queue_alloc(ring + page, &q->mem) != c::kHalOk) return Status::no_memory;
+  q->ring_bytes = ring;
+  queue_bytes_ += q->mem.size;
+  cr->maps[0] = MapRegion{uint8_t(ring_kind), 0, q->mem.memory, 0, ring};
+  cr->maps[1] = MapRegion{uint8_t(MapKind::db_record), 0, q->mem.memory, ring, page};
+  if (second_kind != MapKind::db_record) cr->maps[2] = MapRegion{uint8_t(second_kind), 0, q->mem.memory, 0, ring};
+  return Status::ok;
+}
+
+void UapiBackend::free_queue(Queue* q) {
+  queue_bytes_ -= q->mem.size;
+  plat_.queue_free(q->mem);
+  hca_.hal().mem_free(q, sizeof(Queue));
+}
+
+Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) {
+  Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
+  if (!q) return Status::no_memory;
+  *q = Queue{};
+  uint64_t ring = 64ull << spec.log_size;
+  if (Status s = queue_mem(ring, q, cr, MapKind::cqe, MapKind::db_record); s != Status::ok) {
+    hca_.hal().mem_free(q, sizeof(Queue));
+    return s;
+  }
+  // Every CQE starts owned by software with an invalid opcode (PRM: the initial ownership bit is 1
+  // so the first pass's hardware-owned value 0 reads as new).
+  uint8_t* ring_va = static_cast<uint8_t*>(q->mem.va);
+  for (uint64_t i = 0; i < (1ull << spec.log_size); i++) ring_va[i * 64 + 63] = 0xf1;
+  c::DmaSegment seg{q->mem.iova, q->ring_bytes};
+  c::CqParams cp;
+  cp.log_size = spec.log_size;
+  cp.comp_vector = spec.comp_vector;
+  cp.uar = static_cast<c::Uar*>(spec.uar);
+  cp.buf = &seg;
+  cp.nbuf = 1;
+  cp.dbr_iova = q->mem.iova + q->ring_bytes;
+  cp.owner = this;
+  if (Status s = status_of(hca_.create_cq(cp, &q->cq)); s != Status::ok) {
+    free_queue(q);
+    return s;
+  }
+  route_add(1, q->cq->cqn, spec.event_tag);
+  r->cqn = q->cq->cqn;
+  r->cqe = 1u << spec.log_size;
+  r->cqe_bytes = 64;
+  r->dbr_offset = 0;
+  cr->obj = q;
+  return Status::ok;
+}
+
+Status UapiBackend::destroy_cq(void* o) {
+  Queue* q = static_cast<Queue*>(o);
+  uint32_t cqn = q->cq->cqn;
+  if (Status s = status_of(hca_.destroy_cq(q->cq)); s != Status::ok) return s;
+  route_del(1, cqn);
+  free_queue(q);
+  return Status::ok;
+}
+
+Status UapiBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* r) {
+  Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
+  if (!q) return Status::no_memory;
+  *q = Queue{};
+  uint64_t ring = (1ull << spec.log_size) << spec.log_stride;
+  if (Status s = queue_mem(ring, q, cr, MapKind::rq, MapKind::db_record); s != Status::ok) {
+    hca_.hal().mem_free(q, sizeof(Queue));
+    return s;
+  }
+  c::DmaSegment seg{q->mem.iova, q->ring_bytes};
+  c::SrqParams sp;
+  sp.pd = static_cast<c::Pd*>(spec.pd);
+  sp.log_size = spec.log_size;
+  sp.log_stride = spec.log_stride;
+  sp.buf = &seg;
+  sp.nbuf = 1;
+  sp.dbr_iova = q->mem.iova + q->ring_bytes;
+  sp.owner = this;
+  if (Status s = status_of(hca_.create_srq(sp, &q->srq)); s != Status::ok) {
+    free_queue(q);
+    return s;
+  }
+  route_add(3, q->srq->srqn, spec.event_tag);
+  r->wqe_cnt = 1u << spec.log_size;
+  r->stride = 1u << spec.log_stride;
+  r->dbr_offset = 0;
+  cr->obj = q;
+  return Status::ok;
+}
+
+Status UapiBackend::modify_srq(void* o, uint32_t limit) {
+  return status_of(hca_.arm_srq(static_cast<Queue*>(o)->srq, uint16_t(limit)));
+}
+
+Status UapiBackend::destroy_srq(void* o) {
+  Queue* q = static_cast<Queue*>(o);
+  uint32_t n = q->srq->srqn;
+  if (Status s = status_of(hca_.destroy_srq(q->srq)); s != Status::ok) return s;
+  route_del(3, n);
+  free_queue(q);
+  return Status::ok;
+}
+
+Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) {
+  Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
+  if (!q) return Status::no_memory;
+  *q = Queue{};
+  // PRM: one buffer, the RQ first, then the SQ.
+  uint64_t rq = spec.srq ? 0 : (1ull << spec.log_rq_size) << spec.log_rq_stride;
+  uint64_t sq = 64ull << spec.log_sq_size;
+  if (Status s = queue_mem(rq + sq, q, cr, MapKind::sq, MapKind::rq); s != Status::ok) {
+    hca_.hal().mem_free(q, sizeof(Queue));
+    return s;
+  }
+  if (spec.srq) cr->maps[2] = MapRegion{};
+  c::DmaSegment seg{q->mem.iova, q->ring_bytes};
+  c::QpParams qp;
+  qp.type = spec.type == kQpUd ? c::QpType::ud : spec.type == kQpUc ? c::QpType::uc : c::QpType::rc;
+  qp.pd = static_cast<c::Pd*>(spec.pd);
+  qp.send_cq = static_cast<Queue*>(spec.send_cq)->cq;
+  qp.recv_cq = static_cast<Queue*>(spec.recv_cq)->cq;
+  qp.srq = spec.srq ? static_cast<Queue*>(spec.srq)->srq : nullptr;
+  qp.uar = static_cast<c::Uar*>(spec.uar);
+  qp.log_sq_size = spec.log_sq_size;
+  qp.log_rq_size = spec.srq ? 0 : spec.log_rq_size;
+  qp.log_rq_stride = spec.srq ? 4 : spec.log_rq_stride;
+  qp.buf = &seg;
+  qp.nbuf = 1;
+  qp.dbr_iova = q->mem.iova + q->ring_bytes;
+  qp.owner = this;
+  if (Status s = status_of(hca_.create_qp(qp, &q->qp)); s != Status::ok) {
+    free_queue(q);
+    return s;
+  }
+  route_add(2, q->qp->qpn, spec.event_tag);
+  r->qpn = q->qp->qpn;
+  r->sq_wqe_cnt = 1u << spec.log_sq_size;
+  r->rq_wqe_cnt = spec.srq ? 0 : 1u << spec.log_rq_size;
+  r->rq_stride = spec.srq ? 0 : 1u << spec.log_rq_stride;
+  r->max_inline_data = 0;  // the server fills in what it granted
+  r->dbr_offset = 0;
+  r->sq_offset = uint32_t(rq);
+  cr->obj = q;
+  return Status::ok;
+}
+
+namespace {
+c::QpTransition core_transition(Transition t) {
+  switch (t) {
+    case Transition::rst2init: return c::QpTransition::rst2init;
+    case Transition::init2init: return c::QpTransition::init2init;
+    case Transition::init2rtr: return c::QpTransition::init2rtr;
+    case Transition::rtr2rts: return c::QpTransition::rtr2rts;
+    case Transition::rts2rts: return c::QpTransition::rts2rts;
+    case Transition::sqerr2rts: return c::QpTransition::sqerr2rts;
+    case Transition::to_err: return c::QpTransition::to_err;
+    case Transition::to_rst: return c::QpTransition::to_rst;
+  }
+  return c::QpTransition::to_err;
+}
+
+void path_of(const AddressReq& av, c::AddressPath* path) {
+  path->port = av.port ? av.port : 1;
+  path->sgid_index = av.sgid_index;
+  memcpy(path->dmac, av.dmac, 6);
+  memcpy(path->dgid, av.dgid, 16);
+  path->hop_limit = av.hop_limit;
+  path->tclass = av.traffic_class;
+  path->flow_label = av.flow_label;
+  path->udp_sport = av.udp_sport;
+  path->sl = av.sl;
+}
+}  // namespace
+
+Status UapiBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
+  Queue* q = static_cast<Queue*>(o);
+  c::QpAttr a;
+  uint32_t m = rq.attr_mask;
+  if (m & kQpAccessFlags) a.access = rq.access;
+  if (m & kQpQkey) a.qkey = rq.qkey;
+  if (m & kQpDestQpn) a.dest_qpn = rq.dest_qpn;
+  if (m & kQpAv) path_of(rq.av, &a.path);
+  if (m & kQpTimeout) a.path.ack_timeout = rq.timeout;
+  if (m & kQpPathMtu) a.mtu = rq.path_mtu;
+  if (m & kQpRqPsn) a.rq_psn = rq.rq_psn;
+  if (m & kQpSqPsn) a.sq_psn = rq.sq_psn;
+  if (m & kQpMaxQpRdAtomic) a.max_rd_atomic = rq.max_rd_atomic;
+  if (m & kQpMaxDestRdAtomic) a.max_dest_rd_atomic = rq.max_dest_rd_atomic;
+  if (m & kQpMinRnrTimer) a.min_rnr_timer = rq.min_rnr_timer;
+  if (m & kQpRetryCnt) a.retry_cnt = rq.retry_cnt;
+  if (m & kQpRnrRetry) a.rnr_retry = rq.rnr_retry;
+  return status_of(hca_.modify_qp(q->qp, core_transition(t), a));
+}
+
+Status UapiBackend::query_qp(void* o, uapi::QpAttr* r) {
+  Queue* q = static_cast<Queue*>(o);
+  c::QpQuery qq;
+  if (Status s = status_of(hca_.query_qp(q->qp, &qq)); s != Status::ok) return s;
+  // prm::qpc_state -> ibv_qp_state (they differ for SQE/SQD and ERR).
+  switch (qq.state) {
+    case c::QpState::rst: r->state = kStateReset; break;
+    case c::QpState::init: r->state = kStateInit; break;
+    case c::QpState::rtr: r->state = kStateRtr; break;
+    case c::QpState::rts: r->state = kStateRts; break;
+    case c::QpState::sqer: r->state = kStateSqe; break;
+    case c::QpState::sqd: r->state = kStateSqd; break;
+    default: r->state = kStateErr; break;
+  }
+  r->path_mtu = uint8_t(qq.mtu);
+  r->qpn = q->qp->qpn;
+  r->dest_qpn = qq.remote_qpn;
+  r->qkey = qq.qkey;
+  r->rq_psn = qq.next_rcv_psn;
+  r->sq_psn = qq.next_send_psn;
+  memcpy(r->av.dgid, qq.path.dgid, 16);
+  memcpy(r->av.dmac, qq.path.dmac, 6);
+  r->av.udp_sport = qq.path.udp_sport;
+  r->av.flow_label = qq.path.flow_label;
+  r->av.sgid_index = qq.path.sgid_index;
+  r->av.hop_limit = qq.path.hop_limit;
+  r->av.traffic_class = qq.path.tclass;
+  r->av.sl = qq.path.sl;
+  r->av.port = qq.path.port;
+  return Status::ok;
+}
+
+Status UapiBackend::destroy_qp(void* o) {
+  Queue* q = static_cast<Queue*>(o);
+  uint32_t n = q->qp->qpn;
+  if (Status s = status_of(hca_.destroy_qp(q->qp)); s != Status::ok) return s;
+  route_del(2, n);
+  free_queue(q);
+  return Status::ok;
+}
+
+Status UapiBackend::make_av(const AddressReq& av, uint8_t* out) {
+  c::AddressPath path;
+  path_of(av, &path);
+  c::AddressVector v;
+  // The destination QPN and Q_Key go into each WQE's copy; the provider patches them.
+  c::make_address_vector(path, 0, 0, &v);
+  memcpy(out, v.bytes, sizeof(v.bytes));
+  return Status::ok;
+}
+
+void UapiBackend::usage(UsageResp* u) {
+  for (uint32_t k = 0; k < uint32_t(c::ObjKind::count) && k < 8; k++) u->core_live[k] = hca_.live(c::ObjKind(k));
+  u->queue_bytes = queue_bytes_;
+  u->pinned_bytes = pinned_;
+  u->dma_buffers = hca_.dma().live_buffers();
+  u->fw_pages = hca_.pages().given();
+}
+
+// ---- Events ------------------------------------------------------------------------------------
+
+void UapiBackend::route_add(uint8_t kind, uint32_t number, uint32_t tag) {
+  c::HalLock l(hca_.hal(), lock_);
+  for (uint32_t i = 0; i < kRoutes; i++) {
+    if (routes_[i].kind == 0) {
+      routes_[i] = Route{kind, number, tag};
+      return;
+    }
+  }
+}
+
+void UapiBackend::route_del(uint8_t kind, uint32_t number) {
+  c::HalLock l(hca_.hal(), lock_);
+  for (uint32_t i = 0; i < kRoutes; i++)
+    if (routes_[i].kind == kind && routes_[i].number == number) routes_[i] = Route{};
+}
+
+void UapiBackend::push(uint8_t kind, uint32_t number, uint32_t event_type) {
+  {
+    c::HalLock l(hca_.hal(), lock_);
+    if (pend_count_ == kPending) return;  // the Server counts its own drops; these are rare
+    pending_[(pend_head_ + pend_count_) % kPending] = Pending{kind, number, event_type};
+    pend_count_++;
+  }
+  plat_.events_pending();
+}
+
+void UapiBackend::on_completion(uint32_t cqn) { push(1, cqn, ~0u); }
+
+void UapiBackend::on_async_event(const c::AsyncEvent& e) {
+  // prm event type -> (object kind, ibv_event_type).
+  struct Map {
+    uint8_t prm, kind, ibv;
+  };
+  static constexpr Map kMap[] = {
+      {uint8_t(p::event_type::CQ_ERROR), 1, 0},           {uint8_t(p::event_type::WQ_CATAS_ERROR), 2, 1},
+      {uint8_t(p::event_type::WQ_INVAL_REQ_ERROR), 2, 2}, {uint8_t(p::event_type::WQ_ACCESS_ERROR), 2, 3},
+      {uint8_t(p::event_type::COMM_EST), 2, 4},           {uint8_t(p::event_type::SQ_DRAINED), 2, 5},
+      {uint8_t(p::event_type::PATH_MIG), 2, 6},           {uint8_t(p::event_type::PATH_MIG_FAILED), 2, 7},
+      {uint8_t(p::event_type::SRQ_CATAS_ERROR), 3, 14},   {uint8_t(p::event_type::SRQ_RQ_LIMIT), 3, 15},
+      {uint8_t(p::event_type::SRQ_LAST_WQE), 2, 16},
+  };
+  for (const Map& m : kMap)
+    if (m.prm == e.type) push(m.kind, e.number & 0xffffff, m.ibv);
+  // Device events: the port went up or down (PRM port_change subtypes), or the device is fatal.
+  if (e.type == uint8_t(p::event_type::PORT_CHANGE))
+    push(0, 0, e.subtype == uint8_t(p::port_change_subtype::ACTIVE) ? 9 /* PORT_ACTIVE */ : 10 /* PORT_ERR */);
+  else if (e.type == uint8_t(p::event_type::INTERNAL_ERROR))
+    push(0, 0, 8 /* DEVICE_FATAL */);
+}
+
+void UapiBackend::drain_events(uapi::Server& srv) {
+  for (;;) {
+    Pending ev;
+    uint32_t tag = 0;
+    {
+      c::HalLock l(hca_.hal(), lock_);
+      if (!pend_count_) return;
+      ev = pending_[pend_head_];
+      pend_head_ = (pend_head_ + 1) % kPending;
+      pend_count_--;
+      for (uint32_t i = 0; i < kRoutes; i++)
+        if (routes_[i].kind == ev.kind && routes_[i].number == ev.number) tag = routes_[i].tag;
+    }
+    if (ev.kind == 0) {
+      srv.deliver_device(ev.event_type);
+      continue;
+    }
+    if (!tag) continue;  // the object is gone
+    if (ev.event_type == ~0u)
+      srv.deliver_completion(tag);
+    else
+      srv.deliver_async(tag, ev.event_type);
+  }
+}
+
+}  // namespace melon::mlx5::core

@@ -1,0 +1,112 @@
+// uapi::Backend over the driver core: what the DEXT and melon-emud plug into the uapi::Server. It
+// lives with the core because the layer table lets the core serve the ABI, not the ABI reach into
+// the core. Queue memory, UAR mappings and client-memory pinning come from the platform (QueuePlatform)
+// because that is where the DEXT and the daemon differ (IOBufferMemoryDescriptor and
+// IOMemoryDescriptor::withAddressRange vs memfd and the emulator's IOMMU).
+//
+// Events arrive from the core's event sink, possibly in interrupt context; they are queued here under
+// a HAL lock and handed to the Server by drain_events() from the host's serialized context.
+//
+// Freestanding.
+#pragma once
+
+#include <stdint.h>
+
+#include "mlx5/core/hca.h"
+#include "uapi/backend.h"
+#include "uapi/server.h"
+
+namespace melon::mlx5::core {
+
+class QueuePlatform {
+ public:
+  // Zeroed, page-aligned memory the device reaches at `iova` and the client can map (`memory`).
+  struct Mem {
+    uint64_t memory = 0, iova = 0, size = 0, token = 0;
+    void* va = nullptr;
+  };
+  virtual int queue_alloc(uint64_t, Mem*) { return kHalUnsupported; }
+  virtual void queue_free(const Mem&) {}
+  // How a client maps this UAR page.
+  virtual int uar_map(const Uar&, uapi::MapRegion*) { return kHalUnsupported; }
+  virtual void uar_unmap(const Uar&) {}
+  // Pins [addr, addr+len) of the client `host` (page-rounded) as one IOVA-contiguous range.
+  virtual int pin_client(void*, uint64_t, uint64_t, bool, uint64_t*, uint64_t*) { return kHalUnsupported; }
+  virtual void unpin_client(uint64_t) {}
+  // An event was queued: the host should call UapiBackend::drain_events() soon.
+  virtual void events_pending() {}
+
+ protected:
+  ~QueuePlatform() = default;
+};
+
+class UapiBackend final : public uapi::Backend, private EventSink {
+ public:
+  UapiBackend(Hca& hca, QueuePlatform& plat);
+  ~UapiBackend();
+  UapiBackend(const UapiBackend&) = delete;
+  UapiBackend& operator=(const UapiBackend&) = delete;
+
+  // Hands queued events to the server (from the host's serialized context).
+  void drain_events(uapi::Server& srv);
+  // Limits for the Server, from the device's capabilities.
+  void fill_limits(uapi::Limits* lim);
+  uint64_t queue_bytes() const { return queue_bytes_; }
+  uint64_t pinned() const { return pinned_; }
+
+  uapi::Status query_device(uapi::DeviceAttr*) override;
+  uapi::Status query_port(uint32_t, uapi::PortAttr*) override;
+  uapi::Status query_gid(uint32_t, uint32_t, uapi::GidResp*) override;
+  uapi::Status alloc_pd(void**) override;
+  uapi::Status dealloc_pd(void*) override;
+  uapi::Status alloc_uar(uapi::Created*, uapi::UarResp*) override;
+  uapi::Status free_uar(void*) override;
+  uapi::Status reg_mr(void*, void*, const uapi::RegMrReq&, void**, uapi::RegMrResp*) override;
+  uapi::Status dereg_mr(void*) override;
+  uapi::Status create_cq(const uapi::CqSpec&, uapi::Created*, uapi::CreateCqResp*) override;
+  uapi::Status destroy_cq(void*) override;
+  uapi::Status create_srq(const uapi::SrqSpec&, uapi::Created*, uapi::CreateSrqResp*) override;
+  uapi::Status modify_srq(void*, uint32_t) override;
+  uapi::Status destroy_srq(void*) override;
+  uapi::Status create_qp(const uapi::QpSpec&, uapi::Created*, uapi::CreateQpResp*) override;
+  uapi::Status modify_qp(void*, uapi::Transition, const uapi::ModifyQpReq&) override;
+  uapi::Status query_qp(void*, uapi::QpAttr*) override;
+  uapi::Status destroy_qp(void*) override;
+  uapi::Status make_av(const uapi::AddressReq&, uint8_t*) override;
+  void usage(uapi::UsageResp*) override;
+
+ private:
+  struct Queue;  // a CQ, SRQ or QP with its memory
+  struct Route {
+    uint8_t kind;  // 0 free, 1 CQ, 2 QP, 3 SRQ
+    uint32_t number;  // CQN / QPN / SRQN
+    uint32_t tag;
+  };
+  void on_async_event(const AsyncEvent& e) override;
+  void on_completion(uint32_t cqn) override;
+  uapi::Status queue_mem(uint64_t ring_bytes, Queue* q, uapi::Created* c, uapi::MapKind ring_kind,
+                         uapi::MapKind second_kind);
+  void free_queue(Queue* q);
+  void route_add(uint8_t kind, uint32_t number, uint32_t tag);
+  void route_del(uint8_t kind, uint32_t number);
+  void push(uint8_t kind, uint32_t number, uint32_t event_type);
+
+  Hca& hca_;
+  QueuePlatform& plat_;
+  void* lock_ = nullptr;
+  static constexpr uint32_t kRoutes = 2048;
+  Route* routes_ = nullptr;  // kRoutes entries, HAL memory
+  static constexpr uint32_t kPending = 1024;
+  struct Pending {
+    uint8_t kind;
+    uint32_t number, event_type;
+  };
+  Pending* pending_ = nullptr;  // ring, HAL memory
+  uint32_t pend_head_ = 0, pend_count_ = 0;
+  uint64_t queue_bytes_ = 0, pinned_ = 0;
+};
+
+// Server status for a core error.
+uapi::Status status_of(Err e);
+
+}  // namespace melon::mlx5::core

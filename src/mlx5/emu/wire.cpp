@@ -1,0 +1,141 @@
+#include "mlx5/emu/wire.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "roce/icrc.h"
+#include "roce/icrc_udp.h"
+#include "roce/opcode.h"
+#include "roce/ip_udp.h"
+
+namespace melon::mlx5::emu {
+
+FramePort* MemoryLink::add_port() {
+  ports_.emplace_back(new Port);
+  ports_.back()->link = this;
+  return ports_.back().get();
+}
+
+void MemoryLink::attach(FramePort* port, Device* dev) {
+  for (auto& p : ports_)
+    if (p.get() == port) p->dev = dev;
+}
+
+void MemoryLink::Port::transmit(const uint8_t* frame, size_t len) {
+  ++link->frames_;
+  if (link->drop && link->drop(link->drop_arg, frame, len)) {
+    ++link->dropped_;
+    return;
+  }
+  for (auto& p : link->ports_)
+    if (p.get() != this && p->dev) p->dev->receive_frame(frame, len);
+}
+
+UdpWire::UdpWire(uint32_t ip, uint16_t port) : ip_(ip), port_(port) {}
+
+UdpWire::~UdpWire() {
+  stop();
+  if (fd_ >= 0) close(fd_);
+}
+
+int UdpWire::open() {
+  fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return errno;
+  // A window of full-MTU packets must fit in the socket buffers, or the kernel drops them silently.
+  int buf = 4 << 20;
+  if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf) != 0 ||
+      setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf) != 0) {
+    int e = errno;
+    close(fd_);
+    fd_ = -1;
+    return e;
+  }
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port_);
+  a.sin_addr.s_addr = htonl(ip_);
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    int e = errno;
+    close(fd_);
+    fd_ = -1;
+    return e;
+  }
+  return 0;
+}
+
+void UdpWire::transmit(const uint8_t* frame, size_t len) {
+  roce::IpUdp h;
+  if (fd_ < 0 || roce::parse_ip_udp(frame, len, h) != roce::ParseError::ok || h.v6) return;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(h.dport);
+  to.sin_addr.s_addr = htonl(roce::gid_to_ipv4(h.dst));
+  // The socket sends from its bound port, not the frame's entropy port, and the kernel picks the IPv4
+  // identification: the ICRC covers both, so it is recomputed for what the peer will see (the soft
+  // provider and rxe solve for the identification, roce/icrc_udp.h).
+  size_t n = h.udp_len - 8;
+  if (n < roce::kIcrcSize) return;
+  std::vector<uint8_t> payload(frame + h.hdr_len, frame + h.hdr_len + n);
+  roce::IpUdp sent = h;
+  sent.sport = port_;
+  sent.ip_id = 0;
+  roce::store_icrc(payload.data() + n - roce::kIcrcSize,
+                   roce::icrc_for_udp_payload(sent, payload.data(), n - roce::kIcrcSize));
+  sendto(fd_, payload.data(), n, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+}
+
+int UdpWire::poll(int timeout_ms) {
+  if (fd_ < 0 || !dev_) return 0;
+  int n = 0;
+  uint8_t buf[9216 + 64];
+  for (;;) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, n ? 0 : timeout_ms) <= 0) return n;
+    sockaddr_in from{};
+    socklen_t fl = sizeof from;
+    ssize_t r = recvfrom(fd_, buf + 64, sizeof buf - 64, 0, reinterpret_cast<sockaddr*>(&from), &fl);
+    if (r <= 0) return n;
+    // Rebuild the IP/UDP headers the socket hid; the one unknowable field, the IPv4 identification,
+    // is recovered from the ICRC (roce/icrc_udp.h) so the device checks the frame as it came.
+    roce::IpUdp h;
+    roce::gid_from_ipv4(h.src, ntohl(from.sin_addr.s_addr));
+    roce::gid_from_ipv4(h.dst, ip_);
+    h.sport = ntohs(from.sin_port);
+    h.dport = port_;
+    uint16_t id = 0;
+    if (!roce::icrc_check_udp_payload(h, buf + 64, size_t(r), &id)) {
+      ++bad_icrc_;
+      continue;
+    }
+    h.ip_id = id;
+    uint8_t hdr[64];
+    size_t hl = roce::write_ip_udp(h, size_t(r), hdr);
+    memcpy(buf + 64 - hl, hdr, hl);
+    dev_->receive_frame(buf + 64 - hl, hl + size_t(r));
+    ++n;
+  }
+}
+
+void UdpWire::start() {
+  stop_ = false;
+  thread_ = std::thread([this] {
+    while (!stop_) {
+      poll(1);
+      while (dev_ && dev_->service()) {}
+    }
+  });
+}
+
+void UdpWire::stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace melon::mlx5::emu

@@ -1,0 +1,67 @@
+// Wires for the emulated device's Ethernet port (FramePort): an in-memory link between devices in
+// one process (unit tests, benchmarks), and a UDP socket on port 4791 that speaks RoCEv2 with the
+// soft provider and Linux rxe (only the UDP payload crosses the socket; the kernel adds IP/UDP).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "mlx5/emu/device.h"
+
+namespace melon::mlx5::emu {
+
+// Every frame one port transmits is offered to every other port's device; each device keeps the
+// frames addressed to its own GIDs (as a switch flooding to all ports would).
+class MemoryLink {
+ public:
+  // A port for a device not built yet: give it in HostPorts::wire, then attach the device.
+  FramePort* add_port();
+  void attach(FramePort* port, Device* dev);
+  // Frames that cross the link, and how many the drop hook threw away.
+  uint64_t frames() const { return frames_; }
+  // Optional loss: returns true to drop a frame (tests of retransmission).
+  bool (*drop)(void* arg, const uint8_t* frame, size_t len) = nullptr;
+  void* drop_arg = nullptr;
+  uint64_t dropped() const { return dropped_; }
+
+ private:
+  struct Port : FramePort {
+    MemoryLink* link = nullptr;
+    Device* dev = nullptr;
+    void transmit(const uint8_t* frame, size_t len) override;
+  };
+  std::vector<std::unique_ptr<Port>> ports_;
+  std::atomic<uint64_t> frames_{0}, dropped_{0};
+};
+
+// One UDP socket bound to an IPv4 address of the loopback (or any local) interface, port 4791.
+class UdpWire : public FramePort {
+ public:
+  explicit UdpWire(uint32_t ipv4_host_order, uint16_t port = 4791);
+  ~UdpWire() override;
+  int open();  // binds; 0 or an errno value
+  void attach(Device* dev) { dev_ = dev; }
+  void transmit(const uint8_t* frame, size_t len) override;
+  // Hands every datagram waiting (up to `timeout_ms` for the first) to the device; returns how many.
+  int poll(int timeout_ms);
+  // A thread that polls and services the device until stop().
+  void start();
+  void stop();
+  uint64_t bad_icrc() const { return bad_icrc_; }
+
+ private:
+  uint32_t ip_;
+  uint16_t port_;
+  int fd_ = -1;
+  Device* dev_ = nullptr;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> bad_icrc_{0};
+};
+
+}  // namespace melon::mlx5::emu

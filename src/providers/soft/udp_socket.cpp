@@ -1,0 +1,217 @@
+#include "providers/soft/udp_socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+
+#include <cstring>
+
+#include "roce/ip_udp.h"
+
+// What RoCEv2 needs from the socket layer is not optional: a platform where we do not know how
+// to get it is a build error, never an #ifdef that quietly compiles the option out.
+#if defined(__linux__)
+#if !defined(IP_MTU_DISCOVER) || !defined(IP_PMTUDISC_DO)
+#error "soft provider: IP_MTU_DISCOVER/IP_PMTUDISC_DO are needed for IPv4 identification 0 (the ICRC covers it)"
+#endif
+#if !defined(UDP_NO_CHECK6_RX)
+#error "soft provider: UDP_NO_CHECK6_RX (<netinet/udp.h>) is needed to receive IPv6 RoCEv2 with UDP checksum 0"
+#endif
+#elif defined(__APPLE__)
+#if !defined(IP_DONTFRAG)
+#error "soft provider: IP_DONTFRAG (macOS 11 SDK or later) is needed for IPv4 identification 0 (the ICRC covers it)"
+#endif
+#else
+#error "soft provider: no known way to send IPv4 identification 0 and receive zero-checksum IPv6 on this platform"
+#endif
+
+namespace melon::soft {
+
+namespace {
+
+struct Option {
+  int level, name, value;
+  const char* text;  // as a person would write the call
+  const char* needed_for;  // what breaks without it
+};
+
+#if defined(__linux__)
+constexpr Option kIpv4Options[] = {
+    {IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER = IP_PMTUDISC_DO",
+     "without DF on an unconnected socket Linux sends a non-zero IPv4 identification, which the ICRC "
+     "covers: every peer would drop every packet"},
+};
+constexpr Option kIpv6Options[] = {
+    {IPPROTO_UDP, UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX = 1",
+     "RoCEv2 peers (rxe, ConnectX) send UDP checksum 0 over IPv6; without it the kernel drops all they send"},
+};
+#elif defined(__APPLE__)
+constexpr Option kIpv4Options[] = {
+    {IPPROTO_IP, IP_DONTFRAG, 1, "IP_DONTFRAG = 1",
+     "without DF XNU writes a random IPv4 identification, which the ICRC covers: every peer would drop "
+     "every packet"},
+};
+#endif
+
+struct OptionList {
+  const Option* options;
+  size_t count;
+};
+template <size_t N>
+constexpr OptionList list_of(const Option (&a)[N]) {
+  return {a, N};
+}
+constexpr OptionList kIpv4 = list_of(kIpv4Options);
+#if defined(__APPLE__)
+constexpr OptionList kIpv6 = {nullptr, 0};  // IPv6 GIDs are unusable (gid_family_unusable)
+#else
+constexpr OptionList kIpv6 = list_of(kIpv6Options);
+#endif
+static_assert(kIpv4.count > 0, "IPv4 needs at least the option that gives identification 0");
+
+std::string address_text(const uint8_t gid[16]) {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (roce::gid_is_v4_mapped(gid))
+    inet_ntop(AF_INET, gid + 12, buf, sizeof buf);
+  else
+    inet_ntop(AF_INET6, gid, buf, sizeof buf);
+  return buf;
+}
+
+int fail(std::string* why, const std::string& what, int err) {
+  *why = what + ": " + std::strerror(err);
+  return err;
+}
+
+// Receive and send buffers: 8 MiB absorbs a window of full-MTU packets; kernels cap it (Linux at
+// net.core.rmem_max, without an error; XNU refuses sizes near kern.ipc.maxsockbuf with ENOBUFS), so
+// smaller sizes are tried down to 256 KiB. Below that something is wrong with the host.
+int set_buffer(int fd, int name, const char* text, std::string* why) {
+  int last = 0;
+  for (int size = 8 << 20; size >= 256 << 10; size /= 2) {
+    if (setsockopt(fd, SOL_SOCKET, name, &size, sizeof size) == 0) return 0;
+    last = errno;
+  }
+  return fail(why, std::string("setsockopt(") + text + " >= 256 KiB)", last);
+}
+
+int set_options(int fd, bool v6, std::string* why) {
+  if (int e = set_buffer(fd, SO_RCVBUF, "SO_RCVBUF", why)) return e;
+  if (int e = set_buffer(fd, SO_SNDBUF, "SO_SNDBUF", why)) return e;
+  const OptionList& l = v6 ? kIpv6 : kIpv4;
+  for (size_t i = 0; i < l.count; ++i) {
+    const Option& o = l.options[i];
+    if (setsockopt(fd, o.level, o.name, &o.value, sizeof o.value) != 0) {
+      int e = errno;
+      return fail(why, std::string("setsockopt(") + o.text + ") failed (" + o.needed_for + ")", e);
+    }
+  }
+  return 0;
+}
+
+// Host-wide settings the options above rely on.
+int check_host(bool v6, std::string* why) {
+#if defined(__APPLE__)
+  if (!v6) {
+    int on = 0;
+    size_t len = sizeof on;
+    if (sysctlbyname("net.inet.ip.rfc6864", &on, &len, nullptr, 0) != 0)
+      return fail(why, "cannot read sysctl net.inet.ip.rfc6864 (XNU writes IPv4 identification 0 only while it is 1)",
+                  errno);
+    if (!on) {
+      *why =
+          "sysctl net.inet.ip.rfc6864 is 0: XNU then writes a random IPv4 identification into every "
+          "datagram, which the RoCEv2 ICRC covers, and every peer would drop every packet. "
+          "'sudo sysctl -w net.inet.ip.rfc6864=1' restores the default";
+      return EOPNOTSUPP;
+    }
+  }
+#else
+  (void)v6;
+  (void)why;
+#endif
+  return 0;
+}
+
+}  // namespace
+
+const char* gid_family_unusable(bool ipv6) {
+#if defined(__APPLE__)
+  if (ipv6)
+    return "IPv6 GIDs are unusable on macOS: XNU's udp6_input drops every UDP/IPv6 datagram whose checksum is "
+           "0, which is what RoCEv2 peers (Linux rxe, ConnectX) send, and a socket cannot opt out. Use an IPv4 "
+           "GID (docs/verbs.md, \"macOS\")";
+#else
+  (void)ipv6;
+#endif
+  return nullptr;
+}
+
+int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, std::string* why, bool* bind_failed) {
+  *bind_failed = false;
+  const bool v6 = !roce::gid_is_v4_mapped(gid);
+  const std::string addr = address_text(gid);
+  if (const char* no = gid_family_unusable(v6)) {
+    *why = addr + ": " + no;
+    errno = EAFNOSUPPORT;
+    return -1;
+  }
+  sockaddr_storage ss{};
+  socklen_t sl;
+  if (v6) {
+    auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
+    s->sin6_family = AF_INET6;
+    s->sin6_port = htons(port);
+    s->sin6_scope_id = scope_id;
+    std::memcpy(&s->sin6_addr, gid, 16);
+    sl = sizeof *s;
+  } else {
+    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
+    s->sin_family = AF_INET;
+    s->sin_port = htons(port);
+    std::memcpy(&s->sin_addr, gid + 12, 4);
+    sl = sizeof *s;
+  }
+  int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
+  if (fd < 0) {
+    errno = fail(why, addr + ": socket()", errno);
+    return -1;
+  }
+  int e = fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 ? 0 : fail(why, "fcntl(FD_CLOEXEC)", errno);
+  if (!e) e = set_options(fd, v6, why);
+  if (!e) e = check_host(v6, why);
+  if (!e && bind(fd, reinterpret_cast<sockaddr*>(&ss), sl) != 0) {
+    *bind_failed = true;
+    e = fail(why, "bind(" + addr + " port " + std::to_string(port) + ")", errno);
+  }
+  if (e) {
+    if (!*bind_failed) *why = addr + ": " + *why;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+int check_roce_host(bool ipv4, bool ipv6, std::string* why) {
+  for (bool v6 : {false, true}) {
+    if (!(v6 ? ipv6 : ipv4) || gid_family_unusable(v6)) continue;  // unusable GIDs fail at use, with the reason
+    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
+    if (fd < 0) return fail(why, v6 ? "socket(AF_INET6)" : "socket(AF_INET)", errno);
+    int e = set_options(fd, v6, why);
+    close(fd);
+    if (!e) e = check_host(v6, why);
+    if (e) return e;
+  }
+  return 0;
+}
+
+}  // namespace melon::soft

@@ -1,0 +1,32 @@
+// The soft provider's RoCEv2 sockets: every option the protocol needs, set and checked, and what
+// the host's IP stack must do for our packets to be right. A socket that cannot be set up fails
+// loudly (device open, transport start) instead of sending packets every peer drops.
+//
+//   IPv4, Linux   IP_MTU_DISCOVER = IP_PMTUDISC_DO: DF set; an unconnected DF socket sends IP
+//                 identification 0, the value our ICRC covers (IBA A17.4.1: the ICRC includes it).
+//   IPv4, macOS   IP_DONTFRAG = 1, and sysctl net.inet.ip.rfc6864 = 1 (XNU ip_output writes ID 0
+//                 into atomic datagrams only while it is on; otherwise a random ID breaks the ICRC).
+//   IPv6, Linux   UDP_NO_CHECK6_RX = 1: RoCEv2 senders (rxe, ConnectX) leave the UDP checksum 0;
+//                 without it the kernel drops every such datagram (RFC 6936 lets a socket opt in).
+//   IPv6, macOS   unusable: XNU's udp6_input drops zero-checksum datagrams and has no opt-in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace melon::soft {
+
+// Opens the socket of one local address (a RoCEv2 GID: IPv4-mapped or IPv6, with the IPv6 scope)
+// with every option set, then binds it to `port`. Returns the descriptor, or -1 with errno set and
+// *why naming the step that failed. A failed bind sets *bind_failed (the address may be in use or
+// gone); any other failure is a host that cannot carry RoCEv2 correctly.
+int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, std::string* why, bool* bind_failed);
+
+// The checks of open_roce_socket without binding anything, for device open: 0, or an errno value
+// with *why saying what is wrong and what it would break.
+int check_roce_host(bool ipv4, bool ipv6, std::string* why);
+
+// Why this platform cannot use a GID of this family for RoCEv2 (nullptr: it can).
+const char* gid_family_unusable(bool ipv6);
+
+}  // namespace melon::soft

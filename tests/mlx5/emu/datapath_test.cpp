@@ -1,0 +1,410 @@
+// The data path between two emulated HCAs over the in-memory link: WQEs read from IOVA rings, the
+// transport (src/rc), CQEs with the PRM's opcodes, byte counts, immediates and error syndromes.
+#include "harness.h"
+#include "mlx5/emu/wire.h"
+
+namespace melon::mlx5::emu::testing {
+namespace {
+
+namespace op = prm::opcode;
+namespace wo = prm::wqe_opcode;
+namespace co = prm::cqe_opcode;
+
+struct Side {
+  explicit Side(MemoryLink& link, uint8_t last_octet) : port(link.add_port()), h(config(last_octet), port) {
+    link.attach(port, &h.dev);
+    ip[3] = last_octet;
+  }
+  static DeviceConfig config(uint8_t o) {
+    DeviceConfig c;
+    c.mac[5] = o;
+    return c;
+  }
+  FramePort* port;
+  Harness h;
+  uint8_t ip[4] = {10, 0, 0, 0};
+  Harness::CqRing cq;
+  Harness::QpRing qp;
+  TestHost::Buffer mem;
+  uint32_t key = 0;
+  uint64_t va() const { return reinterpret_cast<uint64_t>(mem.va); }
+  uint8_t* bytes() const { return static_cast<uint8_t*>(mem.va); }
+  void gid(uint8_t out[16]) const {
+    uint8_t g[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, ip[0], ip[1], ip[2], ip[3]};
+    memcpy(out, g, 16);
+  }
+};
+
+class EmuDataPath : public ::testing::Test {
+ protected:
+  uint8_t retry_count_ = 7;  // qpc.retry_count both QPs get
+  MemoryLink link;
+  Side a{link, 1}, b{link, 2};
+
+  void SetUp() override {
+    for (Side* s : {&a, &b}) {
+      s->h.bring_up();
+      ASSERT_TRUE(s->h.set_gid(0, s->ip).ok());
+      ASSERT_TRUE(s->h.enable_roce().ok());
+      s->cq = s->h.create_cq(8);
+      ASSERT_TRUE(s->h.create_qp_raw(s->qp, prm::qpc_st::RC, s->cq, s->cq).ok());
+      s->mem = s->h.host.alloc(256 * 1024);
+      s->key = s->h.create_mkey(s->mem, 256 * 1024);
+    }
+    connect(a, b);
+    connect(b, a);
+  }
+  void connect(Side& s, Side& peer) {
+    Harness& h = s.h;
+    ASSERT_TRUE(h.transition(op::RST2INIT_QP, s.qp.qpn, [](prm::qpc::view q) {
+                   q.at(prm::qpc::primary_address_path).set(prm::ads::vhca_port_num, 1);
+                   q.set(prm::qpc::rwe, 1).set(prm::qpc::rre, 1).set(prm::qpc::rae, 1);
+                 }).ok());
+    uint8_t dgid[16];
+    peer.gid(dgid);
+    uint32_t remote = peer.qp.qpn;
+    Result r = h.transition(op::INIT2RTR_QP, s.qp.qpn, [&](prm::qpc::view q) {
+      q.set(prm::qpc::mtu, prm::qpc_mtu::MTU_1K_BYTES)
+          .set(prm::qpc::remote_qpn, remote)
+          .set(prm::qpc::next_rcv_psn, 100);
+      q.set(prm::qpc::log_rra_max, 3).set(prm::qpc::min_rnr_nak, 1);
+      auto p = q.at(prm::qpc::primary_address_path);
+      p.set(prm::ads::src_addr_index, 0).set(prm::ads::hop_limit, 64).set_bytes(prm::ads::rgid_rip, dgid);
+    });
+    ASSERT_TRUE(r.ok()) << std::hex << r.syndrome;
+    uint8_t retry = retry_count_;
+    ASSERT_TRUE(h.transition(op::RTR2RTS_QP, s.qp.qpn, [&](prm::qpc::view q) {
+                   q.set(prm::qpc::next_send_psn, 100).set(prm::qpc::retry_count, retry).set(prm::qpc::rnr_retry, 7);
+                   q.set(prm::qpc::log_sra_max, 3).at(prm::qpc::primary_address_path).set(prm::ads::ack_timeout, 14);
+                 }).ok());
+  }
+  void pump() {
+    for (int i = 0; i < 100000; ++i)
+      if (!(a.h.dev.service() | b.h.dev.service())) return;
+    FAIL() << "devices never went idle";
+  }
+  const uint8_t* cqe(Side& s) {
+    pump();
+    return s.h.poll_cq(s.cq);
+  }
+};
+
+TEST_F(EmuDataPath, Write64KiBLandsAndCompletesWithTheWqeCounter) {
+  for (uint32_t i = 0; i < 65536; ++i) a.bytes()[i] = uint8_t(i * 7 + 1);
+  Harness::SendOpts o;
+  o.raddr = b.va() + 4096, o.rkey = b.key;
+  uint16_t idx = a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 65536, a.key}}, o);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ);
+  EXPECT_EQ(prm::get(e, prm::cqe64::sop_drop), wo::RDMA_WRITE);
+  EXPECT_EQ(prm::get(e, prm::cqe64::wqe_counter), idx);
+  EXPECT_EQ(prm::get(e, prm::cqe64::qpn), a.qp.qpn);
+  EXPECT_EQ(memcmp(a.bytes(), b.bytes() + 4096, 65536), 0);
+  EXPECT_EQ(b.h.poll_cq(b.cq), nullptr);  // a plain WRITE consumes nothing at the responder
+  EXPECT_GE(link.frames(), 64u + 1);  // 64 packets of 1 KiB and at least one ACK
+}
+
+TEST_F(EmuDataPath, ReadReturnsRemoteBytesAndByteCount) {
+  for (uint32_t i = 0; i < 8192; ++i) b.bytes()[100000 + i] = uint8_t(i ^ 0x5a);
+  Harness::SendOpts o;
+  o.raddr = b.va() + 100000, o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_READ, {{a.va() + 3000, 5000, a.key}, {a.va() + 20000, 3192, a.key}}, o);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ);
+  EXPECT_EQ(prm::get(e, prm::cqe64::sop_drop), wo::RDMA_READ);
+  EXPECT_EQ(prm::get(e, prm::cqe64::byte_cnt), 8192u);
+  EXPECT_EQ(memcmp(a.bytes() + 3000, b.bytes() + 100000, 5000), 0);
+  EXPECT_EQ(memcmp(a.bytes() + 20000, b.bytes() + 105000, 3192), 0);
+}
+
+TEST_F(EmuDataPath, SendWithImmediateMultiSgeAndInline) {
+  b.h.post_recv(b.qp, {{b.va(), 100, b.key}, {b.va() + 1000, 4000, b.key}});
+  b.h.post_recv(b.qp, {{b.va() + 8000, 256, b.key}});
+  for (int i = 0; i < 3000; ++i) a.bytes()[i] = uint8_t(i);
+  Harness::SendOpts o;
+  o.imm = 0xdeadbeef;
+  o.solicited = true;
+  a.h.post_send(a.qp, wo::SEND_IMM, {{a.va(), 1000, a.key}, {a.va() + 1000, 2000, a.key}}, o);
+  Harness::SendOpts in;
+  in.has_inline = true;
+  in.inline_data.assign(77, 0xab);
+  a.h.post_send(a.qp, wo::SEND, {}, in);
+  pump();
+  const uint8_t* r1 = b.h.poll_cq(b.cq);
+  ASSERT_NE(r1, nullptr);
+  EXPECT_EQ(prm::get(r1, prm::cqe64::opcode), co::RESP_SEND_IMM);
+  EXPECT_EQ(prm::get(r1, prm::cqe64::byte_cnt), 3000u);
+  EXPECT_EQ(prm::get(r1, prm::cqe64::imm_inval_pkey), 0xdeadbeefu);
+  EXPECT_EQ(prm::get(r1, prm::cqe64::se), 1u);
+  EXPECT_EQ(prm::get(r1, prm::cqe64::wqe_counter), 0u);
+  EXPECT_EQ(memcmp(b.bytes(), a.bytes(), 100), 0);
+  EXPECT_EQ(memcmp(b.bytes() + 1000, a.bytes() + 100, 2900), 0);
+  const uint8_t* r2 = b.h.poll_cq(b.cq);
+  ASSERT_NE(r2, nullptr);
+  EXPECT_EQ(prm::get(r2, prm::cqe64::opcode), co::RESP_SEND);
+  EXPECT_EQ(prm::get(r2, prm::cqe64::byte_cnt), 77u);
+  EXPECT_EQ(prm::get(r2, prm::cqe64::wqe_counter), 1u);
+  EXPECT_EQ(b.bytes()[8000], 0xab);
+  EXPECT_EQ(b.bytes()[8076], 0xab);
+  ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
+  ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
+}
+
+TEST_F(EmuDataPath, WriteWithImmediateConsumesAReceive) {
+  b.h.post_recv(b.qp, {{b.va(), 16, b.key}});
+  Harness::SendOpts o;
+  o.raddr = b.va() + 50000, o.rkey = b.key, o.imm = 0x01020304;
+  memset(a.bytes(), 0x3c, 2048);
+  a.h.post_send(a.qp, wo::RDMA_WRITE_IMM, {{a.va(), 2048, a.key}}, o);
+  pump();
+  const uint8_t* r = b.h.poll_cq(b.cq);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(prm::get(r, prm::cqe64::opcode), co::RESP_WR_IMM);
+  EXPECT_EQ(prm::get(r, prm::cqe64::imm_inval_pkey), 0x01020304u);
+  EXPECT_EQ(prm::get(r, prm::cqe64::byte_cnt), 2048u);
+  EXPECT_EQ(b.bytes()[50000 + 2047], 0x3c);
+}
+
+TEST_F(EmuDataPath, SendWithInvalidateFreesTheRemoteKey) {
+  TestHost::Buffer win = b.h.host.alloc(4096);
+  uint32_t rkey = 0;
+  ASSERT_TRUE(
+      b.h.create_mkey_raw(
+             win, 4096, 0xf, &rkey,
+             [](uint8_t* in) {
+               prm::create_mkey_in::view(in).at(prm::create_mkey_in::memory_key_mkey_entry).set(prm::mkc::en_rinval, 1);
+             })
+          .ok());
+  b.h.post_recv(b.qp, {{b.va(), 64, b.key}});
+  Harness::SendOpts o;
+  o.imm = rkey;
+  a.h.post_send(a.qp, wo::SEND_INVAL, {{a.va(), 8, a.key}}, o);
+  pump();
+  const uint8_t* r = b.h.poll_cq(b.cq);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(prm::get(r, prm::cqe64::opcode), co::RESP_SEND_INV);
+  EXPECT_EQ(prm::get(r, prm::cqe64::imm_inval_pkey), rkey);
+  ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
+  // The key is dead now: a WRITE through it is a remote access error.
+  Harness::SendOpts w;
+  w.raddr = reinterpret_cast<uint64_t>(win.va), w.rkey = rkey;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 8, a.key}}, w);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::REMOTE_ACCESS_ERR);
+}
+
+TEST_F(EmuDataPath, AtomicsReturnTheOriginalValue) {
+  uint64_t v = 1000;
+  memcpy(b.bytes() + 64, &v, 8);
+  Harness::SendOpts o;
+  o.raddr = b.va() + 64, o.rkey = b.key, o.swap_add = 5;
+  a.h.post_send(a.qp, wo::ATOMIC_FA, {{a.va() + 8, 8, a.key}}, o);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::sop_drop), wo::ATOMIC_FA);
+  EXPECT_EQ(prm::get(e, prm::cqe64::byte_cnt), 8u);
+  uint64_t got, now;
+  memcpy(&got, a.bytes() + 8, 8);
+  memcpy(&now, b.bytes() + 64, 8);
+  EXPECT_EQ(got, 1000u);
+  EXPECT_EQ(now, 1005u);
+  Harness::SendOpts cs;
+  cs.raddr = b.va() + 64, cs.rkey = b.key, cs.compare = 1005, cs.swap_add = 77;
+  a.h.post_send(a.qp, wo::ATOMIC_CS, {{a.va() + 16, 8, a.key}}, cs);
+  e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::sop_drop), wo::ATOMIC_CS);
+  memcpy(&got, a.bytes() + 16, 8);
+  memcpy(&now, b.bytes() + 64, 8);
+  EXPECT_EQ(got, 1005u);
+  EXPECT_EQ(now, 77u);
+}
+
+TEST_F(EmuDataPath, UnsignaledWqesReportThroughTheNextSignaledOne) {
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key, o.signaled = false;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 64, a.key}}, o);
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 64, a.key}}, o);
+  o.signaled = true, o.fence = true;
+  uint16_t last = a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 64, a.key}}, o);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::wqe_counter), last);
+  EXPECT_EQ(a.h.poll_cq(a.cq), nullptr);
+}
+
+TEST_F(EmuDataPath, BadRkeyIsARemoteAccessErrorAndFlushesTheRest) {
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key ^ 0xff00;
+  uint16_t bad = a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 64, a.key}}, o);
+  o.rkey = b.key;
+  uint16_t next = a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 64, a.key}}, o);
+  pump();
+  const uint8_t* e = a.h.poll_cq(a.cq);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::REMOTE_ACCESS_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::wqe_counter), bad);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::s_wqe_opcode), wo::RDMA_WRITE);
+  e = a.h.poll_cq(a.cq);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::WR_FLUSH_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::wqe_counter), next);
+  auto q = cmd_in(op::QUERY_QP, 16);
+  prm::set(q.data(), prm::query_qp_in::qpn, a.qp.qpn);
+  Result r = a.h.exec(q, Harness::out_size(op::QUERY_QP));
+  EXPECT_EQ(prm::query_qp_out::cview(r.out.data()).at(prm::query_qp_out::qpc).get(prm::qpc::state),
+            prm::qpc_state::ERR);
+}
+
+TEST_F(EmuDataPath, BadLkeyIsALocalProtectionError) {
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 64, a.key + 0x100}}, o);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::LOCAL_PROT_ERR);
+}
+
+TEST_F(EmuDataPath, QueryQpReportsLivePsns) {
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 4096, a.key}}, o);  // 4 packets at MTU 1024
+  ASSERT_NE(cqe(a), nullptr);
+  auto psn = [&](Side& s, const prm::Field& f) {
+    auto q = cmd_in(op::QUERY_QP, 16);
+    prm::set(q.data(), prm::query_qp_in::qpn, s.qp.qpn);
+    Result r = s.h.exec(q, Harness::out_size(op::QUERY_QP));
+    return prm::get(prm::query_qp_out::cview(r.out.data()).at(prm::query_qp_out::qpc).data(), f);
+  };
+  EXPECT_EQ(psn(a, prm::qpc::next_send_psn), 104u);
+  EXPECT_EQ(psn(b, prm::qpc::next_rcv_psn), 104u);
+}
+
+TEST_F(EmuDataPath, ArmedCqRaisesACompletionEvent) {
+  // Consume what the harness EQ holds, arm it, then arm the CQ.
+  while (a.h.next_eqe()) {}
+  a.h.uar_write32(a.h.uar, prm::kUarEqArm, a.h.eqn << 24 | a.h.eq_ci);
+  a.h.arm_cq(a.cq, false);
+  uint64_t irqs = a.h.host.irq_count(0);
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 8, a.key}}, o);
+  pump();
+  const uint8_t* e = a.h.next_eqe();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::eqe::event_type), prm::event_type::COMP);
+  EXPECT_EQ(prm::get(e + 32, prm::comp_event::cq_number), a.cq.cqn);
+  EXPECT_EQ(a.h.host.irq_count(0), irqs + 1);
+}
+
+TEST_F(EmuDataPath, RingWrapsAroundManyTimes) {
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key;
+  for (int round = 0; round < 300; ++round) {
+    a.bytes()[0] = uint8_t(round);
+    a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 1, a.key}}, o);
+    const uint8_t* e = cqe(a);
+    ASSERT_NE(e, nullptr) << round;
+    ASSERT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ) << round;
+    ASSERT_EQ(b.bytes()[0], uint8_t(round));
+  }
+}
+
+// Binds `s`'s QP to a new Q counter set and returns its id.
+uint32_t bind_counter(Side& s) {
+  uint32_t id = s.h.alloc(op::ALLOC_Q_COUNTER, prm::alloc_q_counter_out::counter_set_id);
+  Result r = s.h.transition(
+      op::RTS2RTS_QP, s.qp.qpn, [&](prm::qpc::view q) { q.set(prm::qpc::counter_set_id, id); },
+      1u << 25 /* MLX5_QP_OPTPAR_COUNTER_SET_ID */);
+  EXPECT_TRUE(r.ok()) << std::hex << r.syndrome;
+  return id;
+}
+uint32_t counter(Side& s, uint32_t id, const prm::Field& f) {
+  auto q = cmd_in(op::QUERY_Q_COUNTER, Harness::in_size(op::QUERY_Q_COUNTER));
+  prm::set(q.data(), prm::query_q_counter_in::counter_set_id, id);
+  Result r = s.h.exec(q, Harness::out_size(op::QUERY_Q_COUNTER));
+  return uint32_t(prm::get(r.out.data(), f));
+}
+
+TEST_F(EmuDataPath, ALostPacketIsRecoveredAndCounted) {
+  uint32_t ca = bind_counter(a), cb = bind_counter(b);
+  struct Drop {
+    int seen = 0;
+  } d;
+  link.drop_arg = &d;
+  link.drop = [](void* arg, const uint8_t*, size_t) { return ++static_cast<Drop*>(arg)->seen == 2; };
+  for (int i = 0; i < 8192; ++i) a.bytes()[i] = uint8_t(i * 5);
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 8192, a.key}}, o);  // 8 packets; the second is lost
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ);
+  EXPECT_EQ(memcmp(a.bytes(), b.bytes(), 8192), 0);
+  EXPECT_EQ(link.dropped(), 1u);
+  EXPECT_EQ(counter(b, cb, prm::query_q_counter_out::out_of_sequence), 1u);  // one NAK for the gap
+  EXPECT_EQ(counter(a, ca, prm::query_q_counter_out::packet_seq_err), 1u);
+}
+
+class EmuRetry : public EmuDataPath {
+ protected:
+  EmuRetry() { retry_count_ = 2; }
+};
+
+TEST_F(EmuRetry, RetryCountAndAckTimeoutAreHonoured) {
+  uint32_t ca = bind_counter(a);
+  link.drop = [](void*, const uint8_t*, size_t) { return true; };
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 64, a.key}}, o);
+  pump();
+  EXPECT_EQ(link.frames(), 1u);
+  // ack_timeout 14: 4.096 us * 2^14 = 67 ms per try. Nothing happens before it expires.
+  a.h.clock.advance(60'000'000), b.h.clock.advance(60'000'000);
+  pump();
+  EXPECT_EQ(link.frames(), 1u);
+  const uint8_t* e = nullptr;
+  for (int i = 0; i < 10 && !(e = a.h.poll_cq(a.cq)); ++i) {
+    a.h.clock.advance(70'000'000), b.h.clock.advance(70'000'000);
+    pump();
+  }
+  // The first try and retry_count = 2 retries, then the error.
+  EXPECT_EQ(link.frames(), 3u);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::TRANSPORT_RETRY_EXC_ERR);
+  EXPECT_EQ(counter(a, ca, prm::query_q_counter_out::local_ack_timeout_err), 3u);
+}
+
+TEST(EmuCqOverflow, OverrunRaisesACqErrorEvent) {
+  Harness h;
+  h.bring_up();
+  Harness::CqRing cq = h.create_cq(1);  // 2 entries
+  Harness::QpRing q;
+  ASSERT_TRUE(h.create_qp_raw(q, prm::qpc_st::RC, cq, cq).ok());
+  uint8_t ip[4] = {10, 0, 0, 9};
+  ASSERT_TRUE(h.set_gid(0, ip).ok());
+  // NOPs complete without a peer; the third signalled one does not fit.
+  ASSERT_TRUE(h.transition(op::QP_2ERR, q.qpn).ok());
+  while (h.next_eqe()) {}
+  for (int i = 0; i < 3; ++i) h.post_send(q, wo::NOP, {});
+  h.dev.service();
+  const uint8_t* e = h.next_eqe();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::eqe::event_type), prm::event_type::CQ_ERROR);
+  EXPECT_EQ(prm::get(e + 32, prm::cq_error::cqn), cq.cqn);
+  EXPECT_EQ(prm::get(e + 32, prm::cq_error::syndrome), 1u);  // overrun
+  auto qc = cmd_in(op::QUERY_CQ, 16);
+  prm::set(qc.data(), prm::query_cq_in::cqn, cq.cqn);
+  Result r = h.exec(qc, Harness::out_size(op::QUERY_CQ));
+  EXPECT_EQ(prm::query_cq_out::cview(r.out.data()).at(prm::query_cq_out::cq_context).get(prm::cqc::status),
+            prm::cqc_status::CQ_OVERFLOW);
+}
+
+}  // namespace
+}  // namespace melon::mlx5::emu::testing

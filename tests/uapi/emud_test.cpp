@@ -1,0 +1,348 @@
+// melon-emud as a process: the user-client boundary seen from client processes. Bad requests get
+// their exact status while another client's work goes on; a killed client leaves nothing behind;
+// one daemon per device; 16 clients at once; a clean stop.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dext/emuhost/socket_protocol.h"
+#include "dext/emuhost/uapi_client.h"
+
+namespace melon::dext {
+namespace {
+
+using uapi::Selector;
+using uapi::Status;
+
+std::string temp_dir() {
+  char t[] = "/tmp/melon-emud-XXXXXX";
+  return mkdtemp(t);
+}
+
+pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = freopen(log.c_str(), "w", stderr);
+    (void)f;
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid, int timeout_s = 20) {
+  for (int i = 0; i < timeout_s * 100; i++) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+std::string slurp(const std::string& path) {
+  FILE* f = fopen(path.c_str(), "r");
+  if (!f) return "";
+  char buf[4096];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  return std::string(buf, n);
+}
+
+class Emud : public ::testing::Test {
+ protected:
+  std::string dir, sock;
+  pid_t daemon = -1;
+
+  void SetUp() override {
+    dir = temp_dir();
+    sock = dir + "/mlx5_0.sock";
+    daemon = spawn({MELON_EMUD, "--socket", sock}, dir + "/emud.log");
+    for (int i = 0; i < 1000; i++) {
+      UapiClient c;
+      if (c.connect(sock)) return;
+      usleep(10000);
+    }
+    FAIL() << "melon-emud did not come up: " << slurp(dir + "/emud.log");
+  }
+  void TearDown() override {
+    if (daemon > 0) {
+      kill(daemon, SIGTERM);
+      EXPECT_EQ(wait_exit(daemon), 0) << slurp(dir + "/emud.log");
+    }
+    std::string cmd = "rm -rf " + dir;
+    (void)!system(cmd.c_str());
+  }
+
+  std::unique_ptr<UapiClient> client() {
+    auto c = std::make_unique<UapiClient>();
+    EXPECT_TRUE(c->connect(sock)) << strerror(errno);
+    EXPECT_EQ(c->open(), Status::ok);
+    return c;
+  }
+  uapi::UsageResp usage() {
+    UapiClient c;
+    EXPECT_TRUE(c.connect(sock));
+    EXPECT_EQ(c.open(), Status::ok);
+    uapi::UsageResp u{};
+    EXPECT_EQ(c.call(Selector::query_usage, uapi::EmptyReq{}, &u), Status::ok);
+    return u;
+  }
+};
+
+// A client's usual objects: PD, UAR, CQ, RC QP. Returns the QP handle.
+struct Objects {
+  uint32_t pd = 0, uar = 0, cq = 0, qp = 0;
+};
+Status make_objects(UapiClient& c, Objects* o) {
+  uapi::HandleResp pd{};
+  if (Status s = c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd); s != Status::ok) return s;
+  uapi::UarResp uar{};
+  if (Status s = c.call(Selector::alloc_uar, uapi::EmptyReq{}, &uar); s != Status::ok) return s;
+  uapi::CreateCqResp cq{};
+  if (Status s = c.call(Selector::create_cq, uapi::CreateCqReq{63, 0, uar.handle, 0}, &cq); s != Status::ok) return s;
+  uapi::CreateQpReq q{};
+  q.pd = pd.handle;
+  q.send_cq = q.recv_cq = cq.handle;
+  q.uar = uar.handle;
+  q.qp_type = uapi::kQpRc;
+  q.max_send_wr = q.max_recv_wr = 32;
+  q.max_send_sge = q.max_recv_sge = 1;
+  uapi::CreateQpResp qr{};
+  if (Status s = c.call(Selector::create_qp, q, &qr); s != Status::ok) return s;
+  *o = Objects{pd.handle, uar.handle, cq.handle, qr.handle};
+  return Status::ok;
+}
+Status destroy_objects(UapiClient& c, const Objects& o) {
+  for (auto [sel, h] : {std::pair{Selector::destroy_qp, o.qp},
+                        {Selector::destroy_cq, o.cq},
+                        {Selector::free_uar, o.uar},
+                        {Selector::dealloc_pd, o.pd}}) {
+    uapi::EmptyResp e;
+    if (Status s = c.call(sel, uapi::HandleReq{h, 0}, &e); s != Status::ok) return s;
+  }
+  return Status::ok;
+}
+
+TEST_F(Emud, SecondInstanceOnTheSameDeviceRefusesToStart) {
+  pid_t second = spawn({MELON_EMUD, "--socket", sock}, dir + "/second.log");
+  EXPECT_EQ(wait_exit(second), 3);
+  EXPECT_NE(slurp(dir + "/second.log").find("another melon-emud already serves " + sock), std::string::npos);
+  // The first one still serves.
+  auto c = client();
+  uapi::DeviceAttr a{};
+  EXPECT_EQ(c->call(Selector::query_device, uapi::EmptyReq{}, &a), Status::ok);
+}
+
+TEST_F(Emud, ReportsAConnectX4Lx) {
+  auto c = client();
+  uapi::DeviceAttr a{};
+  ASSERT_EQ(c->call(Selector::query_device, uapi::EmptyReq{}, &a), Status::ok);
+  EXPECT_EQ(a.vendor_id, 0x02c9u);
+  EXPECT_EQ(a.vendor_part_id, 4117u);
+  uapi::GidResp g{};
+  ASSERT_EQ(c->call(Selector::query_gid, uapi::GidReq{1, 0}, &g), Status::ok);
+  const uint8_t loop[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  EXPECT_EQ(memcmp(g.gid, loop, 16), 0);
+}
+
+TEST_F(Emud, StopsCleanlyAndRemovesItsSocket) {
+  auto c = client();
+  Objects o;
+  ASSERT_EQ(make_objects(*c, &o), Status::ok);
+  kill(daemon, SIGTERM);
+  EXPECT_EQ(wait_exit(daemon), 0) << slurp(dir + "/emud.log");  // teardown found nothing leaked
+  daemon = -1;
+  struct stat st;
+  EXPECT_NE(stat(sock.c_str(), &st), 0);
+  uapi::DeviceAttr a{};
+  EXPECT_EQ(c->call(Selector::query_device, uapi::EmptyReq{}, &a), Status::device_dead);
+}
+
+TEST_F(Emud, SixteenClientsAtOnceAndTheSeventeenthIsRefused) {
+  std::vector<std::unique_ptr<UapiClient>> cs;
+  for (int i = 0; i < 16; i++) {
+    cs.push_back(client());
+    Objects o;
+    ASSERT_EQ(make_objects(*cs.back(), &o), Status::ok) << i;
+  }
+  UapiClient extra;
+  ASSERT_TRUE(extra.connect(sock));
+  EXPECT_EQ(extra.open(), Status::quota_device);
+  cs.pop_back();  // one leaves: a place opens
+  for (int i = 0; i < 100; i++) {
+    UapiClient again;
+    ASSERT_TRUE(again.connect(sock));
+    if (again.open() == Status::ok) return;
+    usleep(10000);
+  }
+  FAIL() << "no place after a client left";
+}
+
+TEST_F(Emud, BadRequestsGetExactErrorsWhileAnotherClientWorks) {
+  std::atomic<bool> done{false};
+  std::atomic<int> rounds{0}, failures{0};
+  std::thread other([&] {
+    auto b = client();
+    while (!done) {
+      Objects o;
+      uapi::ModifyQpReq m{};
+      if (make_objects(*b, &o) != Status::ok) failures++;
+      m.handle = o.qp;
+      m.attr_mask = uapi::kQpState | uapi::kQpPkeyIndex | uapi::kQpPort | uapi::kQpAccessFlags;
+      m.qp_state = uapi::kStateInit;
+      m.port = 1;
+      uapi::EmptyResp e;
+      if (b->call(Selector::modify_qp, m, &e) != Status::ok) failures++;
+      if (destroy_objects(*b, o) != Status::ok) failures++;
+      rounds++;
+    }
+  });
+  auto a = client();
+  Objects o;
+  ASSERT_EQ(make_objects(*a, &o), Status::ok);
+  uint8_t junk[3] = {1, 2, 3};
+  // Malformed: a datagram shorter than the socket header.
+  ASSERT_EQ(send(a->fd(), junk, sizeof junk, 0), 3);
+  uint8_t reply[64];
+  ASSERT_GE(recv(a->fd(), reply, sizeof reply, 0), ssize_t(sizeof(SocketReply)));
+  EXPECT_EQ(reinterpret_cast<SocketReply*>(reply)->status, uint32_t(Status::truncated));
+  // Unknown selector, truncated request, short response buffer.
+  uapi::EmptyResp e;
+  EXPECT_EQ(a->call(0x1fff, nullptr, 0, nullptr, 0), Status::unknown_selector);
+  uapi::RegMrReq mr{o.pd, uapi::kAccessLocalWrite, 0x1000, 4096};
+  uapi::RegMrResp mrr{};
+  EXPECT_EQ(a->call(uint32_t(Selector::reg_mr), &mr, sizeof mr - 1, &mrr, sizeof mrr), Status::truncated);
+  EXPECT_EQ(a->call(uint32_t(Selector::alloc_pd), nullptr, 0, &mrr, 4), Status::out_too_small);
+  // Forged and stale handles.
+  EXPECT_EQ(a->call(Selector::destroy_qp, uapi::HandleReq{o.qp + 1, 0}, &e), Status::bad_handle);
+  EXPECT_EQ(a->call(Selector::destroy_qp, uapi::HandleReq{uapi::make_token(uapi::ObjType::qp, 7, 0), 0}, &e),
+            Status::bad_handle);
+  EXPECT_EQ(a->call(Selector::dealloc_pd, uapi::HandleReq{o.cq, 0}, &e), Status::bad_handle);
+  // Memory the client does not have.
+  void* gone = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  munmap(gone, 4096);
+  uapi::RegMrReq wild{o.pd, uapi::kAccessLocalWrite, uint64_t(gone), 4096};
+  EXPECT_EQ(a->call(Selector::reg_mr, wild, &mrr), Status::invalid);
+  // Wrong state: RESET -> RTR.
+  uapi::ModifyQpReq m{};
+  m.handle = o.qp;
+  m.attr_mask = uapi::kQpState | uapi::kQpAv | uapi::kQpPathMtu | uapi::kQpDestQpn | uapi::kQpRqPsn |
+                uapi::kQpMaxDestRdAtomic | uapi::kQpMinRnrTimer;
+  m.qp_state = uapi::kStateRtr;
+  m.path_mtu = 3;
+  m.av.port = 1;
+  EXPECT_EQ(a->call(Selector::modify_qp, m, &e), Status::wrong_state);
+  // Busy: the PD still has the QP.
+  EXPECT_EQ(a->call(Selector::dealloc_pd, uapi::HandleReq{o.pd, 0}, &e), Status::busy);
+  // Over quota: 16 PDs per client (one is taken).
+  uapi::HandleResp pd{};
+  for (int i = 0; i < 15; i++) ASSERT_EQ(a->call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::ok);
+  EXPECT_EQ(a->call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::quota_client);
+  // Open again on an open connection.
+  EXPECT_EQ(a->open(), Status::already_open);
+  while (rounds < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  done = true;
+  other.join();
+  EXPECT_EQ(failures, 0);
+  EXPECT_GE(rounds, 3);
+}
+
+TEST_F(Emud, MappingsArriveAsSharedMemory) {
+  auto c = client();
+  Objects o;
+  ASSERT_EQ(make_objects(*c, &o), Status::ok);
+  uint64_t len = 0;
+  Status st;
+  auto* ring = static_cast<uint8_t*>(c->map(uapi::MapKind::cqe, o.cq, &len, &st));
+  ASSERT_NE(ring, nullptr) << uapi::status_name(st);
+  EXPECT_EQ(len, 64u * 64);  // 63 entries asked, 64 given
+  EXPECT_EQ(ring[63], 0xf1);  // every CQE starts invalid and software-owned
+  munmap(ring, len);
+  void* sq = c->map(uapi::MapKind::sq, o.qp, &len, &st);
+  ASSERT_NE(sq, nullptr) << uapi::status_name(st);
+  munmap(sq, len);
+  void* dbr = c->map(uapi::MapKind::db_record, o.qp, &len, &st);
+  ASSERT_NE(dbr, nullptr);
+  munmap(dbr, len);
+  void* uar = c->map(uapi::MapKind::uar, o.uar, &len, &st);
+  ASSERT_NE(uar, nullptr);
+  munmap(uar, len);
+  EXPECT_EQ(c->map(uapi::MapKind::sq, o.cq, &len, &st), nullptr);
+  EXPECT_EQ(st, Status::invalid);
+}
+
+TEST_F(Emud, AKilledClientLeavesNothingBehind) {
+  uapi::UsageResp before = usage();
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    UapiClient c;
+    if (!c.connect(sock) || c.open() != Status::ok) _exit(1);
+    static uint8_t buf[1 << 16];
+    for (int i = 0; i < 3; i++) {
+      Objects o;
+      if (make_objects(c, &o) != Status::ok) _exit(2);
+      uapi::RegMrReq mr{o.pd, uapi::kAccessLocalWrite | uapi::kAccessRemoteWrite, uint64_t(buf), sizeof buf};
+      uapi::RegMrResp mrr{};
+      if (Status s = c.call(Selector::reg_mr, mr, &mrr); s != Status::ok) _exit(30 + int(s));
+      uint64_t len;
+      Status st;
+      if (!c.map(uapi::MapKind::cqe, o.cq, &len, &st)) _exit(4);
+    }
+    (void)!write(ready[1], "r", 1);
+    for (;;) {  // traffic until killed
+      uapi::DeviceAttr a{};
+      c.call(Selector::query_device, uapi::EmptyReq{}, &a);
+    }
+  }
+  close(ready[1]);
+  char r = 0;
+  if (read(ready[0], &r, 1) != 1) {
+    int st = 0;
+    waitpid(child, &st, 0);
+    FAIL() << "client did not get ready, exit " << WEXITSTATUS(st) << "\n" << slurp(dir + "/emud.log");
+  }
+  uapi::UsageResp during = usage();
+  EXPECT_EQ(during.server_live[uint8_t(uapi::ObjType::qp)], 3u);
+  EXPECT_EQ(during.server_live[uint8_t(uapi::ObjType::mr)], 3u);
+  EXPECT_GT(during.pinned_bytes, 0u);
+  EXPECT_GT(during.queue_bytes, before.queue_bytes);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  uapi::UsageResp after{};
+  for (int i = 0; i < 500; i++) {
+    after = usage();
+    if (after.clients == 1) break;
+    usleep(10000);
+  }
+  EXPECT_EQ(after.clients, 1u);  // the one asking
+  for (uint32_t t = 0; t < uapi::kObjTypes; t++) EXPECT_EQ(after.server_live[t], 0u) << "type " << t;
+  for (uint32_t k = 0; k < 8; k++) EXPECT_EQ(after.core_live[k], before.core_live[k]) << "core kind " << k;
+  EXPECT_EQ(after.queue_bytes, before.queue_bytes);
+  EXPECT_EQ(after.pinned_bytes, 0u);
+  EXPECT_EQ(after.dma_buffers, before.dma_buffers);
+  EXPECT_EQ(after.fw_pages, before.fw_pages);
+}
+
+}  // namespace
+}  // namespace melon::dext
