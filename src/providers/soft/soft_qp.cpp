@@ -4,8 +4,10 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "roce/ip_udp.h"
@@ -33,6 +35,32 @@ std::map<SoftDevice*, Hub*>& hubs() {
   static auto* m = new std::map<SoftDevice*, Hub*>;  // never destroyed: progress threads may outlive statics
   return *m;
 }
+// The requester window per QP, in packets. The engine's default (128: 128 KiB at path MTU 1024)
+// stalls a QP on every scheduling delay of a loaded host (docs/performance.md, "Soft path"); a
+// larger one is only safe while the receive buffer holds it, or the window itself causes drops.
+// UdpTransport asks for 8 MiB, which Linux caps at rmem_max and then doubles. Half of that is
+// shared by four busy QPs, a packet of path MTU `pmtu` taking about 2 * pmtu of buffer; 128..512.
+// MELON_SOFT_WINDOW=N (1..16384) overrides it, for benchmarks comparing windows in one run.
+uint32_t requester_window(unsigned pmtu) {
+  if (const char* env = getenv("MELON_SOFT_WINDOW")) {
+    unsigned long v = strtoul(env, nullptr, 10);
+    if (v >= 1 && v <= kMaxQpWr) return uint32_t(v);
+  }
+  uint64_t rcvbuf = 0;
+  unsigned long long rmem_max = 0;
+  if (FILE* f = fopen("/proc/sys/net/core/rmem_max", "r")) {
+    if (fscanf(f, "%llu", &rmem_max) == 1) rcvbuf = 2 * std::min<uint64_t>(rmem_max, 8u << 20);
+    fclose(f);
+  }
+  uint32_t w = uint32_t(std::clamp<uint64_t>(rcvbuf / 2 / (4 * 2 * uint64_t(pmtu)), 128, 512));
+  if (getenv("MELON_SOFT_DEBUG") && rmem_max < (8u << 20))
+    fprintf(stderr,
+            "melondma soft: net.core.rmem_max = %llu caps the 8 MiB receive buffer asked for; requester window "
+            "%u packets at path MTU %u (raise rmem_max for more)\n",
+            rmem_max, w, pmtu);
+  return w;
+}
+
 }  // namespace
 
 Hub::Hub(SoftDevice* dev) : dev_(dev) {
@@ -45,6 +73,8 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
   }
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
   rc::EngineConfig config;
+  config.max_inflight_packets =
+      requester_window(ib_mtu_for_interface(dev->spec().if_mtu, false));  // IPv4: the larger MTU, the smaller window
   config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
   transport_.reset(new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this),
                                     config, roce::kRoceV2Port, dev->name()));
