@@ -99,7 +99,7 @@ CmdStatus Hca::create_eq(Cmd& c) {
   if (!icm_write(icm, ctx.data(), prm::eqc::size_bytes)) return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);
   eq.eqn = eqn;
   eq.pas = read_pas(in.elem(prm::create_eq_in::pas, 0), n);
-  icm_of_[(1u << 24) | eqn] = icm;
+  icm_keep(IcmObj::eq, eqn, icm);
   eqs_[eqn] = std::move(eq);
   prm::create_eq_out::view(c.out).set(prm::create_eq_out::eq_number, eqn);
   // A page demand that found no EQ is announced to the first EQ that takes it.
@@ -114,8 +114,7 @@ CmdStatus Hca::destroy_eq(Cmd& c) {
   if (it == eqs_.end()) return fail(S::BAD_RES_ERR, synd::UNKNOWN_EQ);
   for (auto& [n, cq] : cqs_)
     if (cq.eqn == eqn) return fail(S::BAD_RES_STATE_ERR, synd::RESOURCE_IN_USE);
-  icm_free(icm_of_[(1u << 24) | eqn]);
-  icm_of_.erase((1u << 24) | eqn);
+  icm_release(IcmObj::eq, eqn);
   eqs_.erase(it);
   return {};
 }
@@ -223,7 +222,7 @@ CmdStatus Hca::create_cq(Cmd& c) {
   if (!icm_write(icm, ctx.data(), prm::cqc::size_bytes)) return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);
   cq.cqn = cqn;
   cq.pas = read_pas(in.elem(prm::create_cq_in::pas, 0), n);
-  icm_of_[(2u << 24) | cqn] = icm;
+  icm_keep(IcmObj::cq, cqn, icm);
   cqs_[cqn] = std::move(cq);
   prm::create_cq_out::view(c.out).set(prm::create_cq_out::cqn, cqn);
   return {};
@@ -234,8 +233,7 @@ CmdStatus Hca::destroy_cq(Cmd& c) {
   auto it = cqs_.find(cqn);
   if (it == cqs_.end()) return fail(S::BAD_RES_ERR, synd::UNKNOWN_CQ);
   if (it->second.refs) return fail(S::BAD_RES_STATE_ERR, synd::RESOURCE_IN_USE);
-  icm_free(icm_of_[(2u << 24) | cqn]);
-  icm_of_.erase((2u << 24) | cqn);
+  icm_release(IcmObj::cq, cqn);
   cqs_.erase(it);
   return {};
 }

@@ -283,7 +283,17 @@ class Hca {
   std::map<uint32_t, Mkey> mkeys_;
   std::map<uint32_t, Qp> qps_;
   std::map<uint32_t, Srq> srqs_;
-  std::map<uint32_t, uint64_t> icm_of_;  // object key (type << 24 | number) -> ICM slot
+  // ICM slot of each object that has a context in firmware pages, keyed by kind and number.
+  enum class IcmObj : uint32_t { eq = 1, cq, mkey, qp, srq };
+  static uint32_t icm_key(IcmObj kind, uint32_t n) { return uint32_t(kind) << 24 | n; }
+  void icm_keep(IcmObj kind, uint32_t n, uint64_t icm) { icm_of_[icm_key(kind, n)] = icm; }
+  void icm_release(IcmObj kind, uint32_t n) {
+    auto it = icm_of_.find(icm_key(kind, n));
+    if (it == icm_of_.end()) return;
+    icm_free(it->second);
+    icm_of_.erase(it);
+  }
+  std::map<uint32_t, uint64_t> icm_of_;
   GidEntry gids_[256];
   bool roce_en_ = false;
   bool roce_en_stuck_ = false;  // fw 14.22 quirk engaged: roce_en stays 0 until FLR

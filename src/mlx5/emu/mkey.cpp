@@ -59,7 +59,7 @@ CmdStatus Hca::create_mkey(Cmd& c) {
   if (!icm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
   if (!icm_write(icm, m.data(), prm::mkc::size_bytes)) return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);
   mk.index = idx;
-  icm_of_[(3u << 24) | idx] = icm;
+  icm_keep(IcmObj::mkey, idx, icm);
   mkeys_[idx] = std::move(mk);
   prm::create_mkey_out::view(c.out).set(prm::create_mkey_out::mkey_index, idx);
   return {};
@@ -69,8 +69,7 @@ CmdStatus Hca::destroy_mkey(Cmd& c) {
   uint32_t idx = uint32_t(prm::destroy_mkey_in::cview(c.in).get(prm::destroy_mkey_in::mkey_index));
   auto it = mkeys_.find(idx);
   if (it == mkeys_.end()) return fail(S::BAD_RES_ERR, synd::UNKNOWN_MKEY);
-  icm_free(icm_of_[(3u << 24) | idx]);
-  icm_of_.erase((3u << 24) | idx);
+  icm_release(IcmObj::mkey, idx);
   mkeys_.erase(it);
   return {};
 }

@@ -172,7 +172,7 @@ CmdStatus Hca::create_qp(Cmd& c) {
   if (!qp.no_sq) ++cqs_[qp.cqn_snd].refs;
   if (qp.rq_type != 3) ++cqs_[qp.cqn_rcv].refs;
   if (qp.rq_type == 1) ++srqs_[qp.srqn].refs;
-  icm_of_[(4u << 24) | qpn] = icm;
+  icm_keep(IcmObj::qp, qpn, icm);
   qps_[qpn] = std::move(qp);
   prm::create_qp_out::view(c.out).set(prm::create_qp_out::qpn, qpn);
   return {};
@@ -187,8 +187,7 @@ void Hca::release_qp(Qp& qp) {
   if (!qp.no_sq && cqs_.count(qp.cqn_snd)) --cqs_[qp.cqn_snd].refs;
   if (qp.rq_type != 3 && cqs_.count(qp.cqn_rcv)) --cqs_[qp.cqn_rcv].refs;
   if (qp.rq_type == 1 && srqs_.count(qp.srqn)) --srqs_[qp.srqn].refs;
-  icm_free(icm_of_[(4u << 24) | qp.qpn]);
-  icm_of_.erase((4u << 24) | qp.qpn);
+  icm_release(IcmObj::qp, qp.qpn);
 }
 
 CmdStatus Hca::destroy_qp(Cmd& c) {

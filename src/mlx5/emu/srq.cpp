@@ -35,7 +35,7 @@ CmdStatus Hca::add_srq(Srq& s, const uint8_t* pas, uint32_t npas, const uint8_t*
     icm_free(icm);
     return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
   }
-  icm_of_[(5u << 24) | srqn] = icm;
+  icm_keep(IcmObj::srq, srqn, icm);
   srqs_[srqn] = std::move(s);
   *n = srqn;
   return {};
@@ -46,8 +46,7 @@ CmdStatus Hca::remove_srq(uint32_t srqn, bool rmp) {
   if (it == srqs_.end() || it->second.rmp != rmp) return fail(S::BAD_RES_ERR, synd::UNKNOWN_SRQ);
   if (it->second.refs) return fail(S::BAD_RES_STATE_ERR, synd::RESOURCE_IN_USE);
   tp_destroy_srq(it->second);
-  icm_free(icm_of_[(5u << 24) | srqn]);
-  icm_of_.erase((5u << 24) | srqn);
+  icm_release(IcmObj::srq, srqn);
   srqs_.erase(it);
   return {};
 }
