@@ -1,0 +1,358 @@
+// mlx5 provider: discovery, context (UAR, event thread), device/port/GID queries, PD, MR, AH.
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "providers/mlx5/mlx5.h"
+#include "providers/mlx5/tables.h"
+
+namespace melon::mlx5prov {
+
+namespace {
+
+constexpr const char* kDefaultSocket = "/run/melondma/mlx5_0.sock";  // docs/uapi.md
+
+// A daemon answers on `path` (a connect, no Open: it costs the daemon nothing).
+bool reachable(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) return false;
+  memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+class Mlx5Provider : public verbs::Provider {
+ public:
+  const char* name() const override { return "mlx5"; }
+  std::vector<std::unique_ptr<verbs::Device>> discover() override {
+    std::vector<std::unique_ptr<verbs::Device>> out;
+    std::string path = device_socket();
+    if (!path.empty() && reachable(path)) out.push_back(std::make_unique<Mlx5Device>(path));
+    return out;
+  }
+};
+
+}  // namespace
+
+MELON_VERBS_PROVIDER(Mlx5Provider)
+
+std::string device_socket() {
+  const char* e = getenv("MELON_EMUD_SOCKET");
+  return e ? e : kDefaultSocket;
+}
+
+// ---- device and context -------------------------------------------------------------------------
+
+verbs::ContextBase* Mlx5Device::open() {
+  int err = 0;
+  std::unique_ptr<Transport> t = open_transport(where_.c_str(), &err);
+  if (!t) {
+    if (getenv("MELON_MLX5_DEBUG")) fprintf(stderr, "melondma mlx5: %s: %s\n", where_.c_str(), strerror(err));
+    errno = err;
+    return nullptr;
+  }
+  auto* ctx = new Mlx5Context(this, std::move(t));
+  if (int rc = verbs::init_context(ctx, ctx, this)) {
+    delete ctx;
+    errno = rc;
+    return nullptr;
+  }
+  if (int rc = ctx->start()) {
+    ctx->close();
+    errno = rc;
+    return nullptr;
+  }
+  ibv_context_ops& ops = ctx->vctx.context.ops;
+  ops.poll_cq = mlx5_poll_cq;
+  ops.req_notify_cq = mlx5_req_notify_cq;
+  ops.post_send = mlx5_post_send;
+  ops.post_recv = mlx5_post_recv;
+  ops.post_srq_recv = mlx5_post_srq_recv;
+  return ctx;
+}
+
+int Mlx5Context::start() {
+  if (uapi::Status s = t_->call(uapi::Selector::query_device, uapi::EmptyReq{}, &attr_); s != uapi::Status::ok)
+    return errno_of(s);
+  dev_->set_guid(htobe64(attr_.node_guid));
+  // One UAR per context: every QP's send doorbells and every CQ's arm doorbells go to it.
+  if (uapi::Status s = t_->call(uapi::Selector::alloc_uar, uapi::EmptyReq{}, &uar_); s != uapi::Status::ok)
+    return errno_of(s);
+  uapi::Status st;
+  uar_map_.addr = t_->map(uapi::MapKind::uar, uar_.handle, &uar_map_.len, &st);
+  if (!uar_map_.addr) return errno_of(st);
+  if (pipe2(stop_pipe_, O_CLOEXEC) != 0) return errno;
+  events_ = std::thread([this] { event_loop(); });
+  return 0;
+}
+
+int Mlx5Context::call_empty(uapi::Selector sel, uint32_t handle) {
+  uapi::EmptyResp none;
+  return errno_of(t_->call(sel, uapi::HandleReq{handle, 0}, &none));
+}
+
+void Mlx5Context::free_map(Mapping& m) {
+  if (m.addr) t_->unmap(m.addr, m.len);
+  m = Mapping{};
+}
+
+void Mlx5Context::close() {
+  if (events_.joinable()) {
+    char c = 0;
+    (void)!write(stop_pipe_[1], &c, 1);
+    events_.join();
+  }
+  for (int& fd : stop_pipe_)
+    if (fd >= 0) ::close(fd), fd = -1;
+  free_map(uar_map_);
+  t_.reset();  // closing the connection releases every object the driver still holds for us
+  pthread_mutex_destroy(&vctx.context.mutex);
+  delete this;
+}
+
+// ---- events -------------------------------------------------------------------------------------
+
+void Mlx5Context::event_loop() {
+  pollfd fds[2] = {{t_->event_fd(), POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
+  for (;;) {
+    int n = poll(fds, 2, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || (fds[1].revents & POLLIN)) return;
+    if (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) return;
+    if (!(fds[0].revents & POLLIN)) continue;
+    uint64_t v;
+    (void)!read(fds[0].fd, &v, sizeof v);  // eventfd: the count of wake-ups
+    for (;;) {
+      uapi::EventResp ev{};
+      if (t_->call(uapi::Selector::get_event, uapi::EmptyReq{}, &ev) != uapi::Status::ok) break;
+      deliver(ev);
+    }
+  }
+}
+
+void Mlx5Context::deliver(const uapi::EventResp& ev) {
+  ibv_async_event a{};
+  a.event_type = ibv_event_type(ev.event_type);
+  if (ev.handle == 0) {  // the device's: port changes, fatal error
+    a.element.port_num = 1;
+    verbs::post_async_event(&vctx.context, a);
+    return;
+  }
+  std::shared_lock<std::shared_mutex> lock(obj_mu_);
+  auto it = by_handle_.find(ev.handle);
+  if (it == by_handle_.end()) return;  // destroyed meanwhile
+  switch (uapi::token_type(ev.handle)) {
+    case uapi::ObjType::cq: {
+      auto* cq = static_cast<Mlx5Cq*>(it->second);
+      if (ev.kind == uapi::kEventCompletion) {
+        cq->arm_sn++;  // the next arm is a new request (PRM: CQ arm sequence number)
+        verbs::signal_comp_channel(cq->cq());
+        return;
+      }
+      a.element.cq = cq->cq();
+      break;
+    }
+    case uapi::ObjType::qp: a.element.qp = &static_cast<Mlx5Qp*>(it->second)->ibv.qp_base; break;
+    case uapi::ObjType::srq: a.element.srq = &static_cast<Mlx5Srq*>(it->second)->ibv; break;
+    default: return;
+  }
+  verbs::post_async_event(&vctx.context, a);
+}
+
+// ---- queries ------------------------------------------------------------------------------------
+
+int Mlx5Context::query_device_ex(ibv_device_attr_ex* ex) {
+  memset(ex, 0, sizeof *ex);
+  ibv_device_attr& a = ex->orig_attr;
+  const uapi::DeviceAttr& d = attr_;
+  snprintf(a.fw_ver, sizeof a.fw_ver, "%u.%u.%04u", unsigned(d.fw_ver >> 32), unsigned(d.fw_ver >> 16) & 0xffff,
+           unsigned(d.fw_ver & 0xffff));
+  a.node_guid = htobe64(d.node_guid);
+  a.sys_image_guid = htobe64(d.sys_image_guid);
+  a.max_mr_size = d.max_mr_size;
+  a.page_size_cap = d.page_size_cap;
+  a.vendor_id = d.vendor_id;
+  a.vendor_part_id = d.vendor_part_id;
+  a.hw_ver = d.hw_ver;
+  a.max_qp = int(d.max_qp);
+  a.max_qp_wr = int(d.max_qp_wr);
+  a.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR | IBV_DEVICE_CHANGE_PHY_PORT |
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN;
+  a.max_sge = int(d.max_sge);
+  a.max_sge_rd = int(d.max_sge);
+  a.max_cq = int(d.max_cq);
+  a.max_cqe = int(d.max_cqe);
+  a.max_mr = int(d.max_mr);
+  a.max_pd = int(d.max_pd);
+  a.max_qp_rd_atom = int(d.max_qp_rd_atom);
+  a.max_qp_init_rd_atom = int(d.max_qp_init_rd_atom);
+  a.max_res_rd_atom = int(d.max_qp_rd_atom * d.max_qp);
+  a.atomic_cap = IBV_ATOMIC_HCA;
+  a.max_srq = int(d.max_srq);
+  a.max_srq_wr = int(d.max_srq_wr);
+  a.max_srq_sge = int(d.max_srq_sge);
+  a.max_ah = int(d.max_ah);
+  a.max_pkeys = 1;
+  a.local_ca_ack_delay = 16;
+  a.phys_port_cnt = uint8_t(d.phys_port_cnt);
+  ex->device_cap_flags_ex = a.device_cap_flags;
+  ex->phys_port_cnt_ex = d.phys_port_cnt;
+  return 0;
+}
+
+int Mlx5Context::query_port(uint8_t port, ibv_port_attr* p) {
+  uapi::PortAttr pa{};
+  if (uapi::Status s = t_->call(uapi::Selector::query_port, uapi::PortReq{port, 0}, &pa); s != uapi::Status::ok)
+    return errno_of(s);
+  memset(p, 0, sizeof *p);
+  p->state = ibv_port_state(pa.state);
+  p->max_mtu = ibv_mtu(pa.max_mtu);
+  p->active_mtu = ibv_mtu(pa.active_mtu);
+  p->gid_tbl_len = int(pa.gid_tbl_len);
+  p->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
+  p->max_msg_sz = 1u << 30;  // ConnectX: log_max_msg 30
+  p->pkey_tbl_len = 1;
+  p->max_vl_num = 1;
+  p->active_width = uint8_t(pa.active_width);
+  p->active_speed = uint8_t(pa.active_speed);
+  p->phys_state = pa.state == IBV_PORT_ACTIVE ? 5 : 3;  // LinkUp : Disabled
+  p->link_layer = IBV_LINK_LAYER_ETHERNET;
+  p->flags = IBV_QPF_GRH_REQUIRED;
+  return 0;
+}
+
+int Mlx5Context::query_gid_entry(uint32_t port, uint32_t index, ibv_gid_entry* e) {
+  uapi::GidResp g{};
+  if (uapi::Status s = t_->call(uapi::Selector::query_gid, uapi::GidReq{port, index}, &g); s != uapi::Status::ok)
+    return errno_of(s);
+  if (!g.valid) return ENODATA;
+  memset(e, 0, sizeof *e);
+  memcpy(e->gid.raw, g.gid, 16);
+  e->gid_index = index;
+  e->port_num = port;
+  e->gid_type = g.roce_version == 1 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
+  return 0;
+}
+
+// ---- PD, MR, AH ---------------------------------------------------------------------------------
+
+ibv_pd* Mlx5Context::alloc_pd() {
+  uapi::HandleResp r{};
+  if (uapi::Status s = t_->call(uapi::Selector::alloc_pd, uapi::EmptyReq{}, &r); s != uapi::Status::ok) {
+    errno = errno_of(s);
+    return nullptr;
+  }
+  auto* pd = new Mlx5Pd();
+  pd->ibv.context = &vctx.context;
+  pd->ibv.handle = r.handle;
+  pd->handle = r.handle;
+  return &pd->ibv;
+}
+
+int Mlx5Context::dealloc_pd(ibv_pd* pd) {
+  if (!owns(pd)) return EINVAL;
+  auto* p = reinterpret_cast<Mlx5Pd*>(pd);
+  if (int e = call_empty(uapi::Selector::dealloc_pd, p->handle)) return e;
+  delete p;
+  return 0;
+}
+
+ibv_mr* Mlx5Context::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  if (!owns(pd)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (iova != uint64_t(uintptr_t(addr))) {
+    errno = EOPNOTSUPP;  // the driver maps an MR at its own address (docs/mlx5-provider.md)
+    return nullptr;
+  }
+  // Optional bits (relaxed ordering and the like) are hints; the rest must be ones the uapi knows.
+  unsigned known = access & uapi::kAccessKnown;
+  if (access & ~(uapi::kAccessKnown | IBV_ACCESS_OPTIONAL_RANGE)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  uapi::RegMrReq rq{reinterpret_cast<Mlx5Pd*>(pd)->handle, known, uint64_t(uintptr_t(addr)), uint64_t(length)};
+  uapi::RegMrResp rp{};
+  if (uapi::Status s = t_->call(uapi::Selector::reg_mr, rq, &rp); s != uapi::Status::ok) {
+    errno = errno_of(s);
+    return nullptr;
+  }
+  auto* mr = new Mlx5Mr();
+  mr->ibv.context = &vctx.context;
+  mr->ibv.pd = pd;
+  mr->ibv.addr = addr;
+  mr->ibv.length = length;
+  mr->ibv.handle = rp.handle;
+  mr->ibv.lkey = rp.lkey;
+  mr->ibv.rkey = rp.rkey;
+  mr->mr_handle = rp.handle;
+  return &mr->ibv;
+}
+
+int Mlx5Context::dereg_mr(ibv_mr* mr) {
+  if (mr->context != &vctx.context) return EINVAL;
+  auto* m = reinterpret_cast<Mlx5Mr*>(mr);
+  if (int e = call_empty(uapi::Selector::dereg_mr, m->mr_handle)) return e;
+  delete m;
+  return 0;
+}
+
+// The uapi form of an address vector (modify_qp's AV and create_ah).
+bool to_address(const ibv_ah_attr& ah, uapi::AddressReq* av) {
+  if (!ah.is_global || ah.grh.flow_label > 0xfffff) return false;  // RoCE: the GRH is the address
+  memset(av, 0, sizeof *av);
+  memcpy(av->dgid, ah.grh.dgid.raw, 16);
+  av->flow_label = ah.grh.flow_label;
+  av->sgid_index = ah.grh.sgid_index;
+  av->hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
+  av->traffic_class = ah.grh.traffic_class;
+  av->sl = ah.sl;
+  av->port = ah.port_num ? ah.port_num : 1;
+  return true;
+}
+
+ibv_ah* Mlx5Context::create_ah(ibv_pd* pd, const ibv_ah_attr* attr) {
+  uapi::CreateAhReq rq{};
+  if (!owns(pd) || !to_address(*attr, &rq.av)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  rq.pd = reinterpret_cast<Mlx5Pd*>(pd)->handle;
+  uapi::CreateAhResp rp{};
+  if (uapi::Status s = t_->call(uapi::Selector::create_ah, rq, &rp); s != uapi::Status::ok) {
+    errno = errno_of(s);
+    return nullptr;
+  }
+  auto* ah = new Mlx5Ah();
+  ah->ibv.context = &vctx.context;
+  ah->ibv.pd = pd;
+  ah->ibv.handle = rp.handle;
+  ah->ah_handle = rp.handle;
+  memcpy(ah->av, rp.av, sizeof ah->av);
+  return &ah->ibv;
+}
+
+int Mlx5Context::destroy_ah(ibv_ah* ah) {
+  if (ah->context != &vctx.context) return EINVAL;
+  auto* a = reinterpret_cast<Mlx5Ah*>(ah);
+  if (int e = call_empty(uapi::Selector::destroy_ah, a->ah_handle)) return e;
+  delete a;
+  return 0;
+}
+
+}  // namespace melon::mlx5prov
