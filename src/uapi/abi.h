@@ -372,6 +372,9 @@ struct MapResp {
 };
 static_assert(sizeof(MapResp) == 32);
 inline constexpr uint32_t kMapWriteCombine = 1;
+// A `uar` mapping that is memory the host watches, not MMIO: after a doorbell the client follows the
+// wake-up protocol of uapi/doorbell.h (melon-emud sets it; a real card's UAR page never has it).
+inline constexpr uint32_t kMapWatched = 2;
 
 enum : uint32_t { kEventCompletion = 1, kEventAsync = 2 };
 struct EventResp {

@@ -11,6 +11,7 @@
 #include "roce/ip_udp.h"
 #include "roce/packet.h"
 #include "roce/psn.h"
+#include "uapi/doorbell.h"
 
 using namespace melon::roce;
 namespace core = melon::mlx5::core;
@@ -98,5 +99,14 @@ int main() {
   if (parse_transport(frame + 28, roce_len, q) != ParseError::ok || q.payload_len != 5 || q.bth.psn != 0xfffffe)
     ++failures;
   failures += core_checks();
+
+  // The UAR watch block's handshake compiles to plain atomics (no runtime).
+  static uint8_t uar[4096];
+  melon::uapi::UarWatch* w = melon::uapi::uar_watch(uar);
+  if (melon::uapi::uar_watch_sleeping(w)) ++failures;
+  w->sleeping = 1;
+  if (!melon::uapi::uar_watch_sleeping(w)) ++failures;
+  melon::uapi::uar_watch_kick(w);
+  if (w->kick != 1 || uar[melon::uapi::kUarWatchOffset] != 1) ++failures;
   return failures;
 }

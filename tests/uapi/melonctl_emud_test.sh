@@ -9,11 +9,12 @@ sock=$dir/mlx5_0.sock
 trap '"$ctl" emud stop --socket "$sock" >/dev/null 2>&1; rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-out=$("$ctl" emud start --socket "$sock" --build "$build") || fail "start: $out"
+wire=127.0.8.2  # its own loopback address: tests run in parallel
+out=$("$ctl" emud start --socket "$sock" --wire $wire --build "$build") || fail "start: $out"
 [[ $out == "melon-emud "*" serves $sock" ]] || fail "start said: $out"
 [ -S "$sock" ] || fail "no socket after start"
 "$ctl" emud status --socket "$sock" >/dev/null || fail "status after start"
-out=$("$ctl" emud start --socket "$sock" --build "$build"); rc=$?
+out=$("$ctl" emud start --socket "$sock" --wire $wire --build "$build"); rc=$?
 [ "$rc" = 3 ] || fail "second start exited $rc, want 3"
 [[ $out == *"another melon-emud already serves $sock"* ]] || fail "second start said: $out"
 out=$("$ctl" emud stop --socket "$sock") || fail "stop: $out"

@@ -15,16 +15,22 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "dext/emuhost/client_dma.h"
 #include "dext/emuhost/emu_hal.h"
 #include "dext/emuhost/socket_protocol.h"
+#include "dext/emuhost/uar_watcher.h"
 #include "mlx5/core/hca.h"
 #include "mlx5/emu/device.h"
 #include "mlx5/emu/test_host.h"
+#include "mlx5/emu/wire.h"
+#include "mlx5/prm/doorbell.h"
+#include "roce/ip_udp.h"
 #include "mlx5/core/uapi_backend.h"
 #include "uapi/server.h"
 
@@ -47,7 +53,8 @@ struct Conn {
 // Queue memory as memfds the device sees through the TestHost IOMMU and the client maps.
 class Platform final : public mlx5::core::QueuePlatform {
  public:
-  Platform(mlx5::emu::TestHost& host, ClientDma& dma, int wake_fd) : host_(host), dma_(dma), wake_fd_(wake_fd) {}
+  Platform(mlx5::emu::TestHost& host, ClientDma& dma, UarWatcher& watcher, int wake_fd)
+      : host_(host), dma_(dma), watcher_(watcher), wake_fd_(wake_fd) {}
   ~Platform() {
     for (auto& [fd, m] : mems_) {
       munmap(m.va, m.size);
@@ -79,18 +86,22 @@ class Platform final : public mlx5::core::QueuePlatform {
   }
   void queue_free(const Mem& m) override { release(int(m.memory)); }
 
-  // The client's UAR page is a memfd page. (Forwarding its doorbells to the emulated BAR comes with
-  // the provider's data path; see docs/uapi.md.)
+  // The client's UAR page is a memfd page the watcher forwards to the device's own UAR page
+  // (uar_watcher.h; the protocol in uapi/doorbell.h).
   int uar_map(const mlx5::core::Uar& u, uapi::MapRegion* out) override {
     Mem m;
-    if (int r = queue_alloc(4096, &m); r != mlx5::core::kHalOk) return r;
+    if (int r = queue_alloc(mlx5::prm::kUarPageBytes, &m); r != mlx5::core::kHalOk) return r;
     uars_[u.index] = int(m.memory);
-    *out = uapi::MapRegion{uint8_t(uapi::MapKind::uar), uapi::kMapWriteCombine, m.memory, 0, 4096};
+    const uint32_t bf[2] = {uint32_t(u.bf_off[0] - u.bar_off), uint32_t(u.bf_off[1] - u.bar_off)};
+    watcher_.add(static_cast<uint8_t*>(m.va), u.bar_off, bf);
+    *out = uapi::MapRegion{uint8_t(uapi::MapKind::uar), uapi::kMapWriteCombine | uapi::kMapWatched, m.memory, 0,
+                           mlx5::prm::kUarPageBytes};
     return mlx5::core::kHalOk;
   }
   void uar_unmap(const mlx5::core::Uar& u) override {
     auto it = uars_.find(u.index);
     if (it == uars_.end()) return;
+    watcher_.remove(static_cast<uint8_t*>(mems_[it->second].va));
     release(it->second);
     uars_.erase(it);
   }
@@ -125,6 +136,7 @@ class Platform final : public mlx5::core::QueuePlatform {
   }
   mlx5::emu::TestHost& host_;
   ClientDma& dma_;
+  UarWatcher& watcher_;
   int wake_fd_;
   std::map<int, M> mems_;
   std::map<uint32_t, int> uars_;
@@ -152,15 +164,15 @@ bool send_reply(int fd, const SocketReply& rp, const void* body, uint32_t len, i
 }
 
 // The port's GID 0: the wire address as an IPv4-mapped RoCEv2 GID (IBA A17.9.1 / RoCEv2 annex).
-bool wire_gid(const std::string& addr, uint8_t gid[16]) {
+// The wire (emu::UdpWire) is IPv4 only.
+bool wire_address(const std::string& addr, uint32_t* ip, uint8_t gid[16]) {
   in_addr a{};
-  if (inet_pton(AF_INET, addr.c_str(), &a) == 1) {
-    memset(gid, 0, 16);
-    gid[10] = gid[11] = 0xff;
-    memcpy(gid + 12, &a, 4);
-    return true;
-  }
-  return inet_pton(AF_INET6, addr.c_str(), gid) == 1;
+  if (inet_pton(AF_INET, addr.c_str(), &a) != 1) return false;
+  memset(gid, 0, 16);
+  gid[10] = gid[11] = 0xff;
+  memcpy(gid + 12, &a, 4);
+  *ip = ntohl(a.s_addr);
+  return true;
 }
 
 }  // namespace
@@ -178,8 +190,9 @@ int run_emud(const EmudOptions& opt, std::string* why) {
     return kEmudUsage;
   }
   uint8_t gid[16];
-  if (!wire_gid(opt.wire, gid)) {
-    *why = "--wire " + opt.wire + " is not an IPv4 or IPv6 address";
+  uint32_t wire_ip = 0;
+  if (!wire_address(opt.wire, &wire_ip, gid)) {
+    *why = "--wire " + opt.wire + " is not an IPv4 address";
     return kEmudUsage;
   }
   // One daemon per device: the lock is held for the process's life (and dropped by the kernel
@@ -209,6 +222,16 @@ int run_emud(const EmudOptions& opt, std::string* why) {
     return kEmudSocket;
   }
   chmod(opt.socket.c_str(), 0666);
+  // The port's wire: RoCEv2 over UDP 4791 at the wire address (the soft provider and rxe speak it).
+  mlx5::emu::UdpWire wire(wire_ip, roce::kRoceV2Port);
+  if (int e = wire.open(); e != 0) {
+    errno = e;
+    *why = errstr(("cannot bind the wire " + opt.wire + ":4791").c_str());
+    close(lfd);
+    unlink(opt.socket.c_str());
+    close(lock_fd);
+    return kEmudSocket;
+  }
   g_stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 
@@ -218,6 +241,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   mlx5::emu::HostPorts ports;
   ports.dma = &dma;
   ports.irq = &host;
+  ports.wire = &wire;
   auto dev = std::make_unique<mlx5::emu::Device>(ports, mlx5::emu::DeviceConfig{});
   EmuHalOptions ho;
   ho.host_page_size = 4096;
@@ -226,11 +250,21 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   ho.echo_level = opt.verbose ? mlx5::core::LogLevel::debug : mlx5::core::LogLevel::warn;
   EmuHal hal(*dev, host, nullptr, ho);
   dev->start_worker();
+  wire.attach(dev.get());
+  std::atomic<bool> wire_stop{false};
+  std::thread wire_rx([&] {
+    while (!wire_stop) wire.poll(100);  // frames to the device; its worker runs them
+  });
+  auto stop_wire = [&] {
+    wire_stop = true;
+    wire_rx.join();
+  };
   mlx5::core::Hca hca;
   hca.attach(&hal);
   auto fail_device = [&](const char* what) {
     *why = std::string(what) + ": " + mlx5::core::stage_name(hca.last_failure().stage) + ", " +
            mlx5::core::err_name(hca.last_failure().err);
+    stop_wire();
     dev->stop_worker();
     hca.detach();
     close(lfd);
@@ -245,7 +279,9 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   g.l3_type = (gid[10] == 0xff && gid[11] == 0xff) ? 0 : 1;
   if (hca.set_gid(0, g) != mlx5::core::Err::ok) return fail_device("setting GID 0 failed");
 
-  Platform plat(host, dma, wake_fd);
+  UarWatcher watcher(*dev);
+  watcher.start();
+  Platform plat(host, dma, watcher, wake_fd);
   mlx5::core::UapiBackend backend(hca, plat);
   uapi::Limits lim;
   backend.fill_limits(&lim);
@@ -349,7 +385,9 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   // Clean stop: clients' objects, the device, the socket.
   while (!conns.empty()) drop(conns.size() - 1);
   backend.drain_events(srv);
+  watcher.stop();
   mlx5::core::Err te = hca.teardown();
+  stop_wire();
   dev->stop_worker();
   hca.detach();
   close(lfd);

@@ -13,9 +13,13 @@
 
 namespace melon::dext {
 
+// The wire address when --wire is not given: a loopback address of its own, so the daemon's port
+// 4791 does not collide with a soft device (which the quick start puts on 127.0.0.2 and .3).
+inline constexpr const char* kDefaultWire = "127.0.0.4";
+
 struct EmudOptions {
   std::string socket;  // the Unix socket path
-  std::string wire = "127.0.0.1";  // the RoCEv2 address (UDP 4791) of this emulated port
+  std::string wire = kDefaultWire;  // the RoCEv2 address (IPv4, UDP 4791) of this emulated port
   uint32_t clients = 16;  // at most uapi::kMaxClients
   bool verbose = false;
 };

@@ -144,7 +144,7 @@ Status UapiBackend::alloc_uar(Created* cr, UarResp* r) {
     return Status::no_memory;
   }
   cr->maps[0].kind = uint8_t(MapKind::uar);
-  cr->maps[0].flags = kMapWriteCombine;
+  cr->maps[0].flags |= kMapWriteCombine;  // the platform may add kMapWatched
   cr->obj = u;
   r->page_bytes = uint32_t(cr->maps[0].length);
   r->db_offset = p::kUarBlueFlame;

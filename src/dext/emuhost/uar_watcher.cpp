@@ -1,0 +1,190 @@
+#include "dext/emuhost/uar_watcher.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mlx5/prm/doorbell.h"
+#include "uapi/doorbell.h"
+
+namespace melon::dext {
+
+namespace {
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+// How long a sleep lasts with no kick: a client that breaks the protocol is served late, not never.
+constexpr uint64_t kSleepNs = 200'000'000;
+
+// One 8-byte doorbell as the client stored it (one aligned 64-bit store in rdma-core's qp.c/cq.c).
+uint64_t load_word(const uint8_t* p) { return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_RELAXED); }
+
+long futex_wake(uint32_t* addr) { return syscall(SYS_futex, addr, FUTEX_WAKE, 1, nullptr, nullptr, 0); }
+
+}  // namespace
+
+void UarWatcher::start() {
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] { run(); });
+}
+
+void UarWatcher::stop() {
+  if (!thread_.joinable()) return;
+  stop_ = true;
+  wake_thread();
+  thread_.join();
+}
+
+void UarWatcher::wake_thread() {
+  __atomic_fetch_add(&ctl_, 1u, __ATOMIC_SEQ_CST);
+  futex_wake(&ctl_);
+}
+
+void UarWatcher::add(uint8_t* page, uint64_t bar_off, const uint32_t bf_in_page[2]) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    Page p{};
+    p.va = page;
+    p.bar_off = bar_off;
+    p.off[0] = mlx5::prm::kUarCqDoorbell;
+    p.off[1] = bf_in_page[0];
+    p.off[2] = bf_in_page[1];
+    for (int i = 0; i < kWords; i++) p.last[i] = load_word(page + p.off[i]);
+    uapi::UarWatch* w = uapi::uar_watch(page);
+    p.kick = __atomic_load_n(&w->kick, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->sleeping, asleep_ ? 1u : 0u, __ATOMIC_SEQ_CST);
+    pages_.push_back(p);
+  }
+  wake_thread();  // a sleeping watcher must sleep on this page's kick word too
+}
+
+void UarWatcher::remove(uint8_t* page) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (size_t i = 0; i < pages_.size(); i++)
+      if (pages_[i].va == page) {
+        pages_.erase(pages_.begin() + long(i));
+        break;
+      }
+  }
+  wake_thread();  // its futex word leaves the sleeping set
+}
+
+UarWatcher::Stats UarWatcher::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stats_;
+}
+
+// The kick word first, then the doorbells: a kick bumped before this read follows its doorbell
+// store, so the doorbell is seen below (uapi/doorbell.h).
+bool UarWatcher::scan_page(Page& p) {
+  uapi::UarWatch* w = uapi::uar_watch(p.va);
+  uint32_t k = __atomic_load_n(&w->kick, __ATOMIC_SEQ_CST);
+  bool kicked = k != p.kick;
+  p.kick = k;
+  bool changed = false;
+  for (int i = 0; i < kWords; i++) {
+    uint64_t v = load_word(p.va + p.off[i]);
+    if (v == p.last[i]) continue;
+    p.last[i] = v;
+    dev_.write64(p.bar_off + p.off[i], v);  // memory order in, memory order out (Device::write64)
+    stats_.forwarded++;
+    changed = true;
+  }
+  if (kicked) {
+    stats_.kicks++;
+    // The same doorbell written again is invisible to the comparison: ring the send doorbells once
+    // more (the device reads WQEs only up to the doorbell record, so a repeat is a no-op).
+    if (!changed)
+      for (int i = 1; i < kWords; i++)
+        if (p.last[i]) dev_.write64(p.bar_off + p.off[i], p.last[i]);
+  }
+  return changed || kicked;
+}
+
+bool UarWatcher::scan_locked() {
+  bool any = false;
+  for (Page& p : pages_) any |= scan_page(p);
+  return any;
+}
+
+void UarWatcher::set_sleeping_locked(uint32_t v) {
+  asleep_ = v != 0;
+  for (Page& p : pages_) __atomic_store_n(&uapi::uar_watch(p.va)->sleeping, v, __ATOMIC_SEQ_CST);
+}
+
+void UarWatcher::run() {
+  uint64_t last_work = now_ns();
+  std::vector<futex_waitv> waiters;
+  bool have_waitv = true;
+  while (!stop_) {
+    bool any;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      any = scan_locked();
+    }
+    if (any) {
+      last_work = now_ns();
+      continue;
+    }
+    if (now_ns() - last_work < spin_ns_) {
+      sched_yield();  // two cores shared with the device worker and the clients: poll politely
+      continue;
+    }
+    // Going to sleep: announce it, fence, scan once more, then sleep on every page's kick word
+    // (and ctl_, which add/remove/stop bump) with the values just read.
+    uint32_t ctl = __atomic_load_n(&ctl_, __ATOMIC_SEQ_CST);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      set_sleeping_locked(1);
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      if (scan_locked()) {
+        set_sleeping_locked(0);
+        last_work = now_ns();
+        continue;
+      }
+      waiters.clear();
+      for (Page& p : pages_)
+        waiters.push_back(futex_waitv{p.kick, uint64_t(uintptr_t(&uapi::uar_watch(p.va)->kick)), FUTEX_32, 0});
+      waiters.push_back(futex_waitv{ctl, uint64_t(uintptr_t(&ctl_)), FUTEX_32, 0});
+      stats_.sleeps++;
+    }
+    timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += long(kSleepNs);
+    until.tv_sec += until.tv_nsec / 1'000'000'000;
+    until.tv_nsec %= 1'000'000'000;
+    bool timed_out = false;
+    if (have_waitv && waiters.size() <= FUTEX_WAITV_MAX) {
+      long r = syscall(SYS_futex_waitv, waiters.data(), unsigned(waiters.size()), 0u, &until, CLOCK_MONOTONIC);
+      if (r < 0 && errno == ENOSYS) have_waitv = false;
+      timed_out = r < 0 && errno == ETIMEDOUT;
+    }
+    if (!have_waitv || waiters.size() > FUTEX_WAITV_MAX) {
+      // No vectored wait (kernel before 5.16, or more pages than it takes): nap and poll.
+      timespec nap{0, 1'000'000};
+      nanosleep(&nap, nullptr);
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    set_sleeping_locked(0);
+    if (timed_out) {
+      uint64_t before = stats_.forwarded;
+      scan_locked();
+      stats_.unkicked += stats_.forwarded - before;
+    }
+    last_work = now_ns();
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  set_sleeping_locked(0);
+}
+
+}  // namespace melon::dext

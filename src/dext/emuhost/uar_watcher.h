@@ -1,0 +1,74 @@
+// The MMIO trap of melon-emud: client UAR pages are shared memory, and this thread plays the bus
+// between them and the emulated device's BAR0. It compares each page's doorbell words (the CQ arm
+// doorbell and the two BlueFlame buffers' first 8 bytes) with the values it saw last and writes each
+// new one to the device at the same offset of the object's own UAR page, so the device checks, as
+// hardware does, that a doorbell comes through the UAR its QP or CQ was created with.
+//
+// It polls while doorbells come, then sleeps on the pages' futex words after the handshake of
+// uapi/doorbell.h (sleeping flag, fence, one more scan), so a client posting to a sleeping device
+// wakes it, and an idle daemon costs nothing.
+#pragma once
+
+#include <stdint.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "mlx5/emu/device.h"
+
+namespace melon::dext {
+
+class UarWatcher {
+ public:
+  // `spin_ns`: how long the watcher keeps polling after the last doorbell before it sleeps.
+  explicit UarWatcher(mlx5::emu::Device& dev, uint64_t spin_ns = 100'000) : dev_(dev), spin_ns_(spin_ns) {}
+  ~UarWatcher() { stop(); }
+  UarWatcher(const UarWatcher&) = delete;
+  UarWatcher& operator=(const UarWatcher&) = delete;
+
+  void start();
+  void stop();
+
+  // Watches `page` (4 KiB, the daemon's mapping of a client's UAR page) for the device UAR page at
+  // BAR0 `bar_off`, whose BlueFlame buffers sit at `bf_in_page[0..1]` within the page.
+  void add(uint8_t* page, uint64_t bar_off, const uint32_t bf_in_page[2]);
+  // Stops watching `page`; when this returns the thread no longer touches it (it may be unmapped).
+  void remove(uint8_t* page);
+
+  struct Stats {
+    uint64_t forwarded = 0;  // doorbells written to BAR0
+    uint64_t kicks = 0;  // futex kicks seen
+    uint64_t sleeps = 0;  // times the watcher went to sleep
+    uint64_t unkicked = 0;  // doorbells found after a sleep no kick ended (a client that did not kick)
+  };
+  Stats stats() const;
+
+ private:
+  static constexpr int kWords = 3;  // CQ arm doorbell, BlueFlame buffer 0, BlueFlame buffer 1
+  struct Page {
+    uint8_t* va;
+    uint64_t bar_off;
+    uint32_t off[kWords];
+    uint64_t last[kWords];
+    uint32_t kick;
+  };
+  void run();
+  bool scan_locked();
+  bool scan_page(Page& p);
+  void set_sleeping_locked(uint32_t v);
+  void wake_thread();
+
+  mlx5::emu::Device& dev_;
+  const uint64_t spin_ns_;
+  mutable std::mutex mu_;
+  std::vector<Page> pages_;
+  bool asleep_ = false;
+  Stats stats_;
+  uint32_t ctl_ = 0;  // futex word: bumped on add/remove/stop so a sleeping watcher re-reads the list
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace melon::dext
