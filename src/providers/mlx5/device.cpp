@@ -102,7 +102,10 @@ int Mlx5Context::start() {
 
 int Mlx5Context::call_empty(uapi::Selector sel, uint32_t handle) {
   uapi::EmptyResp none;
-  return errno_of(t_->call(sel, uapi::HandleReq{handle, 0}, &none));
+  uapi::Status s = t_->call(sel, uapi::HandleReq{handle, 0}, &none);
+  if (s != uapi::Status::ok && getenv("MELON_MLX5_DEBUG"))
+    fprintf(stderr, "melondma mlx5: selector %#x handle %#x: uapi status %u\n", unsigned(sel), handle, unsigned(s));
+  return errno_of(s);
 }
 
 void Mlx5Context::free_map(Mapping& m) {
