@@ -41,9 +41,30 @@ class Mlx5Provider : public verbs::Provider {
   std::vector<std::unique_ptr<verbs::Device>> discover() override {
     std::vector<std::unique_ptr<verbs::Device>> out;
     std::string path = device_socket();
-    if (!path.empty() && reachable(path)) out.push_back(std::make_unique<Mlx5Device>(path));
+    if (path.empty() || !reachable(path)) return out;
+    auto dev = std::make_unique<Mlx5Device>(path);
+    dev->set_guid(guid_of(path));
+    out.push_back(std::move(dev));
     return out;
   }
+
+ private:
+  // The node GUID (ibv_get_device_guid works before any open): asked once per daemon socket.
+  __be64 guid_of(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = guids_.find(path);
+    if (it != guids_.end()) return it->second;
+    int err = 0;
+    __be64 g = 0;
+    if (std::unique_ptr<Transport> t = open_transport(path.c_str(), &err)) {
+      uapi::DeviceAttr a{};
+      if (t->call(uapi::Selector::query_device, uapi::EmptyReq{}, &a) == uapi::Status::ok) g = htobe64(a.node_guid);
+    }
+    if (g) guids_[path] = g;
+    return g;
+  }
+  std::mutex mu_;
+  std::unordered_map<std::string, __be64> guids_;
 };
 
 }  // namespace

@@ -2,6 +2,8 @@
 // themselves are mapped here and written by post.cpp.
 #include <endian.h>
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "providers/mlx5/mlx5.h"
@@ -176,7 +178,12 @@ int Mlx5Context::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   rq.max_dest_rd_atomic = a->max_dest_rd_atomic;
   if ((mask & IBV_QP_AV) && !to_address(a->ah_attr, &rq.av)) return EINVAL;
   uapi::EmptyResp none;
-  if (uapi::Status s = t_->call(uapi::Selector::modify_qp, rq, &none); s != uapi::Status::ok) return errno_of(s);
+  if (uapi::Status s = t_->call(uapi::Selector::modify_qp, rq, &none); s != uapi::Status::ok) {
+    if (getenv("MELON_MLX5_DEBUG"))
+      fprintf(stderr, "melondma mlx5: modify_qp %#x mask %#x -> state %u: uapi status %u\n", ibqp->qp_num,
+              unsigned(mask), unsigned(a->qp_state), unsigned(s));
+    return errno_of(s);
+  }
   if (!(mask & IBV_QP_STATE)) return 0;
   // What may be posted in the new state (rdma-core's qp_state_max_gs).
   std::scoped_lock lock(qp->sq_mu, qp->rq_mu);
