@@ -57,6 +57,14 @@ inline uint64_t inline_bytes(const ibv_send_wr& wr) {
   return n;
 }
 
+// The opcode as the integer the application stored: it may be outside the enum (rdma-core: EINVAL).
+inline int opcode_of(const ibv_send_wr& wr) {
+  int op;
+  static_assert(sizeof op == sizeof wr.opcode);
+  memcpy(&op, &wr.opcode, sizeof op);
+  return op;
+}
+
 inline uint8_t* bb(const SendQueue& sq, uint32_t index) {
   return sq.buf + size_t(index & (sq.wqe_cnt - 1)) * p::kSendWqeBB;
 }
@@ -70,7 +78,7 @@ inline uint8_t* advance(const SendQueue& sq, uint8_t* seg, uint32_t bytes) {
 }  // namespace
 
 uint32_t send_wqe_ds(const SendQueue& sq, const ibv_send_wr& wr, int* err) {
-  const SendOp* op = send_op(wr.opcode);
+  const SendOp* op = send_op(opcode_of(wr));
   if (!op) {
     *err = EINVAL;  // rdma-core: opcode out of its table
     return 0;
@@ -109,7 +117,7 @@ int write_send_wqe(SendQueue& sq, const ibv_send_wr& wr, const uint8_t* av) {
   if (!ds) return err;
   uint32_t nbb = (ds * kSeg + p::kSendWqeBB - 1) / p::kSendWqeBB;
   if (sq.cur_post - sq.tail + nbb > sq.wqe_cnt) return ENOMEM;  // the ring is full
-  const SendOp* op = send_op(wr.opcode);
+  const SendOp* op = send_op(opcode_of(wr));
   if (sq.type == IBV_QPT_UD && !av) return EINVAL;
 
   uint32_t idx = sq.cur_post & (sq.wqe_cnt - 1);
@@ -140,7 +148,7 @@ int write_send_wqe(SendQueue& sq, const ibv_send_wr& wr, const uint8_t* av) {
   }
   if (op->atomic) {
     namespace a = p::wqe_atomic_seg;
-    bool cas = wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    bool cas = op->wqe_opcode == p::wqe_opcode::ATOMIC_CS;
     be64_at(seg, a::swap_add.byte_off(), cas ? wr.wr.atomic.swap : wr.wr.atomic.compare_add);
     be64_at(seg, a::compare.byte_off(), cas ? wr.wr.atomic.compare_add : 0);
     seg = advance(sq, seg, kSeg);
