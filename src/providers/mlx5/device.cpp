@@ -116,6 +116,8 @@ int Mlx5Context::start() {
   uapi::Status st;
   uar_map_.addr = t_->map(uapi::MapKind::uar, uar_.handle, &uar_map_.len, &st);
   if (!uar_map_.addr) return errno_of(st);
+  if (uint64_t(uar_.db_offset) + 2 * uar_.bf_bytes + 8 > uar_map_.len) return EPROTO;
+  bf_offset_ = uar_.db_offset;
   if (pipe2(stop_pipe_, O_CLOEXEC) != 0) return errno;
   events_ = std::thread([this] { event_loop(); });
   return 0;

@@ -162,7 +162,8 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   uapi::DeviceAttr attr_{};
   uapi::UarResp uar_{};
   Mapping uar_map_;
-  std::mutex uar_mu_;  // 64-bit doorbell writes from several QPs/CQs
+  std::mutex uar_mu_;  // 64-bit doorbell writes from several QPs/CQs, and bf_offset_
+  uint32_t bf_offset_ = 0;  // the send doorbell's place in the UAR page (alternates)
 
   // Objects by driver handle (events) and by queue number (CQEs name the QP by number).
   std::shared_mutex obj_mu_;

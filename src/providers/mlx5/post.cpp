@@ -41,8 +41,11 @@ void Mlx5Context::ring_send_doorbell(Mlx5Qp* qp) {
   uint64_t v;
   memcpy(&v, qp->sq.last_ctrl, 8);
   std::lock_guard<std::mutex> lock(uar_mu_);
-  *reinterpret_cast<volatile uint64_t*>(static_cast<uint8_t*>(uar_map_.addr) + uar_.db_offset) = v;
-  t_->kick(uar_.handle, uar_.db_offset, v);
+  *reinterpret_cast<volatile uint64_t*>(static_cast<uint8_t*>(uar_map_.addr) + bf_offset_) = v;
+  t_->kick(uar_.handle, bf_offset_, v);
+  // Alternate between the UAR's two BlueFlame buffers, as rdma-core does with a shared bfreg
+  // (bf->offset ^= buf_size): consecutive doorbells never land on the same buffer.
+  if (uar_.bf_bytes) bf_offset_ ^= uar_.bf_bytes;
 }
 
 int mlx5_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {

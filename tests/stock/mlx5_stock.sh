@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Debian's STOCK ibverbs-utils and perftest on mlx5_0, the emulated ConnectX-4 Lx behind melon-emud
+# (docs/mlx5-provider.md), loaded with our libibverbs.so.1 through LD_LIBRARY_PATH.
+# Usage: mlx5_stock.sh <libdir> <melon-emud> <test-name>[@opt@opt...]
+#
+# Each test starts its own daemons (the fixture): "A" on socket $dir/a.sock with its wire on
+# 127.0.0.14, and for tests with mlx5_0 on both sides "B" on $dir/b.sock, wire 127.0.0.15. Each
+# process finds its daemon through MELON_EMUD_SOCKET. The soft peer is soft0 on 127.0.0.2 (the
+# address tests/stock/stock_tools.sh uses; the ctest RESOURCE_LOCK keeps them apart). At the end
+# every daemon is stopped with SIGTERM and must exit 0: the core found nothing leaked.
+#
+# Test names: <tool>_<server>_<client>, server and client one of mlx5 (daemon A), mlx5b (daemon B)
+# or soft; and ibv_devinfo, ibv_devices, ibv_devices_no_daemon.
+set -u
+libdir=$1
+emud=$2
+name=${3%%@*}
+opts=""
+[ "$name" != "$3" ] && opts=$(echo "${3#*@}" | tr '@' ' ')
+export LD_LIBRARY_PATH=$libdir
+export MELON_SOFT_AUTO=0
+dir=$(mktemp -d)
+out=$dir/out
+out2=$dir/out2
+cat > "$dir/soft.cfg" <<CFG
+device soft0 127.0.0.2
+CFG
+export MELON_SOFT_CONFIG=$dir/soft.cfg
+pids=()
+
+fail() { echo "FAIL: $*"; echo "---- output ----"; cat "$out" 2>/dev/null; for l in "$dir"/*.log; do [ -f "$l" ] && { echo "---- $l ----"; tail -20 "$l"; }; done; cleanup; exit 1; }
+expect() { grep -qE -- "$1" "$out" || fail "expected /$1/"; }
+reject() { ! grep -qE -- "$1" "$out" || fail "unexpected /$1/"; }
+need() { command -v "$1" >/dev/null || { echo "SKIP: $1 not installed"; exit 77; }; }
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$dir"
+}
+# stop_daemons: SIGTERM, and each must exit 0 (everything released, nothing leaked).
+stop_daemons() {
+  local p rc
+  for p in "${pids[@]}"; do
+    kill -TERM "$p"
+    wait "$p"; rc=$?
+    [ $rc -eq 0 ] || { pids=(); fail "melon-emud $p exited $rc after SIGTERM"; }
+  done
+  pids=()
+}
+trap cleanup EXIT
+# start_daemon <tag> <wire>: melon-emud on $dir/<tag>.sock; waits until it accepts.
+start_daemon() {
+  "$emud" --socket "$dir/$1.sock" --wire "$2" > "$dir/$1.log" 2>&1 &
+  pids+=($!)
+  local deadline=$(( SECONDS + 20 ))
+  until [ -S "$dir/$1.sock" ]; do
+    [ $SECONDS -lt $deadline ] || fail "melon-emud $1 did not come up"
+    kill -0 "${pids[-1]}" 2>/dev/null || fail "melon-emud $1 exited"
+    sleep 0.05
+  done
+}
+free_port() {
+  local p
+  while :; do
+    p=$(( 20000 + RANDOM % 20000 ))
+    ss -Hltn "sport = :$p" | grep -q . || { echo $p; return; }
+  done
+}
+wait_listen() {
+  local deadline=$(( SECONDS + 20 ))
+  until ss -Hltn "sport = :$1" | grep -q .; do
+    [ $SECONDS -lt $deadline ] || fail "no server listening on port $1"
+    kill -0 "$2" 2>/dev/null || { cat "$out2" > "$out"; fail "the server exited before listening"; }
+    sleep 0.05
+  done
+}
+loader_clean() {
+  reject "symbol lookup error|version .* not found|no version information available|cannot open shared object"
+}
+# side <role>: the device name and the environment of one side.
+dev_of() { case $1 in mlx5|mlx5b) echo mlx5_0 ;; soft) echo soft0 ;; esac; }
+sock_of() { case $1 in mlx5) echo "$dir/a.sock" ;; mlx5b) echo "$dir/b.sock" ;; *) echo "$dir/none.sock" ;; esac; }
+
+need "$emud"
+case $name in
+ibv_devinfo)
+  need ibv_devinfo
+  start_daemon a 127.0.0.14
+  MELON_EMUD_SOCKET=$dir/a.sock ibv_devinfo -d mlx5_0 > "$out" 2>&1; rc=$?
+  [ $rc -eq 0 ] || fail "exit code $rc"
+  loader_clean
+  expect $'^hca_id:\tmlx5_0$'
+  expect $'fw_ver:\t+14\\.32\\.1010'
+  expect $'vendor_id:\t+0x02c9'
+  expect $'vendor_part_id:\t+4117'
+  expect $'phys_port_cnt:\t+1'
+  expect $'state:\t+PORT_ACTIVE \\(4\\)'
+  expect $'link_layer:\t+Ethernet'
+  stop_daemons
+  ;;
+ibv_devices)
+  # mlx5_0 next to the soft devices, with its node GUID (asked at discovery).
+  need ibv_devices
+  start_daemon a 127.0.0.14
+  MELON_EMUD_SOCKET=$dir/a.sock ibv_devices > "$out" 2>&1; rc=$?
+  [ $rc -eq 0 ] || fail "exit code $rc"
+  loader_clean
+  expect "^[[:space:]]+soft0[[:space:]]+024d4c4e[0-9a-f]{8}$"
+  expect "^[[:space:]]+mlx5_0[[:space:]]+[0-9a-f]{16}$"
+  reject "mlx5_0[[:space:]]+0{16}$"
+  stop_daemons
+  ;;
+ibv_devices_no_daemon)
+  # No daemon on the socket: no mlx5_0, and the soft devices as always.
+  need ibv_devices
+  MELON_EMUD_SOCKET=$dir/nobody.sock ibv_devices > "$out" 2>&1; rc=$?
+  [ $rc -eq 0 ] || fail "exit code $rc"
+  expect "^[[:space:]]+soft0[[:space:]]"
+  reject "mlx5_0"
+  ;;
+ibv_*_pingpong_*|ib_*)
+  # <tool>_<server>_<client>
+  rest=${name}
+  client=${rest##*_}; rest=${rest%_*}
+  server=${rest##*_}; tool=${rest%_*}
+  need "$tool"
+  case "$server $client" in *mlx5b*) start_daemon a 127.0.0.14; start_daemon b 127.0.0.15 ;;
+                            *mlx5*) start_daemon a 127.0.0.14 ;; esac
+  port=$(free_port)
+  case $tool in
+    ibv_*) common="-g 0 -p $port -n 100 $opts" ;;
+    *) common="-x 0 -F -p $port -n 200 $opts" ;;
+  esac
+  MELON_EMUD_SOCKET=$(sock_of "$server") timeout 100 "$tool" -d "$(dev_of "$server")" $common > "$out2" 2>&1 & spid=$!
+  wait_listen $port $spid
+  MELON_EMUD_SOCKET=$(sock_of "$client") timeout 100 "$tool" -d "$(dev_of "$client")" $common 127.0.0.1 > "$out" 2>&1; crc=$?
+  wait $spid; src=$?
+  cat "$out2" >> "$out"
+  loader_clean
+  reject "Couldn't|No IB devices|Segmentation fault|Failed status|Completion with error|error status"
+  [ $crc -eq 0 ] && [ $src -eq 0 ] || fail "exit codes client=$crc server=$src (expected 0, 0)"
+  case $tool in
+    ibv_*)
+      [ "$(grep -c "bytes in .* seconds = .* Mbit/sec" "$out")" -eq 2 ] || fail "expected both sides' result"
+      [ "$(grep -c "iters in .* seconds = .* usec/iter" "$out")" -eq 2 ] || fail "expected both sides' latency"
+      ;;
+    *)
+      rows=$(awk '/^ *#bytes/{t=1; next} t && /^ *[0-9]+ +[0-9]+ /{print}' "$out")
+      [ -n "$rows" ] || fail "no result rows"
+      case $tool in
+        *_bw) echo "$rows" | awk '{ if ($NF + 0 <= 0) exit 1 }' || fail "zero message rate" ;;
+        *_lat) echo "$rows" | awk '{ if ($3 + 0 <= 0 || $3 + 0 > $6 + 0) exit 1 }' || fail "bad latency figures" ;;
+      esac
+      echo "$rows"
+      ;;
+  esac
+  stop_daemons
+  ;;
+*)
+  echo "unknown test $name"; exit 2 ;;
+esac
+echo "PASS: $name"
