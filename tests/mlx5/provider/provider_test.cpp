@@ -1,0 +1,390 @@
+// The mlx5 provider through the verbs API, against a melon-emud this test starts (its own socket,
+// wire 127.0.0.16): device identity, bad input with rdma-core's errno, and an RC loopback between
+// two QPs of mlx5_0 (the device sends to its own address) for SEND, WRITE, READ, an error CQE,
+// completion events, and the extended QP/CQ API.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr const char* kWire = "127.0.0.16";
+constexpr size_t kBuf = 1 << 16;
+
+// melon-emud as a child process for the whole test program.
+class Daemon : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    char tmpl[] = "/tmp/mlx5prov-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    sock_ = dir_ + "/emud.sock";
+    pid_ = fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      execl(MELON_EMUD_BIN, "melon-emud", "--socket", sock_.c_str(), "--wire", kWire, nullptr);
+      _exit(127);
+    }
+    struct stat st;
+    for (int i = 0; i < 400 && stat(sock_.c_str(), &st) != 0; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    ASSERT_EQ(stat(sock_.c_str(), &st), 0) << "melon-emud did not come up";
+    setenv("MELON_EMUD_SOCKET", sock_.c_str(), 1);
+    setenv("MELON_SOFT_AUTO", "0", 1);
+    setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int st = 0;
+      waitpid(pid_, &st, 0);
+      // A clean stop: every client object released, nothing leaked in the core.
+      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "melon-emud status " << st;
+    }
+    unlink(sock_.c_str());
+    rmdir(dir_.c_str());
+  }
+
+ private:
+  std::string dir_, sock_;
+  pid_t pid_ = -1;
+};
+const auto* const kDaemon = ::testing::AddGlobalTestEnvironment(new Daemon);
+
+struct Side {
+  ibv_comp_channel* ch = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf);
+};
+
+class Mlx5Provider : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    list_ = ibv_get_device_list(&n);
+    ASSERT_NE(list_, nullptr);
+    for (int i = 0; i < n; i++)
+      if (std::strcmp(ibv_get_device_name(list_[i]), "mlx5_0") == 0) dev_ = list_[i];
+    ASSERT_NE(dev_, nullptr) << "mlx5_0 not listed";
+    ctx_ = ibv_open_device(dev_);
+    ASSERT_NE(ctx_, nullptr);
+    pd_ = ibv_alloc_pd(ctx_);
+    ASSERT_NE(pd_, nullptr);
+    ibv_gid gid;
+    ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+    std::memcpy(gid_, gid.raw, 16);
+  }
+  void TearDown() override {
+    for (Side* s : {&a_, &b_}) {
+      if (s->qp) EXPECT_EQ(ibv_destroy_qp(s->qp), 0);
+      if (s->mr) EXPECT_EQ(ibv_dereg_mr(s->mr), 0);
+      if (s->cq) EXPECT_EQ(ibv_destroy_cq(s->cq), 0);
+      if (s->ch) EXPECT_EQ(ibv_destroy_comp_channel(s->ch), 0);
+    }
+    if (pd_) EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    if (ctx_) EXPECT_EQ(ibv_close_device(ctx_), 0);
+    if (list_) ibv_free_device_list(list_);
+  }
+
+  ibv_qp* make_qp(Side& s, ibv_qp_type type = IBV_QPT_RC, uint32_t max_inline = 64, uint64_t send_ops = 0) {
+    if (!s.ch) s.ch = ibv_create_comp_channel(ctx_);
+    if (!s.cq) s.cq = ibv_create_cq(ctx_, 64, nullptr, s.ch, 0);
+    if (!s.mr)
+      s.mr = ibv_reg_mr(pd_, s.buf.data(), kBuf,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    EXPECT_NE(s.cq, nullptr);
+    EXPECT_NE(s.mr, nullptr);
+    ibv_qp_init_attr_ex at{};
+    at.send_cq = at.recv_cq = s.cq;
+    at.qp_type = type;
+    at.cap.max_send_wr = at.cap.max_recv_wr = 16;
+    at.cap.max_send_sge = at.cap.max_recv_sge = 2;
+    at.cap.max_inline_data = max_inline;
+    at.pd = pd_;
+    at.comp_mask = IBV_QP_INIT_ATTR_PD;
+    if (send_ops) {
+      at.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+      at.send_ops_flags = send_ops;
+    }
+    s.qp = ibv_create_qp_ex(ctx_, &at);
+    return s.qp;
+  }
+
+  // RESET -> INIT -> RTR -> RTS towards `peer` (on this same device: the same GID).
+  void connect(Side& s, const Side& peer) {
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_INIT;
+    at.port_num = 1;
+    at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
+    ASSERT_EQ(ibv_modify_qp(s.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+    at = {};
+    at.qp_state = IBV_QPS_RTR;
+    at.path_mtu = IBV_MTU_1024;
+    at.dest_qp_num = peer.qp->qp_num;
+    at.rq_psn = 100;
+    at.max_dest_rd_atomic = 4;
+    at.min_rnr_timer = 1;
+    at.ah_attr.is_global = 1;
+    at.ah_attr.port_num = 1;
+    std::memcpy(at.ah_attr.grh.dgid.raw, gid_, 16);
+    at.ah_attr.grh.hop_limit = 64;
+    ASSERT_EQ(ibv_modify_qp(s.qp, &at,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              0);
+    at = {};
+    at.qp_state = IBV_QPS_RTS;
+    at.sq_psn = 100;
+    at.timeout = 14;
+    at.retry_cnt = 7;
+    at.rnr_retry = 7;
+    at.max_rd_atomic = 4;
+    ASSERT_EQ(ibv_modify_qp(s.qp, &at,
+                            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
+  }
+  void pair() {
+    ASSERT_NE(make_qp(a_), nullptr);
+    ASSERT_NE(make_qp(b_), nullptr);
+    connect(a_, b_);
+    connect(b_, a_);
+  }
+
+  static ibv_wc poll_one(ibv_cq* cq, int ms = 10000) {
+    ibv_wc wc{};
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < end) {
+      int n = ibv_poll_cq(cq, 1, &wc);
+      if (n == 1) return wc;
+      EXPECT_EQ(n, 0);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    ADD_FAILURE() << "no completion";
+    wc.status = IBV_WC_GENERAL_ERR;
+    return wc;
+  }
+  int post_send(Side& s, ibv_wr_opcode op, uint64_t laddr, uint32_t len, uint64_t raddr = 0, uint32_t rkey = 0,
+                unsigned flags = IBV_SEND_SIGNALED, uint64_t wr_id = 1) {
+    ibv_sge sg{laddr, len, s.mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.sg_list = &sg;
+    wr.num_sge = 1;
+    wr.send_flags = flags;
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(s.qp, &wr, &bad);
+  }
+  int post_recv(Side& s, uint64_t addr, uint32_t len, uint64_t wr_id = 2) {
+    ibv_sge sg{addr, len, s.mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sg;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_recv(s.qp, &wr, &bad);
+  }
+  static uint64_t addr(Side& s, size_t off = 0) { return uint64_t(uintptr_t(s.buf.data() + off)); }
+
+  ibv_device** list_ = nullptr;
+  ibv_device* dev_ = nullptr;
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  uint8_t gid_[16];
+  Side a_, b_;
+};
+
+TEST_F(Mlx5Provider, ReportsTheConnectX4LxIdentity) {
+  ibv_device_attr at{};
+  ASSERT_EQ(ibv_query_device(ctx_, &at), 0);
+  EXPECT_EQ(at.vendor_id, 0x02c9u);
+  EXPECT_EQ(at.vendor_part_id, 4117u);
+  EXPECT_EQ(ibv_get_device_guid(dev_), at.node_guid);
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &pa), 0);
+  EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
+  in_addr wire;
+  inet_pton(AF_INET, kWire, &wire);
+  EXPECT_EQ(std::memcmp(gid_ + 12, &wire, 4), 0);  // GID 0: the daemon's wire address, IPv4-mapped
+}
+
+TEST_F(Mlx5Provider, PostingBeforeTheStatesAllowItGivesRdmaCoresErrno) {
+  ASSERT_NE(make_qp(a_), nullptr);
+  EXPECT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 8), ENOMEM);  // RESET: rdma-core mlx5 qp_state_max_gs -1
+  EXPECT_EQ(post_recv(a_, addr(a_), 8), EINVAL);
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_INIT;
+  at.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(a_.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  EXPECT_EQ(post_recv(a_, addr(a_), 8), 0);  // INIT takes receives
+  EXPECT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 8), ENOMEM);  // sends wait for RTS
+}
+
+TEST_F(Mlx5Provider, BadWorkRequestsAreRefusedAndNamed) {
+  pair();
+  ibv_sge sg[3] = {{addr(a_), 8, a_.mr->lkey}, {addr(a_, 8), 8, a_.mr->lkey}, {addr(a_, 16), 8, a_.mr->lkey}};
+  ibv_send_wr ok{}, wr{};
+  ok.opcode = IBV_WR_SEND;
+  ok.sg_list = sg;
+  ok.num_sge = 1;
+  wr = ok;
+  wr.num_sge = 3;  // max_send_sge is 2
+  ok.next = &wr;
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(a_.qp, &ok, &bad), ENOMEM);
+  EXPECT_EQ(bad, &wr);  // the first WR went out, the second is named
+  ibv_sge big{addr(a_), 65, a_.mr->lkey};
+  wr = {};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &big;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_INLINE;  // max_inline_data is 64
+  EXPECT_EQ(ibv_post_send(a_.qp, &wr, &bad), ENOMEM);
+  EXPECT_EQ(bad, &wr);
+  ibv_recv_wr rw{};
+  rw.sg_list = sg;
+  rw.num_sge = 3;  // beyond max_recv_sge
+  ibv_recv_wr* rbad = nullptr;
+  EXPECT_EQ(ibv_post_recv(a_.qp, &rw, &rbad), EINVAL);
+  EXPECT_EQ(rbad, &rw);
+  // The valid SEND reached b_, which had no receive posted: drain nothing here, just no crash.
+}
+
+TEST_F(Mlx5Provider, InlineBeyondTheDevicesLimitIsRefusedAtCreation) {
+  EXPECT_EQ(make_qp(a_, IBV_QPT_RC, 4096), nullptr);  // the device offers 512
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(Mlx5Provider, RcSendWriteAndReadMoveTheBytes) {
+  pair();
+  for (size_t i = 0; i < 4096; i++) a_.buf[i] = uint8_t(i * 7);
+  ASSERT_EQ(post_recv(b_, addr(b_, 8192), 4096, 42), 0);
+  ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 3000, 0, 0, IBV_SEND_SIGNALED, 7), 0);
+  ibv_wc s = poll_one(a_.cq), r = poll_one(b_.cq);
+  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(s.opcode, IBV_WC_SEND);
+  EXPECT_EQ(s.wr_id, 7u);
+  EXPECT_EQ(s.qp_num, a_.qp->qp_num);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r.opcode, IBV_WC_RECV);
+  EXPECT_EQ(r.wr_id, 42u);
+  EXPECT_EQ(r.byte_len, 3000u);
+  EXPECT_EQ(std::memcmp(b_.buf.data() + 8192, a_.buf.data(), 3000), 0);
+
+  ASSERT_EQ(post_send(a_, IBV_WR_RDMA_WRITE, addr(a_, 100), 2000, addr(b_, 20000), b_.mr->rkey), 0);
+  s = poll_one(a_.cq);
+  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(s.opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(std::memcmp(b_.buf.data() + 20000, a_.buf.data() + 100, 2000), 0);
+
+  for (size_t i = 0; i < 1500; i++) b_.buf[30000 + i] = uint8_t(i ^ 0x5a);
+  ASSERT_EQ(post_send(a_, IBV_WR_RDMA_READ, addr(a_, 40000), 1500, addr(b_, 30000), b_.mr->rkey), 0);
+  s = poll_one(a_.cq);
+  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(s.opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(s.byte_len, 1500u);
+  EXPECT_EQ(std::memcmp(a_.buf.data() + 40000, b_.buf.data() + 30000, 1500), 0);
+}
+
+TEST_F(Mlx5Provider, InlineSendWithImmediateArrives) {
+  pair();
+  std::memcpy(a_.buf.data(), "inline-payload", 14);
+  ASSERT_EQ(post_recv(b_, addr(b_), 64), 0);
+  ibv_sge sg{addr(a_), 14, 0};  // inline: the lkey is not used
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(0xc0ffee);
+  wr.sg_list = &sg;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+  ibv_send_wr* bad;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  EXPECT_EQ(poll_one(a_.cq).status, IBV_WC_SUCCESS);
+  ibv_wc r = poll_one(b_.cq);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(r.wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(ntohl(r.imm_data), 0xc0ffeeu);
+  EXPECT_EQ(r.byte_len, 14u);
+  EXPECT_EQ(std::memcmp(b_.buf.data(), "inline-payload", 14), 0);
+}
+
+TEST_F(Mlx5Provider, WriteWithABadRkeyCompletesWithRemoteAccessError) {
+  pair();
+  ASSERT_EQ(post_send(a_, IBV_WR_RDMA_WRITE, addr(a_), 64, addr(b_), b_.mr->rkey ^ 0x5500), 0);
+  ibv_wc s = poll_one(a_.cq);
+  EXPECT_EQ(s.status, IBV_WC_REM_ACCESS_ERR);  // CQE syndrome 0x13 through the table
+  EXPECT_EQ(s.wr_id, 1u);
+}
+
+TEST_F(Mlx5Provider, ArmedCqSignalsItsCompletionChannel) {
+  pair();
+  ASSERT_EQ(ibv_req_notify_cq(b_.cq, 0), 0);
+  ASSERT_EQ(post_recv(b_, addr(b_), 64), 0);
+  ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 32), 0);
+  pollfd p{b_.ch->fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "no completion event";
+  ibv_cq* cq = nullptr;
+  void* cq_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(b_.ch, &cq, &cq_ctx), 0);
+  EXPECT_EQ(cq, b_.cq);
+  ibv_ack_cq_events(cq, 1);
+  EXPECT_EQ(poll_one(b_.cq).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(poll_one(a_.cq).status, IBV_WC_SUCCESS);
+}
+
+TEST_F(Mlx5Provider, ExtendedQpAndCqApi) {
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 32;
+  ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM;
+  ibv_cq_ex* cx = ibv_create_cq_ex(ctx_, &ca);
+  ASSERT_NE(cx, nullptr);
+  b_.cq = ibv_cq_ex_to_cq(cx);
+  ASSERT_NE(make_qp(a_, IBV_QPT_RC, 64, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE), nullptr);
+  ASSERT_NE(make_qp(b_), nullptr);
+  connect(a_, b_);
+  connect(b_, a_);
+  std::memcpy(a_.buf.data(), "extended", 8);
+  ASSERT_EQ(post_recv(b_, addr(b_), 64, 9), 0);
+  ibv_qp_ex* qx = ibv_qp_to_qp_ex(a_.qp);
+  ASSERT_NE(qx, nullptr);
+  ibv_wr_start(qx);
+  qx->wr_id = 5;
+  qx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_send(qx);
+  ibv_wr_set_sge(qx, a_.mr->lkey, addr(a_), 8);
+  ASSERT_EQ(ibv_wr_complete(qx), 0);
+  EXPECT_EQ(poll_one(a_.cq).wr_id, 5u);
+  // The receive side through ibv_cq_ex polling.
+  ibv_poll_cq_attr pa{};
+  int rc = ENOENT;
+  for (int i = 0; i < 200000 && rc == ENOENT; i++) rc = ibv_start_poll(cx, &pa);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(cx->wr_id, 9u);
+  EXPECT_EQ(cx->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_wc_read_opcode(cx), IBV_WC_RECV);
+  EXPECT_EQ(ibv_wc_read_byte_len(cx), 8u);
+  EXPECT_EQ(ibv_wc_read_qp_num(cx), b_.qp->qp_num);
+  ibv_end_poll(cx);
+  EXPECT_EQ(std::memcmp(b_.buf.data(), "extended", 8), 0);
+}
+
+}  // namespace
