@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
@@ -386,6 +387,11 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   while (!conns.empty()) drop(conns.size() - 1);
   backend.drain_events(srv);
   watcher.stop();
+  UarWatcher::Stats ws = watcher.stats();
+  fprintf(stderr,
+          "melon-emud: stopped; doorbells: %llu forwarded, %llu kicks, %llu sleeps, %llu found without a kick\n",
+          (unsigned long long)ws.forwarded, (unsigned long long)ws.kicks, (unsigned long long)ws.sleeps,
+          (unsigned long long)ws.unkicked);
   mlx5::core::Err te = hca.teardown();
   stop_wire();
   dev->stop_worker();
