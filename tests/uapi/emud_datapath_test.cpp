@@ -16,7 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <new>
 #include <memory>
 #include <string>
 #include <thread>
@@ -387,6 +389,76 @@ TEST_F(EmudDataPath, NoDoorbellIsLeftLyingAcrossTheSleepHandshake) {
   std::string log = da.log();
   EXPECT_NE(log.find(" 0 found without a kick"), std::string::npos) << log;
   EXPECT_EQ(log.find(" 0 sleeps"), std::string::npos) << "the watcher never slept: " << log;
+}
+
+uapi::UsageResp usage(const std::string& sock) {
+  UapiClient c;
+  EXPECT_TRUE(c.connect(sock));
+  EXPECT_EQ(c.open(), Status::ok);
+  uapi::UsageResp u{};
+  EXPECT_EQ(c.call(Selector::query_usage, uapi::EmptyReq{}, &u), Status::ok);
+  return u;
+}
+
+// A client process killed while its doorbells and WRITEs are in flight: the daemon releases its
+// QPs, CQs, MRs, queue memory, UAR pages (the watcher lets go of them) and pins, and serves the next
+// client's data path as before.
+TEST_F(EmudDataPath, ClientKilledMidTrafficLeavesNothingBehind) {
+  uapi::UsageResp before = usage(da.sock);
+  auto* posted = static_cast<std::atomic<uint32_t>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(posted, MAP_FAILED);
+  new (posted) std::atomic<uint32_t>(0);
+  pid_t child = fork();
+  if (child == 0) {
+    Endpoint a, b;
+    pair(a, b, /*same_daemon=*/true);
+    if (HasFailure()) _exit(1);
+    for (uint32_t i = 0;; i++) {
+      a.post_send(p::wqe_opcode::RDMA_WRITE, uint64_t(uintptr_t(a.buf)), 4096, a.lkey, uint64_t(uintptr_t(b.buf)),
+                  b.rkey);
+      if (!a.poll_cq()) _exit(2);
+      posted->store(i + 1);
+    }
+  }
+  for (auto until = std::chrono::steady_clock::now() + kPatience; posted->load() < 50;) {
+    int st;
+    ASSERT_NE(waitpid(child, &st, WNOHANG), child) << "the traffic child exited " << st;
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "no traffic from the child";
+    usleep(1000);
+  }
+  uapi::UsageResp during = usage(da.sock);
+  EXPECT_EQ(during.server_live[uint8_t(uapi::ObjType::uar)], 2u);
+  EXPECT_GT(during.pinned_bytes, 0u);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  munmap(posted, 4096);
+  uapi::UsageResp after{};
+  for (int i = 0; i < 500; i++) {
+    after = usage(da.sock);
+    if (after.clients == 1) break;
+    usleep(10000);
+  }
+  EXPECT_EQ(after.clients, 1u);  // the one asking
+  for (uint32_t t = 0; t < uapi::kObjTypes; t++) EXPECT_EQ(after.server_live[t], 0u) << "type " << t;
+  for (uint32_t k = 0; k < 8; k++) EXPECT_EQ(after.core_live[k], before.core_live[k]) << "core kind " << k;
+  EXPECT_EQ(after.queue_bytes, before.queue_bytes);
+  EXPECT_EQ(after.pinned_bytes, 0u);
+  EXPECT_EQ(after.dma_buffers, before.dma_buffers);
+  EXPECT_EQ(after.fw_pages, before.fw_pages);
+  {
+    Endpoint a, b;
+    pair(a, b, /*same_daemon=*/true);
+    ASSERT_FALSE(HasFatalFailure());
+    fill(a.buf, 1000, 21);
+    a.post_send(p::wqe_opcode::RDMA_WRITE, uint64_t(uintptr_t(a.buf)), 1000, a.lkey, uint64_t(uintptr_t(b.buf)),
+                b.rkey);
+    const uint8_t* e = a.poll_cq();
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(cqe_field(e, p::cqe64::opcode), p::cqe_opcode::REQ);
+    EXPECT_EQ(memcmp(b.buf, a.buf, 1000), 0);
+  }
+  stop_daemons();
 }
 
 // A SEND into a posted receive and an RDMA WRITE, across two daemons' wires: CQEs on both sides
