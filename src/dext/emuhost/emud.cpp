@@ -280,7 +280,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   g.l3_type = (gid[10] == 0xff && gid[11] == 0xff) ? 0 : 1;
   if (hca.set_gid(0, g) != mlx5::core::Err::ok) return fail_device("setting GID 0 failed");
 
-  UarWatcher watcher(*dev);
+  UarWatcher watcher(*dev, uint64_t(opt.spin_us) * 1000);
   watcher.start();
   Platform plat(host, dma, watcher, wake_fd);
   mlx5::core::UapiBackend backend(hca, plat);
@@ -392,6 +392,10 @@ int run_emud(const EmudOptions& opt, std::string* why) {
           "melon-emud: stopped; doorbells: %llu forwarded, %llu kicks, %llu sleeps, %llu found without a kick\n",
           (unsigned long long)ws.forwarded, (unsigned long long)ws.kicks, (unsigned long long)ws.sleeps,
           (unsigned long long)ws.unkicked);
+  mlx5::emu::Device::Stats ds = dev->stats();
+  fprintf(stderr, "melon-emud: frames %llu sent, %llu received, %llu dropped; %llu bad ICRC on the wire\n",
+          (unsigned long long)ds.frames_tx, (unsigned long long)ds.frames_rx, (unsigned long long)ds.frames_dropped,
+          (unsigned long long)wire.bad_icrc());
   mlx5::core::Err te = hca.teardown();
   stop_wire();
   dev->stop_worker();
