@@ -49,7 +49,9 @@ struct Daemon {
   std::string dir, sock, wire;
   pid_t pid = -1;
 
-  bool start(const std::string& addr, const char* spin_us = nullptr) {
+  // `netns`: the daemon runs in a network namespace of its own (unshare --net, loopback up), so it
+  // can take ::1 or 127.0.0.1 without meeting anyone else's port 4791; needs root.
+  bool start(const std::string& addr, const char* spin_us = nullptr, bool netns = false) {
     char t[] = "/tmp/melon-emud-dp-XXXXXX";
     dir = mkdtemp(t);
     sock = dir + "/mlx5_0.sock";
@@ -58,7 +60,11 @@ struct Daemon {
     if (pid == 0) {
       FILE* f = freopen((dir + "/emud.log").c_str(), "w", stderr);
       (void)f;
-      if (spin_us)
+      if (netns)
+        execl("/usr/bin/unshare", "unshare", "--net", "sh", "-c",
+              "ip link set lo up && exec \"$0\" --socket \"$1\" --wire \"$2\"", MELON_EMUD, sock.c_str(), wire.c_str(),
+              nullptr);
+      else if (spin_us)
         execl(MELON_EMUD, MELON_EMUD, "--socket", sock.c_str(), "--wire", wire.c_str(), "--spin-us", spin_us, nullptr);
       else
         execl(MELON_EMUD, MELON_EMUD, "--socket", sock.c_str(), "--wire", wire.c_str(), nullptr);
