@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
@@ -163,16 +164,17 @@ bool send_reply(int fd, const SocketReply& rp, const void* body, uint32_t len, i
   return sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(sizeof rp + len);
 }
 
-// The port's GID 0: the wire address as an IPv4-mapped RoCEv2 GID (IBA A17.9.1 / RoCEv2 annex).
-// The wire (emu::UdpWire) is IPv4 only.
-bool wire_address(const std::string& addr, uint32_t* ip, uint8_t gid[16]) {
+// The port's GID 0: the wire address, IPv4 as an IPv4-mapped RoCEv2 GID (IBA A17.9.1 / RoCEv2
+// annex), IPv6 as itself.
+bool wire_gid(const std::string& addr, uint8_t gid[16]) {
   in_addr a{};
-  if (inet_pton(AF_INET, addr.c_str(), &a) != 1) return false;
-  memset(gid, 0, 16);
-  gid[10] = gid[11] = 0xff;
-  memcpy(gid + 12, &a, 4);
-  *ip = ntohl(a.s_addr);
-  return true;
+  if (inet_pton(AF_INET, addr.c_str(), &a) == 1) {
+    memset(gid, 0, 16);
+    gid[10] = gid[11] = 0xff;
+    memcpy(gid + 12, &a, 4);
+    return true;
+  }
+  return inet_pton(AF_INET6, addr.c_str(), gid) == 1;
 }
 
 }  // namespace
@@ -190,9 +192,8 @@ int run_emud(const EmudOptions& opt, std::string* why) {
     return kEmudUsage;
   }
   uint8_t gid[16];
-  uint32_t wire_ip = 0;
-  if (!wire_address(opt.wire, &wire_ip, gid)) {
-    *why = "--wire " + opt.wire + " is not an IPv4 address";
+  if (!wire_gid(opt.wire, gid)) {
+    *why = "--wire " + opt.wire + " is not an IPv4 or IPv6 address";
     return kEmudUsage;
   }
   // One daemon per device: the lock is held for the process's life (and dropped by the kernel
@@ -223,10 +224,10 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   }
   chmod(opt.socket.c_str(), 0666);
   // The port's wire: RoCEv2 over UDP 4791 at the wire address (the soft provider and rxe speak it).
-  mlx5::emu::UdpWire wire(wire_ip, roce::kRoceV2Port);
+  mlx5::emu::UdpWire wire(gid, roce::kRoceV2Port);
   if (int e = wire.open(); e != 0) {
     errno = e;
-    *why = errstr(("cannot bind the wire " + opt.wire + ":4791").c_str());
+    *why = errstr(("cannot bind the wire " + opt.wire + " port 4791").c_str());
     close(lfd);
     unlink(opt.socket.c_str());
     close(lock_fd);
@@ -279,7 +280,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   g.l3_type = (gid[10] == 0xff && gid[11] == 0xff) ? 0 : 1;
   if (hca.set_gid(0, g) != mlx5::core::Err::ok) return fail_device("setting GID 0 failed");
 
-  UarWatcher watcher(*dev);
+  UarWatcher watcher(*dev, uint64_t(opt.spin_us) * 1000);
   watcher.start();
   Platform plat(host, dma, watcher, wake_fd);
   mlx5::core::UapiBackend backend(hca, plat);
@@ -386,6 +387,15 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   while (!conns.empty()) drop(conns.size() - 1);
   backend.drain_events(srv);
   watcher.stop();
+  UarWatcher::Stats ws = watcher.stats();
+  fprintf(stderr,
+          "melon-emud: stopped; doorbells: %llu forwarded, %llu kicks, %llu sleeps, %llu found without a kick\n",
+          (unsigned long long)ws.forwarded, (unsigned long long)ws.kicks, (unsigned long long)ws.sleeps,
+          (unsigned long long)ws.unkicked);
+  mlx5::emu::Device::Stats ds = dev->stats();
+  fprintf(stderr, "melon-emud: frames %llu sent, %llu received, %llu dropped; %llu bad ICRC on the wire\n",
+          (unsigned long long)ds.frames_tx, (unsigned long long)ds.frames_rx, (unsigned long long)ds.frames_dropped,
+          (unsigned long long)wire.bad_icrc());
   mlx5::core::Err te = hca.teardown();
   stop_wire();
   dev->stop_worker();

@@ -19,8 +19,9 @@ inline constexpr const char* kDefaultWire = "127.0.0.4";
 
 struct EmudOptions {
   std::string socket;  // the Unix socket path
-  std::string wire = kDefaultWire;  // the RoCEv2 address (IPv4, UDP 4791) of this emulated port
+  std::string wire = kDefaultWire;  // the RoCEv2 address (IPv4 or IPv6, UDP 4791) of this emulated port
   uint32_t clients = 16;  // at most uapi::kMaxClients
+  uint32_t spin_us = 100;  // the doorbell watcher polls this long after the last doorbell, then sleeps
   bool verbose = false;
 };
 

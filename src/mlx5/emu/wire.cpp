@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -16,6 +17,38 @@
 #include "roce/ip_udp.h"
 
 namespace melon::mlx5::emu {
+
+namespace {
+
+// A GID (IPv4-mapped or IPv6) and a port as the socket address of its family.
+socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss) {
+  if (roce::gid_is_v4_mapped(gid)) {
+    auto* a = reinterpret_cast<sockaddr_in*>(ss);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    a->sin_addr.s_addr = htonl(roce::gid_to_ipv4(gid));
+    return sizeof *a;
+  }
+  auto* a = reinterpret_cast<sockaddr_in6*>(ss);
+  a->sin6_family = AF_INET6;
+  a->sin6_port = htons(port);
+  memcpy(&a->sin6_addr, gid, 16);
+  return sizeof *a;
+}
+
+// The sender's address as a GID; returns its port.
+uint16_t from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16]) {
+  if (ss.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(ss);
+    memcpy(gid, &a.sin6_addr, 16);
+    return ntohs(a.sin6_port);
+  }
+  const auto& a = reinterpret_cast<const sockaddr_in&>(ss);
+  roce::gid_from_ipv4(gid, ntohl(a.sin_addr.s_addr));
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
 
 FramePort* MemoryLink::add_port() {
   ports_.emplace_back(new Port);
@@ -38,7 +71,11 @@ void MemoryLink::Port::transmit(const uint8_t* frame, size_t len) {
     if (p.get() != this && p->dev) p->dev->receive_frame(frame, len);
 }
 
-UdpWire::UdpWire(uint32_t ip, uint16_t port) : ip_(ip), port_(port) {}
+UdpWire::UdpWire(uint32_t ip, uint16_t port) : v6_(false), port_(port) { roce::gid_from_ipv4(gid_, ip); }
+
+UdpWire::UdpWire(const uint8_t gid[16], uint16_t port) : v6_(!roce::gid_is_v4_mapped(gid)), port_(port) {
+  memcpy(gid_, gid, 16);
+}
 
 UdpWire::~UdpWire() {
   stop();
@@ -46,22 +83,22 @@ UdpWire::~UdpWire() {
 }
 
 int UdpWire::open() {
-  fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  fd_ = socket(v6_ ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return errno;
   // A window of full-MTU packets must fit in the socket buffers, or the kernel drops them silently.
-  int buf = 4 << 20;
+  int buf = 4 << 20, one = 1;
   if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf) != 0 ||
-      setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf) != 0) {
+      setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf) != 0 ||
+      (v6_ && (setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0 ||
+               setsockopt(fd_, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof one) != 0))) {
     int e = errno;
     close(fd_);
     fd_ = -1;
     return e;
   }
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port_);
-  a.sin_addr.s_addr = htonl(ip_);
-  if (bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  sockaddr_storage ss{};
+  socklen_t sl = to_sockaddr(gid_, port_, &ss);
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&ss), sl) != 0) {
     int e = errno;
     close(fd_);
     fd_ = -1;
@@ -72,11 +109,9 @@ int UdpWire::open() {
 
 void UdpWire::transmit(const uint8_t* frame, size_t len) {
   roce::IpUdp h;
-  if (fd_ < 0 || roce::parse_ip_udp(frame, len, h) != roce::ParseError::ok || h.v6) return;
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(h.dport);
-  to.sin_addr.s_addr = htonl(roce::gid_to_ipv4(h.dst));
+  if (fd_ < 0 || roce::parse_ip_udp(frame, len, h) != roce::ParseError::ok || h.v6 != v6_) return;
+  sockaddr_storage to{};
+  socklen_t tl = to_sockaddr(h.dst, h.dport, &to);
   // The socket sends from its bound port, not the frame's entropy port, and the kernel picks the IPv4
   // identification: the ICRC covers both, so it is recomputed for what the peer will see (the soft
   // provider and rxe solve for the identification, roce/icrc_udp.h).
@@ -88,7 +123,7 @@ void UdpWire::transmit(const uint8_t* frame, size_t len) {
   sent.ip_id = 0;
   roce::store_icrc(payload.data() + n - roce::kIcrcSize,
                    roce::icrc_for_udp_payload(sent, payload.data(), n - roce::kIcrcSize));
-  sendto(fd_, payload.data(), n, 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+  sendto(fd_, payload.data(), n, 0, reinterpret_cast<sockaddr*>(&to), tl);
 }
 
 int UdpWire::poll(int timeout_ms) {
@@ -98,16 +133,17 @@ int UdpWire::poll(int timeout_ms) {
   for (;;) {
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, n ? 0 : timeout_ms) <= 0) return n;
-    sockaddr_in from{};
+    sockaddr_storage from{};
     socklen_t fl = sizeof from;
     ssize_t r = recvfrom(fd_, buf + 64, sizeof buf - 64, 0, reinterpret_cast<sockaddr*>(&from), &fl);
     if (r <= 0) return n;
     // Rebuild the IP/UDP headers the socket hid; the one unknowable field, the IPv4 identification,
     // is recovered from the ICRC (roce/icrc_udp.h) so the device checks the frame as it came.
+    // (IPv6's traffic class, flow label and hop limit are masked out of the ICRC.)
     roce::IpUdp h;
-    roce::gid_from_ipv4(h.src, ntohl(from.sin_addr.s_addr));
-    roce::gid_from_ipv4(h.dst, ip_);
-    h.sport = ntohs(from.sin_port);
+    h.v6 = v6_;
+    h.sport = from_sockaddr(from, h.src);
+    memcpy(h.dst, gid_, 16);
     h.dport = port_;
     uint16_t id = 0;
     if (!roce::icrc_check_udp_payload(h, buf + 64, size_t(r), &id)) {

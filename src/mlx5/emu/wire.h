@@ -39,10 +39,13 @@ class MemoryLink {
   std::atomic<uint64_t> frames_{0}, dropped_{0};
 };
 
-// One UDP socket bound to an IPv4 address of the loopback (or any local) interface, port 4791.
+// One UDP socket bound to a local address (IPv4 or IPv6), port 4791. IPv6 frames go out with the
+// kernel's UDP checksum, and datagrams with checksum 0 (as rxe sends them) are accepted.
 class UdpWire : public FramePort {
  public:
   explicit UdpWire(uint32_t ipv4_host_order, uint16_t port = 4791);
+  // The address as a GID: IPv4-mapped binds an IPv4 socket, anything else an IPv6 one.
+  explicit UdpWire(const uint8_t gid[16], uint16_t port = 4791);
   ~UdpWire() override;
   int open();  // binds; 0 or an errno value
   void attach(Device* dev) { dev_ = dev; }
@@ -55,7 +58,8 @@ class UdpWire : public FramePort {
   uint64_t bad_icrc() const { return bad_icrc_; }
 
  private:
-  uint32_t ip_;
+  uint8_t gid_[16];
+  bool v6_;
   uint16_t port_;
   int fd_ = -1;
   Device* dev_ = nullptr;
