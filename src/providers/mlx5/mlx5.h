@@ -142,7 +142,7 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   void close() override;
 
   // Data path helpers.
-  void ring_send_doorbell(Mlx5Qp* qp);
+  void send_doorbell(Mlx5Qp* qp);  // ring_send_doorbell() on this context's UAR, then the kick
   void arm_cq(Mlx5Cq* cq, bool solicited);
   Mlx5Qp* qp_by_qpn(uint32_t qpn);
 

@@ -30,18 +30,14 @@ int mlx5_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     if ((err = write_send_wqe(qp->sq, *wr, av))) break;
   }
   if (err && bad) *bad = wr;
-  if (n) qp->ctx->ring_send_doorbell(qp);
+  if (n) qp->ctx->send_doorbell(qp);
   return err;
 }
 
-void Mlx5Context::ring_send_doorbell(Mlx5Qp* qp) {
-  std::atomic_thread_fence(std::memory_order_release);  // WQEs before the doorbell record
-  qp->dbrec[mlx5::prm::kSndDbrIndex] = htobe32(qp->sq.cur_post & 0xffff);
-  std::atomic_thread_fence(std::memory_order_release);  // the record before the UAR write
-  uint64_t v;
-  memcpy(&v, qp->sq.last_ctrl, 8);
+void Mlx5Context::send_doorbell(Mlx5Qp* qp) {
   std::lock_guard<std::mutex> lock(uar_mu_);
-  *reinterpret_cast<volatile uint64_t*>(static_cast<uint8_t*>(uar_map_.addr) + bf_offset_) = v;
+  auto* reg = reinterpret_cast<volatile uint64_t*>(static_cast<uint8_t*>(uar_map_.addr) + bf_offset_);
+  uint64_t v = mlx5prov::ring_send_doorbell(qp->sq, &qp->dbrec[mlx5::prm::kSndDbrIndex], reg);
   t_->kick(uar_.handle, bf_offset_, v);
   // Alternate between the UAR's two BlueFlame buffers, as rdma-core does with a shared bfreg
   // (bf->offset ^= buf_size): consecutive doorbells never land on the same buffer.
