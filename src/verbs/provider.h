@@ -102,6 +102,11 @@ class ContextOps {
   virtual int attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid);
   virtual int detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid);
 
+  // Requests of the vendor's direct-verbs library (libmlx5.so.1 -> the mlx5 provider). A virtual
+  // call, so that library needs no symbol beyond rdma-core's exports; `request` is that pair's own
+  // code (src/providers/mlx5/dv_types.h). EOPNOTSUPP by default.
+  virtual int direct(uint32_t request, void* in, void* out);
+
   // Called once from ibv_close_device after the library has released its own resources.
   virtual void close() = 0;
 };

@@ -139,6 +139,7 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   ibv_ah* create_ah(ibv_pd* pd, const ibv_ah_attr* attr) override;
   int destroy_ah(ibv_ah* ah) override;
 
+  int direct(uint32_t request, void* in, void* out) override;  // dv.cpp: libmlx5.so.1's requests
   void close() override;
 
   // Data path helpers.

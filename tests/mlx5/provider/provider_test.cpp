@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
+#include <endian.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "providers/mlx5/dv_types.h"
 
 namespace {
 
@@ -385,6 +389,59 @@ TEST_F(Mlx5Provider, ExtendedQpAndCqApi) {
   EXPECT_EQ(ibv_wc_read_qp_num(cx), b_.qp->qp_num);
   ibv_end_poll(cx);
   EXPECT_EQ(std::memcmp(b_.buf.data(), "extended", 8), 0);
+}
+
+// libmlx5.so.1 (the shared library stock programs load) on this process's mlx5_0 objects: the
+// queues it reports are the ones the provider writes.
+TEST_F(Mlx5Provider, DirectVerbsReportTheMappedQueues) {
+  void* h = dlopen(MELON_SHARED_LIB_DIR "/libmlx5.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto init_obj = reinterpret_cast<int (*)(mlx5dv_obj*, uint64_t)>(dlsym(h, "mlx5dv_init_obj"));
+  auto query = reinterpret_cast<int (*)(ibv_context*, mlx5dv_context*)>(dlsym(h, "mlx5dv_query_device"));
+  auto supported = reinterpret_cast<bool (*)(ibv_device*)>(dlsym(h, "mlx5dv_is_supported"));
+  ASSERT_TRUE(init_obj && query && supported);
+  EXPECT_TRUE(supported(dev_));
+  mlx5dv_context dc{};
+  dc.comp_mask = ~0ull;  // ask for every optional field: none is answered
+  EXPECT_EQ(query(ctx_, &dc), 0);
+  EXPECT_EQ(dc.comp_mask, 0u);
+  pair();
+  mlx5dv_qp dq{};
+  mlx5dv_cq dcq{};
+  mlx5dv_obj obj{};
+  obj.qp.in = a_.qp;
+  obj.qp.out = &dq;
+  obj.cq.in = a_.cq;
+  obj.cq.out = &dcq;
+  ASSERT_EQ(init_obj(&obj, melon::mlx5prov::kDvObjQp | melon::mlx5prov::kDvObjCq), 0);
+  EXPECT_EQ(dq.sq.stride, 64u);
+  ASSERT_GE(dq.sq.wqe_cnt, 16u);
+  EXPECT_EQ(dq.sq.wqe_cnt & (dq.sq.wqe_cnt - 1), 0u);
+  EXPECT_GE(dq.rq.wqe_cnt, 16u);
+  EXPECT_NE(dq.bf.reg, nullptr);
+  EXPECT_EQ(dcq.cqe_size, 64u);
+  EXPECT_GE(dcq.cqe_cnt, 64u);
+  // A SEND through ibv_post_send lands in the SQ the library reported, its counter in the record.
+  ASSERT_EQ(post_recv(b_, addr(b_), 64), 0);
+  ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 16), 0);
+  const uint8_t* wqe = static_cast<const uint8_t*>(dq.sq.buf);
+  uint32_t w0, w1;
+  std::memcpy(&w0, wqe, 4);
+  std::memcpy(&w1, wqe + 4, 4);
+  EXPECT_EQ(be32toh(w0) & 0xff, 0x0au);  // MLX5_OPCODE_SEND
+  EXPECT_EQ(be32toh(w1) >> 8, a_.qp->qp_num);
+  EXPECT_EQ(be32toh(dq.dbrec[1]), 1u);
+  // Its completion is in the CQ ring reported, at index 0, owned by software (owner bit 0).
+  ibv_wc wc = poll_one(a_.cq);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  const uint8_t* cqe = static_cast<const uint8_t*>(dcq.buf);
+  EXPECT_EQ(cqe[63] >> 4, 0u);  // MLX5_CQE_REQ
+  EXPECT_EQ(cqe[63] & 1, 0u);
+  EXPECT_EQ(be32toh(dcq.dbrec[0]) & 0xffffff, 1u);  // the consumer index the poll published
+  EXPECT_EQ(poll_one(b_.cq).status, IBV_WC_SUCCESS);
+  obj = {};
+  EXPECT_EQ(init_obj(&obj, 1 << 6), EOPNOTSUPP);  // PD: not offered
+  dlclose(h);
 }
 
 }  // namespace
