@@ -182,6 +182,7 @@ const ConstantSet* const kConstantSets[] = {
     &eqc_st::set,
     &event_type::set,
     &port_change_subtype::set,
+    &cq_error_syndrome::set,
     &cap_type::set,
     &cap_mode::set,
     &query_pages_op_mod::set,

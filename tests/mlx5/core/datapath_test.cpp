@@ -48,7 +48,8 @@ struct Side {
   CompletionSink sink, qp_sink, srq_sink;
   core::DmaSegment cq_ring{}, cq_dbr{}, qp_ring{}, qp_dbr{}, data{};
   uint32_t cq_ci = 0, sq_pi = 0, rq_pi = 0;
-  static constexpr uint32_t kLogCq = 6, kLogSq = 6, kLogRq = 4, kLogRqStride = 6;  // 64-byte receives
+  uint32_t log_cq = 6;  // set before build()
+  static constexpr uint32_t kLogSq = 6, kLogRq = 4, kLogRqStride = 6;  // 64-byte receives
 
   uint8_t* va(uint64_t iova) { return static_cast<uint8_t*>(r.va(iova)); }
   uint8_t* bytes() { return va(data.iova); }
@@ -69,9 +70,9 @@ struct Side {
     ASSERT_EQ(r.set_gid(0, last), Err::ok);
     ASSERT_EQ(r.hca.alloc_uar(&uar), Err::ok);
     ASSERT_EQ(r.hca.alloc_pd(&pd), Err::ok);
-    cq_ring = r.buffer(64u << kLogCq), cq_dbr = r.buffer(4096);
+    cq_ring = r.buffer(64u << log_cq), cq_dbr = r.buffer(4096);
     core::CqParams c;
-    c.log_size = kLogCq, c.uar = uar, c.buf = &cq_ring, c.nbuf = 1, c.dbr_iova = cq_dbr.iova, c.owner = &sink;
+    c.log_size = log_cq, c.uar = uar, c.buf = &cq_ring, c.nbuf = 1, c.dbr_iova = cq_dbr.iova, c.owner = &sink;
     ASSERT_EQ(r.hca.create_cq(c, &cq), Err::ok);
     qp_ring = r.buffer((1u << kLogRq << kLogRqStride) + (64u << kLogSq)), qp_dbr = r.buffer(4096);
     if (with_srq) {
@@ -177,8 +178,8 @@ struct Side {
   }
 
   const uint8_t* poll_cq() {
-    const uint8_t* e = va(cq_ring.iova) + 64 * (cq_ci & ((1u << kLogCq) - 1));
-    if (!p::cqe_sw_owned(e, cq_ci, kLogCq)) return nullptr;
+    const uint8_t* e = va(cq_ring.iova) + 64 * (cq_ci & ((1u << log_cq) - 1));
+    if (!p::cqe_sw_owned(e, cq_ci, log_cq)) return nullptr;
     ++cq_ci;
     p::set(va(cq_dbr.iova), p::cq_dbrec::set_ci, cq_ci & 0xffffff);
     return e;
@@ -275,6 +276,51 @@ TEST_F(CoreDataPath, RemoteAccessErrorWithABadKey) {
   ASSERT_EQ(a.r.hca.query_qp(a.qp, &qq), Err::ok);
   EXPECT_EQ(qq.state, core::QpState::err) << "an error completion moves the QP to ERR";
   EXPECT_EQ(a.qp->state, core::QpState::err);
+  // The responder found the bad R_Key: its QP went to ERR with a WQ_ACCESS_ERROR event (IBA 11.6.3.1
+  // local access violation work queue error), routed by the core to that QP's owner.
+  ASSERT_EQ(b.qp_sink.events.size(), 1u);
+  EXPECT_EQ(b.qp_sink.events[0].type, p::event_type::WQ_ACCESS_ERROR);
+  EXPECT_EQ(b.qp_sink.events[0].number, b.qp->qpn);
+  EXPECT_STREQ(b.qp_sink.events[0].name, "WQ_ACCESS_ERROR");
+  EXPECT_EQ(b.qp->events, 1u);
+  ASSERT_EQ(b.r.hca.query_qp(b.qp, &qq), Err::ok);
+  EXPECT_EQ(qq.state, core::QpState::err);
+  EXPECT_TRUE(a.qp_sink.events.empty()) << "the requester learns it from its error CQE";
+  EXPECT_TRUE(b.sink.events.empty() && a.sink.events.empty()) << "not a CQ event";
+}
+
+class CoreDataPathCqOverrun : public CoreDataPath {
+ protected:
+  void SetUp() override {
+    a.log_cq = 1;  // 2 CQEs
+    CoreDataPath::SetUp();
+  }
+};
+
+// Completions from the data path that do not fit: the device writes a CQ_ERROR EQE (syndrome
+// CQ_OVERRUN) and fails the QP that lost its completion (WQ_CATAS_ERROR); the core routes the first
+// to the CQ's owner and the second to the QP's owner.
+TEST_F(CoreDataPathCqOverrun, OverrunIsRoutedToTheCqOwnerAndTheQpGoesToErr) {
+  for (int i = 0; i < 3; ++i) {
+    a.post_send(p::wqe_opcode::RDMA_WRITE, a.data.iova, 64, b.data.iova, b.mr->mkey);
+    pump();
+  }
+  ASSERT_EQ(a.sink.events.size(), 1u);
+  EXPECT_EQ(a.sink.events[0].type, p::event_type::CQ_ERROR);
+  EXPECT_EQ(a.sink.events[0].number, a.cq->cqn);
+  EXPECT_STREQ(a.sink.events[0].name, "CQ_ERROR");
+  EXPECT_EQ(a.cq->errors, 1u);
+  ASSERT_EQ(a.qp_sink.events.size(), 1u);
+  EXPECT_EQ(a.qp_sink.events[0].type, p::event_type::WQ_CATAS_ERROR);
+  EXPECT_EQ(a.qp_sink.events[0].number, a.qp->qpn);
+  EXPECT_EQ(a.r.hca.stats().unrouted_events, 0u);
+  ASSERT_NE(a.poll_cq(), nullptr);
+  ASSERT_NE(a.poll_cq(), nullptr);
+  EXPECT_EQ(a.poll_cq(), nullptr);
+  core::QpQuery qq;
+  ASSERT_EQ(a.r.hca.query_qp(a.qp, &qq), Err::ok);
+  EXPECT_EQ(qq.state, core::QpState::err);
+  EXPECT_TRUE(b.sink.events.empty() && b.qp_sink.events.empty()) << "the peer saw nothing wrong";
 }
 
 class CoreDataPathUd : public CoreDataPath {
@@ -338,6 +384,19 @@ TEST_F(CoreDataPathSrq, ReceivesComeFromTheSrqAndItsLimitEventReachesItsOwner) {
   EXPECT_EQ(b.srq_sink.events[0].number, b.srq->srqn);
   EXPECT_EQ(b.srq->errors, 1u);
   EXPECT_TRUE(b.qp_sink.events.empty()) << "an SRQ event is not the QP's";
+}
+
+// A QP on an SRQ going to ERR: its SRQ's WQEs are not flushed (they belong to the SRQ), so the
+// device tells the QP's owner when the last WQE is done (SRQ_LAST_WQE, IBA 10.3.1 / 11.6.3.1).
+TEST_F(CoreDataPathSrq, QpOnAnSrqGoingToErrRaisesLastWqeReachedForTheQpOwner) {
+  b.post_srq_recv(b.data.iova, 4096);
+  ASSERT_EQ(b.r.hca.modify_qp(b.qp, core::QpTransition::to_err, {}), Err::ok);
+  pump();
+  ASSERT_EQ(b.qp_sink.events.size(), 1u);
+  EXPECT_EQ(b.qp_sink.events[0].type, p::event_type::SRQ_LAST_WQE);
+  EXPECT_EQ(b.qp_sink.events[0].number, b.qp->qpn);
+  EXPECT_TRUE(b.srq_sink.events.empty()) << "about the QP, not the SRQ";
+  EXPECT_EQ(b.r.hca.stats().unrouted_events, 0u);
 }
 
 }  // namespace
