@@ -362,6 +362,7 @@ c::QpTransition core_transition(Transition t) {
     case Transition::rtr2rts: return c::QpTransition::rtr2rts;
     case Transition::rts2rts: return c::QpTransition::rts2rts;
     case Transition::sqerr2rts: return c::QpTransition::sqerr2rts;
+    case Transition::sqd2rts: return c::QpTransition::sqd2rts;
     case Transition::to_err: return c::QpTransition::to_err;
     case Transition::to_rst: return c::QpTransition::to_rst;
   }
@@ -398,6 +399,28 @@ Status UapiBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
   if (m & kQpMinRnrTimer) a.min_rnr_timer = rq.min_rnr_timer;
   if (m & kQpRetryCnt) a.retry_cnt = rq.retry_cnt;
   if (m & kQpRnrRetry) a.rnr_retry = rq.rnr_retry;
+  if (m & kQpPkeyIndex) a.pkey_index = rq.pkey_index;
+  if (m & kQpPort) a.path.port = rq.port;
+  // ibv_qp_attr_mask -> the PRM's optional-parameter bits (as Linux mlx5_ib ib_nr_to_mlx5_nr); the
+  // core keeps those the transition takes anyway out of opt_param_mask.
+  namespace po = p::qp_optpar;
+  static constexpr struct {
+    uint32_t ibv, prm;
+  } kOpt[] = {{kQpAccessFlags, po::RRE | po::RAE | po::RWE},
+              {kQpPkeyIndex, po::PKEY_INDEX},
+              {kQpPort, po::PRI_PORT},
+              {kQpQkey, po::Q_KEY},
+              {kQpTimeout, po::ACK_TIMEOUT},
+              {kQpRetryCnt, po::RETRY_COUNT},
+              {kQpRnrRetry, po::RNR_RETRY},
+              {kQpMaxQpRdAtomic, po::SRA_MAX},
+              {kQpMaxDestRdAtomic, po::RRA_MAX},
+              {kQpMinRnrTimer, po::RNR_TIMEOUT}};
+  for (const auto& x : kOpt)
+    if (m & x.ibv) a.optional |= x.prm;
+  // Access bits a QP type has no field for (UC: no read/atomic, UD: none) are not asked for.
+  if (q->qp->type != c::QpType::rc) a.optional &= ~uint32_t(po::RRE | po::RAE);
+  if (q->qp->type == c::QpType::ud) a.optional &= ~uint32_t(po::RWE);
   return status_of(hca_.modify_qp(q->qp, core_transition(t), a));
 }
 

@@ -266,6 +266,19 @@ bool Hca::tp_modify_qp(Qp& qp, uint8_t to) {
       at.qp_state = rc::QpState::rts;
       at.sq_psn = uint32_t(c.get(q::next_send_psn));
       if (qp.state == prm::qpc_state::RTR) mask |= rc::kAttrSqPsn;
+      // What the optional parameters may have changed on the way to RTS (prm/qp_modify.h).
+      if (ud) {
+        at.qkey = uint32_t(c.get(q::q_key));
+        mask |= rc::kAttrQkey;
+      } else {
+        at.qp_access_flags = (c.get(q::rwe) ? rc::kRemoteWrite : 0) | (c.get(q::rre) ? rc::kRemoteRead : 0) |
+                             (c.get(q::rae) ? rc::kRemoteAtomic : 0);
+        mask |= rc::kAttrAccessFlags;
+      }
+      if (rc_qp) {
+        at.min_rnr_timer = uint8_t(c.get(q::min_rnr_nak));
+        mask |= rc::kAttrMinRnrTimer;
+      }
       if (rc_qp && qp.state == prm::qpc_state::RTR) {
         at.timeout = uint8_t(path.get(a::ack_timeout));
         at.retry_cnt = uint8_t(c.get(q::retry_count));

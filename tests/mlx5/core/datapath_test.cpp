@@ -112,6 +112,36 @@ TEST_F(CoreDataPath, RemoteAccessErrorWithABadKey) {
   EXPECT_TRUE(b.sink.events.empty() && a.sink.events.empty()) << "not a CQ event";
 }
 
+// RTS->RTS with the access flags as an optional attribute: the core sets RWE in opt_param_mask (from
+// prm/qp_modify.h) and the device applies it; without the bit the firmware ignores the new value.
+TEST_F(CoreDataPath, RtsToRtsAccessChangeIsAppliedThroughTheOptionalMask) {
+  core::QpAttr at;
+  at.access = core::kAccessRemoteRead;  // remote write no longer allowed
+  at.optional = p::qp_optpar::RRE | p::qp_optpar::RAE | p::qp_optpar::RWE;
+  ASSERT_EQ(b.r.hca.modify_qp(b.qp, core::QpTransition::rts2rts, at), Err::ok);
+  a.post_send(p::wqe_opcode::RDMA_WRITE, a.data.iova, 64, b.data.iova, b.mr->mkey);
+  pump();
+  const uint8_t* e = a.poll_cq();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(p::get(e, p::err_cqe::opcode), p::cqe_opcode::REQ_ERR);
+  EXPECT_EQ(p::get(e, p::err_cqe::syndrome), p::cqe_syndrome::REMOTE_ACCESS_ERR);
+}
+
+TEST_F(CoreDataPath, OptionalAttributesATransitionDoesNotTakeAreRefused) {
+  core::QpAttr at;
+  at.optional = p::qp_optpar::RETRY_COUNT;  // RTS2RTS takes no retry count (Linux mlx5_ib opt_mask)
+  uint64_t before = a.r.hca.cmdq().commands_run();
+  EXPECT_EQ(a.r.hca.modify_qp(a.qp, core::QpTransition::rts2rts, at), Err::invalid);
+  EXPECT_EQ(a.r.hca.cmdq().commands_run(), before) << "refused before any command";
+  at.optional = p::qp_optpar::ALT_ADDR_PATH;  // no field for it: no APM
+  EXPECT_EQ(a.r.hca.modify_qp(a.qp, core::QpTransition::rts2rts, at), Err::invalid);
+  // SQD is unreachable on mlx5 (no RTS->SQD command): SQD_RTS is refused from RTS by the core.
+  EXPECT_EQ(a.r.hca.modify_qp(a.qp, core::QpTransition::sqd2rts, {}), Err::bad_state);
+  core::QpQuery qq;
+  ASSERT_EQ(a.r.hca.query_qp(a.qp, &qq), Err::ok);
+  EXPECT_EQ(qq.state, core::QpState::rts);
+}
+
 class CoreDataPathCqOverrun : public CoreDataPath {
  protected:
   void SetUp() override {
