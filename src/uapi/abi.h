@@ -384,6 +384,24 @@ struct EventResp {
   uint32_t dropped;  // events lost to a full queue since the last call
 };
 static_assert(sizeof(EventResp) == 16);
+// EventResp.event_type: libibverbs' enum ibv_event_type values (verbs.h), the ones this ABI delivers.
+// tests/mlx5/core/uapi_events_test checks them against the installed verbs.h.
+enum IbvEvent : uint32_t {
+  kIbvEventCqErr = 0,
+  kIbvEventQpFatal = 1,
+  kIbvEventQpReqErr = 2,
+  kIbvEventQpAccessErr = 3,
+  kIbvEventCommEst = 4,
+  kIbvEventSqDrained = 5,
+  kIbvEventPathMig = 6,
+  kIbvEventPathMigErr = 7,
+  kIbvEventDeviceFatal = 8,
+  kIbvEventPortActive = 9,
+  kIbvEventPortErr = 10,
+  kIbvEventSrqErr = 14,
+  kIbvEventSrqLimitReached = 15,
+  kIbvEventQpLastWqeReached = 16,
+};
 
 // What the device holds, across all clients: the server's counts and the driver's own (firmware
 // objects, queue memory, pinned client memory). Tests read it to prove a dead client left nothing.

@@ -49,7 +49,9 @@ struct QpSpec {
 };
 
 // The firmware transition a validated ModifyQp maps to.
-enum class Transition : uint8_t { rst2init, init2init, init2rtr, rtr2rts, rts2rts, sqerr2rts, to_err, to_rst };
+// sqd2rts exists for the backend's sake; the server never asks for it, because no transition
+// into SQD exists on mlx5 (docs/uapi.md).
+enum class Transition : uint8_t { rst2init, init2init, init2rtr, rtr2rts, rts2rts, sqerr2rts, sqd2rts, to_err, to_rst };
 
 class Backend {
  public:

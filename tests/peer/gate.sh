@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The interop gate (docs/peer.md): stock rdma-core tools on the host side, loaded with OUR libibverbs and
-# a provider (today: the soft provider on 10.77.0.1), against stock tools on Linux Soft-RoCE (rxe) in a
-# qemu guest (10.77.0.2), in both directions, then a loss test with netem in the guest.
+# a provider (the soft provider on 10.77.0.1, or the mlx5 provider on melon-emud's emulated ConnectX-4 Lx
+# wired to 10.77.0.1), against stock tools on Linux Soft-RoCE (rxe) in a qemu guest (10.77.0.2), in both
+# directions, then a loss test with netem in the guest.
 #
-# Usage: gate.sh [--provider soft] [--mtu 1500|4200] [--results FILE] [--capture FILE.pcap] <libdir>
+# Usage: gate.sh [--provider soft|mlx5] [--emud PATH] [--mtu 1500|4200] [--results FILE] [--capture FILE.pcap] <libdir>
 # <libdir> holds our libibverbs.so.1; --capture records br0 (RoCEv2 and the tools' TCP) for the whole run.
+# --emud is melon-emud (mlx5 only; default <libdir>/../src/dext/emuhost/melon-emud): the gate starts it
+# inside the namespace with --wire 10.77.0.1 and stops it at the end.
 # (tools/melonctl gate linux-peer is the front end.) Exit 0 all passed, 1 a check failed, 77 skipped
 # (this machine cannot run guests). PEER_GATE_MTU=4200 is the old way to pick the MTU.
 # --extended adds more perftest modes (UC/UD perftest, multi-QP, bidirectional, inline, all sizes, send/atomic
@@ -17,13 +20,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 provider=soft
 mtu=${PEER_GATE_MTU:-1500}
-results='' capture='' extended=0
+results='' capture='' extended=0 emud=''
 while [ $# -gt 0 ]; do
   case $1 in
     --provider) provider=$2; shift 2 ;;
     --mtu) mtu=$2; shift 2 ;;
     --results) results=$2; shift 2 ;;
     --capture) capture=$2; shift 2 ;;
+    --emud) emud=$2; shift 2 ;;
     --extended) extended=1; shift ;;
     -*) echo "gate.sh: unknown option $1"; exit 2 ;;
     *) break ;;
@@ -40,21 +44,48 @@ fi
 # ---------------------------------------------------------------------------------------------------
 # Providers: what runs on our side. provider_setup sets OUR_ENV (env assignments for `env`), OUR_DEV
 # (device name), OUR_GID (GID index of 10.77.0.1's RoCEv2 entry), OUR_GID_LL and OUR_GID_ULA (GID
-# indices of br0's link-local fe80::5054:ff:fe77:1 and ULA fd77::1) and OUR_WHAT (for the table).
-# A new provider (mlx5 on real hardware, say) is one more case here.
+# indices of br0's link-local fe80::5054:ff:fe77:1 and ULA fd77::1; empty: the IPv6 rows are skipped),
+# OUR_ACTIVE_MTU (what ibv_devinfo must report) and OUR_WHAT (for the table); provider_teardown stops
+# what provider_setup started. A new provider (mlx5 on real hardware, say) is one more case here.
+EMUD_PID=''
 provider_setup() {
+  [ -n "$libdir" ] && [ -e "$libdir/libibverbs.so.1" ] ||
+    { echo "FAIL: no ${libdir:-<libdir>}/libibverbs.so.1 (build the ibverbs target)"; return 1; }
   case $provider in
     soft)
-      [ -n "$libdir" ] && [ -e "$libdir/libibverbs.so.1" ] ||
-        { echo "FAIL: no ${libdir:-<libdir>}/libibverbs.so.1 (build the ibverbs target)"; return 1; }
       local cfg=$PEER_RUN/soft.conf
       # GID table = the addresses in this order: 0 IPv4, 1 IPv6 link-local (scope br0), 2 IPv6 ULA.
       echo "device soft0 $PEER_HOST_ADDR addr=$PEER_HOST_LL6%br0 addr=$PEER_HOST_ADDR6" > "$cfg"
       OUR_ENV=(LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG="$cfg" MELON_STATS_DIR="$PEER_RUN/stats")
-      OUR_DEV=soft0 OUR_GID=0 OUR_GID_LL=1 OUR_GID_ULA=2 OUR_WHAT="MelonDMA soft provider ($libdir)"
+      OUR_DEV=soft0 OUR_GID=0 OUR_GID_LL=1 OUR_GID_ULA=2 OUR_ACTIVE_MTU=$pmtu
+      OUR_WHAT="MelonDMA soft provider ($libdir)"
       ;;
-    *) echo "FAIL: unknown provider '$provider' (known: soft)"; return 1 ;;
+    mlx5)
+      # The emulated HCA is a process: melon-emud serves mlx5_0 on a socket and owns the RoCEv2 wire
+      # (UDP 4791 on 10.77.0.1) inside the namespace; the tools' mlx5 provider finds it by
+      # MELON_EMUD_SOCKET. Its GID table holds the wire address only (no IPv6 rows), and its port
+      # reports the emulated PMTU (4096), not br0's.
+      [ -n "$emud" ] || emud=$libdir/../src/dext/emuhost/melon-emud
+      [ -x "$emud" ] || { echo "FAIL: no melon-emud at $emud (build the melon-emud target, or --emud PATH)"; return 1; }
+      local sock=$PEER_RUN/mlx5_0.sock
+      peer_host "$emud" --socket "$sock" --wire "$PEER_HOST_ADDR" >"$PEER_RUN/emud.log" 2>&1 &
+      EMUD_PID=$!
+      local k
+      for ((k = 0; k < 100; k++)); do [ -S "$sock" ] && break; sleep 0.1; done
+      [ -S "$sock" ] || { echo "FAIL: melon-emud did not come up: $(cat "$PEER_RUN/emud.log")"; return 1; }
+      OUR_ENV=(LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_EMUD_SOCKET="$sock")
+      OUR_DEV=mlx5_0 OUR_GID=0 OUR_GID_LL='' OUR_GID_ULA='' OUR_ACTIVE_MTU=4096
+      OUR_WHAT="MelonDMA mlx5 provider on melon-emud, wire $PEER_HOST_ADDR ($libdir)"
+      ;;
+    *) echo "FAIL: unknown provider '$provider' (known: soft, mlx5)"; return 1 ;;
   esac
+}
+provider_teardown() {
+  [ -n "$EMUD_PID" ] || return 0
+  kill -TERM "$EMUD_PID" 2>/dev/null
+  wait "$EMUD_PID" 2>/dev/null
+  echo "melon-emud: $(tail -1 "$PEER_RUN/emud.log" 2>/dev/null)"
+  EMUD_PID=''
 }
 
 # Known bugs on OUR side: "tool direction mtu" (mtu may be *) -> reason. Such a row still prints FAIL
@@ -76,6 +107,10 @@ t0=$SECONDS
 peer_image || { echo "FAIL: cannot build the guest image"; exit 1; }
 peer_up 1 "$mtu" || { echo "FAIL: guest did not boot"; exit 1; }
 boot_s=$((SECONDS - t0))
+# The daemon (mlx5) must go before the namespace does.
+trap 'provider_teardown; peer_down' EXIT
+trap 'provider_teardown; peer_down; trap - EXIT; exit 130' INT
+trap 'provider_teardown; peer_down; trap - EXIT; exit 143' TERM HUP
 provider_setup || exit 1
 if [ -n "$capture" ]; then peer_capture_start "$capture" || echo "warning: no capture"; fi
 counters() { peer_run 1 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . *' 2>&1 | tr '\n' ' '; }
@@ -96,7 +131,7 @@ rcvd() { peer_counter 1 rcvd_pkts; }
 info=$(ours ibv_devinfo -d "$OUR_DEV" 2>&1)
 checks_failed=()
 check "$OUR_DEV on $PEER_HOST_ADDR is PORT_ACTIVE" has "$info" 'state:[[:space:]]+PORT_ACTIVE'
-check "$OUR_DEV active_mtu $pmtu (from br0's MTU $mtu)" has "$info" "active_mtu:[[:space:]]+$pmtu"
+check "$OUR_DEV active_mtu $OUR_ACTIVE_MTU (br0's MTU $mtu)" has "$info" "active_mtu:[[:space:]]+$OUR_ACTIVE_MTU"
 [ ${#checks_failed[@]} -eq 0 ] || { echo "$info"; failures=$((failures + 1)); }
 rows+=("ibv_devinfo|-|$([ ${#checks_failed[@]} -eq 0 ] && echo PASS || echo FAIL)|0|${checks_failed[*]:-}")
 
@@ -249,7 +284,9 @@ v6_case() {  # v6_case <how> <ll|ula> <pp|perf> <args for pp/perf without how>
   check "ours used IPv6 GIDs ('$re' local and remote)" [ "$(grep -c -- "$re" <<<"$host_out")" -ge 2 ]
   check "guest used IPv6 GIDs ('$re' local and remote)" [ "$(grep -c -- "$re" <<<"$guest_out")" -ge 2 ]
 }
-for kind in ll ula; do
+v6_kinds=(ll ula)
+[ -n "$OUR_GID_LL" ] || { v6_kinds=(); echo "IPv6 rows skipped: $OUR_DEV has no IPv6 GID"; }
+for kind in "${v6_kinds[@]}"; do
   case $kind in ll) tag='[fe80::]' ;; ula) tag='[fd77::]' ;; esac
   for how in guest-server host-server; do
     run_case "ibv_rc_pingpong $tag" "$how" v6_case "$kind" pp ibv_rc_pingpong 20 "-s 4096 -m $pmtu -c"
@@ -344,6 +381,7 @@ for where in out in; do
   done
 done
 
+provider_teardown
 peer_down
 total=$((SECONDS - t0))
 

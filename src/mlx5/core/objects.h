@@ -141,6 +141,7 @@ const char* qp_state_name(QpState s);
   V(rtr2rts, "RTR2RTS")             \
   V(rts2rts, "RTS2RTS")             \
   V(sqerr2rts, "SQERR2RTS")         \
+  V(sqd2rts, "SQD_RTS")             \
   V(to_err, "2ERR")                 \
   V(to_rst, "2RST")
 #define MELON_MLX_QPT_ENUM(n, s) n,
@@ -194,6 +195,11 @@ struct QpAttr {
   uint8_t min_rnr_timer = 12;
   uint8_t retry_cnt = 7;
   uint8_t rnr_retry = 7;
+  // Attributes to change where the transition takes them only on request (prm::qp_optpar bits:
+  // RRE/RAE/RWE for `access`, RNR_TIMEOUT, Q_KEY, PKEY_INDEX, PRI_PORT, ACK_TIMEOUT, RETRY_COUNT,
+  // RNR_RETRY, SRA_MAX, RRA_MAX). A bit the transition neither requires nor accepts for the QP's
+  // type (prm/qp_modify.h) is Err::invalid.
+  uint32_t optional = 0;
 };
 
 struct Qp : ObjHeader {

@@ -35,6 +35,9 @@ constexpr Rule kRules[] = {
     {QpTransition::rtr2rts, p::opcode::RTR2RTS_QP, bit(QpState::rtr), QpState::rts, true},
     {QpTransition::rts2rts, p::opcode::RTS2RTS_QP, bit(QpState::rts), QpState::rts, true},
     {QpTransition::sqerr2rts, p::opcode::SQERR2RTS_QP, bit(QpState::sqer), QpState::rts, true},
+    // No command enters SQD on this device (prm/qp_modify.h); the row is here so a QP the firmware
+    // reports in SQD could leave it.
+    {QpTransition::sqd2rts, p::opcode::SQD_RTS_QP, bit(QpState::sqd), QpState::rts, true},
     {QpTransition::to_err, p::opcode::QP_2ERR, kAnyState, QpState::err, false},
     {QpTransition::to_rst, p::opcode::QP_2RST, kAnyState, QpState::rst, false},
 };
@@ -80,6 +83,42 @@ void get_path(p::ConstView<p::ads::Self> a, AddressPath* ap) {
   ap->port = uint8_t(a.get(p::ads::vhca_port_num));
   ap->ack_timeout = uint8_t(a.get(p::ads::ack_timeout));
   p::get_mac(a.data(), p::ads::rmac_47_32, p::ads::rmac_31_0, ap->dmac);
+}
+
+// Optional attributes: each requested bit either names a field the transition takes anyway (no bit
+// needed) or must be one the transition accepts for this QP type; its value goes into the context
+// and the bit into opt_param_mask (prm/qp_modify.h, the table the device checks against).
+Err set_optional(const Qp* qp, uint16_t opcode, const QpAttr& a, uint8_t* qpc, uint32_t* mask) {
+  namespace o = p::qp_optpar;
+  const p::QpTransitionRule* rule = p::qp_transition(opcode);
+  if (!rule) return a.optional ? Err::invalid : Err::ok;
+  uint32_t allowed = rule->allowed_opt(st_of(qp->type));
+  bool rc = qp->type == QpType::rc;
+  p::qpc::view c(qpc);
+  auto path = c.at(p::qpc::primary_address_path);
+  for (const p::QpOptField& f : p::kQpOptFields) {
+    if (!(a.optional & f.bit)) continue;
+    bool taken = p::qp_transition_takes(*rule, f.field);
+    if (!taken && !(allowed & f.bit)) return Err::invalid;
+    switch (f.bit) {
+      case o::RRE: c.set(p::qpc::rre, rc && (a.access & kAccessRemoteRead)); break;
+      case o::RAE: c.set(p::qpc::rae, rc && (a.access & kAccessRemoteAtomic)); break;
+      case o::RWE: c.set(p::qpc::rwe, qp->type != QpType::ud && (a.access & kAccessRemoteWrite)); break;
+      case o::PKEY_INDEX: path.set(p::ads::pkey_index, a.pkey_index); break;
+      case o::Q_KEY: c.set(p::qpc::q_key, a.qkey); break;
+      case o::RNR_TIMEOUT: c.set(p::qpc::min_rnr_nak, a.min_rnr_timer); break;
+      case o::SRA_MAX: c.set(p::qpc::log_sra_max, log2_ceil(a.max_rd_atomic ? a.max_rd_atomic : 1)); break;
+      case o::RRA_MAX: c.set(p::qpc::log_rra_max, log2_ceil(a.max_dest_rd_atomic ? a.max_dest_rd_atomic : 1)); break;
+      case o::RETRY_COUNT: c.set(p::qpc::retry_count, a.retry_cnt); break;
+      case o::RNR_RETRY: c.set(p::qpc::rnr_retry, a.rnr_retry); break;
+      case o::ACK_TIMEOUT: path.set(p::ads::ack_timeout, a.path.ack_timeout); break;
+      case o::PRI_PORT: path.set(p::ads::vhca_port_num, a.path.port); break;
+      default: return Err::invalid;  // a bit with a field the core does not set (counter set)
+    }
+    if (!taken) *mask |= f.bit;
+  }
+  if (a.optional & ~p::qp_opt_bits_with_fields()) return Err::invalid;
+  return Err::ok;
 }
 }  // namespace
 
@@ -172,6 +211,7 @@ Err Hca::modify_qp(Qp* qp, QpTransition t, const QpAttr& a) {
   uint8_t big[p::rst2init_qp_in::size_bytes] = {};
   uint8_t out[p::rst2init_qp_out::size_bytes] = {};
   uint8_t* in = r->has_qpc ? big : small;
+  uint32_t opt_mask = 0;
   uint32_t in_len = r->has_qpc ? sizeof big : sizeof small;
   p::cmd_set_header(in, r->opcode, 0);
   // Every transition layout keeps qpn at the same place (checked against mlx5_ifc.h).
@@ -202,8 +242,6 @@ Err Hca::modify_qp(Qp* qp, QpTransition t, const QpAttr& a) {
               .set(p::qpc::min_rnr_nak, a.min_rnr_timer);
         break;
       case QpTransition::rtr2rts:
-      case QpTransition::rts2rts:
-      case QpTransition::sqerr2rts:
         c.set(p::qpc::next_send_psn, a.sq_psn & 0xffffff);
         if (rc) {
           c.set(p::qpc::retry_count, a.retry_cnt)
@@ -214,6 +252,8 @@ Err Hca::modify_qp(Qp* qp, QpTransition t, const QpAttr& a) {
         break;
       default: break;
     }
+    if (Err e = set_optional(qp, r->opcode, a, c.data(), &opt_mask); e != Err::ok) return e;
+    p::set(in, p::rst2init_qp_in::opt_param_mask, opt_mask);
   }
   if (Err e = cmd(in, in_len, out, sizeof out); e != Err::ok) return e;
   MLX_DBG(*hal_, qp, "QP 0x%x %s: %s -> %s", qp->qpn, qp_transition_name(t), qp_state_name(qp->state),

@@ -38,6 +38,8 @@ struct UapiBackend::Queue {
 };
 
 namespace {
+// Route::kind: which object an event names (device events name none).
+enum RouteKind : uint8_t { kDevice = 0, kCq = 1, kQp = 2, kSrq = 3 };
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
@@ -247,7 +249,7 @@ Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) 
     free_queue(q);
     return s;
   }
-  route_add(1, q->cq->cqn, spec.event_tag);
+  route_add(kCq, q->cq->cqn, spec.event_tag);
   r->cqn = q->cq->cqn;
   r->cqe = 1u << spec.log_size;
   r->cqe_bytes = 64;
@@ -260,7 +262,7 @@ Status UapiBackend::destroy_cq(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t cqn = q->cq->cqn;
   if (Status s = status_of(hca_.destroy_cq(q->cq)); s != Status::ok) return s;
-  route_del(1, cqn);
+  route_del(kCq, cqn);
   free_queue(q);
   return Status::ok;
 }
@@ -287,7 +289,7 @@ Status UapiBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* 
     free_queue(q);
     return s;
   }
-  route_add(3, q->srq->srqn, spec.event_tag);
+  route_add(kSrq, q->srq->srqn, spec.event_tag);
   r->wqe_cnt = 1u << spec.log_size;
   r->stride = 1u << spec.log_stride;
   r->dbr_offset = 0;
@@ -303,7 +305,7 @@ Status UapiBackend::destroy_srq(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t n = q->srq->srqn;
   if (Status s = status_of(hca_.destroy_srq(q->srq)); s != Status::ok) return s;
-  route_del(3, n);
+  route_del(kSrq, n);
   free_queue(q);
   return Status::ok;
 }
@@ -339,7 +341,7 @@ Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) 
     free_queue(q);
     return s;
   }
-  route_add(2, q->qp->qpn, spec.event_tag);
+  route_add(kQp, q->qp->qpn, spec.event_tag);
   r->qpn = q->qp->qpn;
   r->sq_wqe_cnt = 1u << spec.log_sq_size;
   r->rq_wqe_cnt = spec.srq ? 0 : 1u << spec.log_rq_size;
@@ -360,6 +362,7 @@ c::QpTransition core_transition(Transition t) {
     case Transition::rtr2rts: return c::QpTransition::rtr2rts;
     case Transition::rts2rts: return c::QpTransition::rts2rts;
     case Transition::sqerr2rts: return c::QpTransition::sqerr2rts;
+    case Transition::sqd2rts: return c::QpTransition::sqd2rts;
     case Transition::to_err: return c::QpTransition::to_err;
     case Transition::to_rst: return c::QpTransition::to_rst;
   }
@@ -396,6 +399,28 @@ Status UapiBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
   if (m & kQpMinRnrTimer) a.min_rnr_timer = rq.min_rnr_timer;
   if (m & kQpRetryCnt) a.retry_cnt = rq.retry_cnt;
   if (m & kQpRnrRetry) a.rnr_retry = rq.rnr_retry;
+  if (m & kQpPkeyIndex) a.pkey_index = rq.pkey_index;
+  if (m & kQpPort) a.path.port = rq.port;
+  // ibv_qp_attr_mask -> the PRM's optional-parameter bits (as Linux mlx5_ib ib_nr_to_mlx5_nr); the
+  // core keeps those the transition takes anyway out of opt_param_mask.
+  namespace po = p::qp_optpar;
+  static constexpr struct {
+    uint32_t ibv, prm;
+  } kOpt[] = {{kQpAccessFlags, po::RRE | po::RAE | po::RWE},
+              {kQpPkeyIndex, po::PKEY_INDEX},
+              {kQpPort, po::PRI_PORT},
+              {kQpQkey, po::Q_KEY},
+              {kQpTimeout, po::ACK_TIMEOUT},
+              {kQpRetryCnt, po::RETRY_COUNT},
+              {kQpRnrRetry, po::RNR_RETRY},
+              {kQpMaxQpRdAtomic, po::SRA_MAX},
+              {kQpMaxDestRdAtomic, po::RRA_MAX},
+              {kQpMinRnrTimer, po::RNR_TIMEOUT}};
+  for (const auto& x : kOpt)
+    if (m & x.ibv) a.optional |= x.prm;
+  // Access bits a QP type has no field for (UC: no read/atomic, UD: none) are not asked for.
+  if (q->qp->type != c::QpType::rc) a.optional &= ~uint32_t(po::RRE | po::RAE);
+  if (q->qp->type == c::QpType::ud) a.optional &= ~uint32_t(po::RWE);
   return status_of(hca_.modify_qp(q->qp, core_transition(t), a));
 }
 
@@ -435,7 +460,7 @@ Status UapiBackend::destroy_qp(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t n = q->qp->qpn;
   if (Status s = status_of(hca_.destroy_qp(q->qp)); s != Status::ok) return s;
-  route_del(2, n);
+  route_del(kQp, n);
   free_queue(q);
   return Status::ok;
 }
@@ -486,28 +511,40 @@ void UapiBackend::push(uint8_t kind, uint32_t number, uint32_t event_type) {
   plat_.events_pending();
 }
 
-void UapiBackend::on_completion(uint32_t cqn) { push(1, cqn, ~0u); }
+void UapiBackend::on_completion(uint32_t cqn) { push(kCq, cqn, ~0u); }
+
+// The one table from the device's event types (PRM, mlx5_ifc.h MLX5_EVENT_TYPE_*) to what a client
+// sees (ibv_event_type), with the kind of object the event names. It follows Linux mlx5_ib's
+// translation (main.c / qp.c / srq.c / cq.c event handlers).
+namespace {
+struct EventMap {
+  uint8_t prm, kind;
+  uint32_t ibv;
+};
+constexpr EventMap kEventMap[] = {
+    {p::event_type::CQ_ERROR, kCq, kIbvEventCqErr},
+    {p::event_type::WQ_CATAS_ERROR, kQp, kIbvEventQpFatal},
+    {p::event_type::WQ_INVAL_REQ_ERROR, kQp, kIbvEventQpReqErr},
+    {p::event_type::WQ_ACCESS_ERROR, kQp, kIbvEventQpAccessErr},
+    {p::event_type::COMM_EST, kQp, kIbvEventCommEst},
+    {p::event_type::SQ_DRAINED, kQp, kIbvEventSqDrained},
+    {p::event_type::PATH_MIG, kQp, kIbvEventPathMig},
+    {p::event_type::PATH_MIG_FAILED, kQp, kIbvEventPathMigErr},
+    {p::event_type::SRQ_CATAS_ERROR, kSrq, kIbvEventSrqErr},
+    {p::event_type::SRQ_RQ_LIMIT, kSrq, kIbvEventSrqLimitReached},
+    {p::event_type::SRQ_LAST_WQE, kQp, kIbvEventQpLastWqeReached},  // about the QP on the SRQ
+    {p::event_type::INTERNAL_ERROR, kDevice, kIbvEventDeviceFatal},
+};
+}  // namespace
 
 void UapiBackend::on_async_event(const c::AsyncEvent& e) {
-  // prm event type -> (object kind, ibv_event_type).
-  struct Map {
-    uint8_t prm, kind, ibv;
-  };
-  static constexpr Map kMap[] = {
-      {uint8_t(p::event_type::CQ_ERROR), 1, 0},           {uint8_t(p::event_type::WQ_CATAS_ERROR), 2, 1},
-      {uint8_t(p::event_type::WQ_INVAL_REQ_ERROR), 2, 2}, {uint8_t(p::event_type::WQ_ACCESS_ERROR), 2, 3},
-      {uint8_t(p::event_type::COMM_EST), 2, 4},           {uint8_t(p::event_type::SQ_DRAINED), 2, 5},
-      {uint8_t(p::event_type::PATH_MIG), 2, 6},           {uint8_t(p::event_type::PATH_MIG_FAILED), 2, 7},
-      {uint8_t(p::event_type::SRQ_CATAS_ERROR), 3, 14},   {uint8_t(p::event_type::SRQ_RQ_LIMIT), 3, 15},
-      {uint8_t(p::event_type::SRQ_LAST_WQE), 2, 16},
-  };
-  for (const Map& m : kMap)
-    if (m.prm == e.type) push(m.kind, e.number & 0xffffff, m.ibv);
-  // Device events: the port went up or down (PRM port_change subtypes), or the device is fatal.
-  if (e.type == uint8_t(p::event_type::PORT_CHANGE))
-    push(0, 0, e.subtype == uint8_t(p::port_change_subtype::ACTIVE) ? 9 /* PORT_ACTIVE */ : 10 /* PORT_ERR */);
-  else if (e.type == uint8_t(p::event_type::INTERNAL_ERROR))
-    push(0, 0, 8 /* DEVICE_FATAL */);
+  // The port went up or down: the PORT_CHANGE subtype decides which device event it is.
+  if (e.type == uint8_t(p::event_type::PORT_CHANGE)) {
+    push(kDevice, 0, e.subtype == uint8_t(p::port_change_subtype::ACTIVE) ? kIbvEventPortActive : kIbvEventPortErr);
+    return;
+  }
+  for (const EventMap& m : kEventMap)
+    if (m.prm == e.type) push(m.kind, m.kind == kDevice ? 0 : e.number & 0xffffff, m.ibv);
 }
 
 void UapiBackend::drain_events(uapi::Server& srv) {
@@ -523,7 +560,7 @@ void UapiBackend::drain_events(uapi::Server& srv) {
       for (uint32_t i = 0; i < kRoutes; i++)
         if (routes_[i].kind == ev.kind && routes_[i].number == ev.number) tag = routes_[i].tag;
     }
-    if (ev.kind == 0) {
+    if (ev.kind == kDevice) {
       srv.deliver_device(ev.event_type);
       continue;
     }

@@ -71,6 +71,7 @@ const Entry kTable[] = {
     {op::RTR2RTS_QP, Gate::kInitialized, m(0), &Hca::modify_qp},
     {op::RTS2RTS_QP, Gate::kInitialized, m(0), &Hca::modify_qp},
     {op::SQERR2RTS_QP, Gate::kInitialized, m(0), &Hca::modify_qp},
+    {op::SQD_RTS_QP, Gate::kInitialized, m(0), &Hca::modify_qp},
     {op::QP_2ERR, Gate::kInitialized, m(0), &Hca::modify_qp},
     {op::QP_2RST, Gate::kInitialized, m(0), &Hca::modify_qp},
     {op::CREATE_SRQ, Gate::kInitialized, m(0), &Hca::create_srq},

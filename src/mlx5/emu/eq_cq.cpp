@@ -21,7 +21,6 @@ std::vector<uint64_t> read_pas(const uint8_t* first, uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) v[i] = prm::pas_pa(first + i * kPasBytes);
   return v;
 }
-constexpr uint8_t kCqErrOverrun = 1, kCqErrAccessViolation = 2;  // Linux eq.c / mlx5_ifc cq_error syndromes
 }  // namespace
 
 bool Hca::queue_addr(const std::vector<uint64_t>& pas, uint8_t log_page_size, uint32_t page_offset_bytes, uint64_t off,
@@ -148,7 +147,8 @@ uint32_t Hca::cq_consumer_index(Cq& cq) {
 }
 
 void Hca::cq_error(Cq& cq, uint8_t syndrome) {
-  cq.status = syndrome == kCqErrOverrun ? prm::cqc_status::CQ_OVERFLOW : prm::cqc_status::CQ_WRITE_FAIL;
+  cq.status =
+      syndrome == prm::cq_error_syndrome::CQ_OVERRUN ? prm::cqc_status::CQ_OVERFLOW : prm::cqc_status::CQ_WRITE_FAIL;
   uint8_t data[28] = {};
   prm::set(data, prm::cq_error::cqn, cq.cqn);
   prm::set(data, prm::cq_error::syndrome, syndrome);
@@ -159,7 +159,7 @@ bool Hca::post_cqe(Cq& cq, uint8_t* cqe, bool solicited) {
   if (cq.status != prm::cqc_status::OK) return false;
   uint32_t size = 1u << cq.log_size;
   if (!cq.oi && ((cq.prod - cq_consumer_index(cq)) & 0xffffff) >= size) {
-    cq_error(cq, kCqErrOverrun);
+    cq_error(cq, prm::cq_error_syndrome::CQ_OVERRUN);
     return false;
   }
   prm::cqe64::view v(cqe);
@@ -170,7 +170,7 @@ bool Hca::post_cqe(Cq& cq, uint8_t* cqe, bool solicited) {
   if (!queue_addr(cq.pas, cq.log_page_size, cq.page_offset * 64u, uint64_t(cq.prod & (size - 1)) * stride + stride - 64,
                   &iova) ||
       !dma_write(iova, cqe, 63) || !dma_write(iova + 63, cqe + 63, 1)) {
-    cq_error(cq, kCqErrAccessViolation);
+    cq_error(cq, prm::cq_error_syndrome::CQ_ACCESS_VIOLATION_ERROR);
     return false;
   }
   ++cq.prod;

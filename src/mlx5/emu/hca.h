@@ -102,6 +102,7 @@ struct Cq {
   uint32_t refs = 0;  // QPs/SRQs using it
   std::unique_ptr<CqSink> send_sink, recv_sink;
   uint32_t queued = 0;  // completions taken from the transport, not yet written
+  bool overrun_pending = false;  // the transport had a completion with no room: CQ_ERROR after the queued ones
 };
 
 struct Mkey {

@@ -1,6 +1,6 @@
 // Queue pairs: creation, the PRM state machine (one command per transition), and QUERY_QP.
-// Which attributes each transition takes follows IBA 11.2.5 (QP attribute table), the optional
-// parameter bits are the PRM's (Linux qp.h MLX5_QP_OPTPAR_*); the transport itself is src/rc.
+// Which context fields each transition takes, always or by opt_param_mask, is prm/qp_modify.h's
+// table (shared with the driver core); the transport itself is src/rc.
 #include <string.h>
 
 #include "mlx5/emu/hca.h"
@@ -12,100 +12,13 @@ using S = prm::cmd_status::Value;
 namespace q = prm::qpc;
 namespace a = prm::ads;
 
-// qpc opt_param_mask bits (PRM; Linux qp.h).
-enum OptPar : uint32_t {
-  kOptAltPath = 1 << 0,
-  kOptRre = 1 << 1,
-  kOptRae = 1 << 2,
-  kOptRwe = 1 << 3,
-  kOptPkeyIndex = 1 << 4,
-  kOptQkey = 1 << 5,
-  kOptRnrTimeout = 1 << 6,
-  kOptPrimaryPath = 1 << 7,
-  kOptSraMax = 1 << 8,
-  kOptRraMax = 1 << 9,
-  kOptPmState = 1 << 10,
-  kOptRetryCount = 1 << 12,
-  kOptRnrRetry = 1 << 13,
-  kOptAckTimeout = 1 << 14,
-  kOptPriPort = 1 << 16,
-  kOptCounterSetId = 1 << 25,
-};
-
-// One field of the QP context, possibly inside the primary address path.
-struct QpcField {
-  const prm::Field* f;
-  bool in_path;
-  uint32_t opt;  // 0: taken whenever the transition runs; else taken when this opt bit is set
-  uint32_t off() const { return in_path ? q::primary_address_path.bit_off + f->bit_off : f->bit_off; }
-};
-
-struct Transition {
-  uint16_t opcode;
-  uint8_t from;  // 0xff: any state
-  uint8_t to;
-  uint32_t allowed_opt;
-  const QpcField* fields;
-  uint32_t nfields;
-};
-
-constexpr QpcField kRst2Init[] = {
-    {&q::rre, false, 0},
-    {&q::rwe, false, 0},
-    {&q::rae, false, 0},
-    {&a::pkey_index, true, 0},
-    {&a::vhca_port_num, true, 0},
-    {&q::q_key, false, 0},
-    {&q::counter_set_id, false, 0},
-};
-// Optional attributes: usable on the transitions whose allowed mask names them.
-constexpr QpcField kOptional[] = {
-    {&q::rre, false, kOptRre},
-    {&q::rwe, false, kOptRwe},
-    {&q::rae, false, kOptRae},
-    {&a::pkey_index, true, kOptPkeyIndex},
-    {&q::q_key, false, kOptQkey},
-    {&q::min_rnr_nak, false, kOptRnrTimeout},
-    {&q::log_sra_max, false, kOptSraMax},
-    {&q::log_rra_max, false, kOptRraMax},
-    {&q::retry_count, false, kOptRetryCount},
-    {&q::rnr_retry, false, kOptRnrRetry},
-    {&a::ack_timeout, true, kOptAckTimeout},
-    {&a::vhca_port_num, true, kOptPriPort},
-    {&q::counter_set_id, false, kOptCounterSetId},
-};
-constexpr QpcField kInit2Rtr[] = {
-    {&q::mtu, false, 0},         {&q::log_msg_max, false, 0}, {&q::remote_qpn, false, 0}, {&q::next_rcv_psn, false, 0},
-    {&q::log_rra_max, false, 0}, {&q::min_rnr_nak, false, 0}, {&a::grh, true, 0},         {&a::src_addr_index, true, 0},
-    {&a::hop_limit, true, 0},    {&a::tclass, true, 0},       {&a::flow_label, true, 0},  {&a::rgid_rip, true, 0},
-    {&a::udp_sport, true, 0},    {&a::dscp, true, 0},         {&a::eth_prio, true, 0},    {&a::rmac_47_32, true, 0},
-    {&a::rmac_31_0, true, 0},    {&a::sl, true, 0},           {&a::stat_rate, true, 0},
-};
-constexpr QpcField kRtr2Rts[] = {
-    {&q::next_send_psn, false, 0}, {&q::retry_count, false, 0}, {&q::rnr_retry, false, 0},
-    {&q::log_sra_max, false, 0},   {&a::ack_timeout, true, 0},
-};
-
 namespace st = prm::qpc_state;
 namespace op = prm::opcode;
-constexpr uint32_t kCommonOpt = kOptQkey | kOptCounterSetId;
-const Transition kTransitions[] = {
-    {op::RST2INIT_QP, st::RST, st::INIT, 0, kRst2Init, sizeof kRst2Init / sizeof kRst2Init[0]},
-    {op::INIT2INIT_QP, st::INIT, st::INIT, kOptRre | kOptRae | kOptRwe | kOptPkeyIndex | kOptPriPort | kCommonOpt,
-     nullptr, 0},
-    {op::INIT2RTR_QP, st::INIT, st::RTR, kOptRre | kOptRae | kOptRwe | kOptPkeyIndex | kCommonOpt, kInit2Rtr,
-     sizeof kInit2Rtr / sizeof kInit2Rtr[0]},
-    {op::RTR2RTS_QP, st::RTR, st::RTS, kOptRre | kOptRae | kOptRwe | kOptRnrTimeout | kOptPmState | kCommonOpt,
-     kRtr2Rts, sizeof kRtr2Rts / sizeof kRtr2Rts[0]},
-    {op::RTS2RTS_QP, st::RTS, st::RTS,
-     kOptRre | kOptRae | kOptRwe | kOptRnrTimeout | kOptPmState | kOptAckTimeout | kCommonOpt, nullptr, 0},
-    {op::SQERR2RTS_QP, st::SQER, st::RTS, kOptRnrTimeout | kCommonOpt, nullptr, 0},
-    {op::QP_2ERR, 0xff, st::ERR, 0, nullptr, 0},
-    {op::QP_2RST, 0xff, st::RST, 0, nullptr, 0},
-};
+using prm::QpcField;
+namespace opt = prm::qp_optpar;
 
 void copy_field(uint8_t* dst, const uint8_t* src, const QpcField& f) {
-  uint32_t off = f.off(), w = f.f->bit_width;
+  uint32_t off = f.bit_off(), w = f.f->bit_width;
   if (w > 64)
     memcpy(dst + off / 8, src + off / 8, w / 8);
   else
@@ -199,15 +112,13 @@ CmdStatus Hca::destroy_qp(Cmd& c) {
 }
 
 CmdStatus Hca::modify_qp(Cmd& c) {
-  const Transition* t = nullptr;
-  for (const Transition& x : kTransitions)
-    if (x.opcode == c.opcode) t = &x;
+  const prm::QpTransitionRule* t = prm::qp_transition(c.opcode);
   // 2ERR/2RST and the context-carrying transitions all keep the qpn at the same place.
   auto it = qps_.find(uint32_t(prm::get(c.in, prm::qp_2err_in::qpn)));
   if (it == qps_.end()) return fail(S::BAD_RES_ERR, synd::UNKNOWN_QP);
   Qp& qp = it->second;
   qp.state = tp_state(qp);  // the transport may have moved it to ERR or SQER on its own
-  if (t->from != 0xff && qp.state != t->from) return fail(S::BAD_QP_STATE_ERR, synd::BAD_QP_STATE);
+  if (t->from != prm::kQpAnyState && qp.state != t->from) return fail(S::BAD_QP_STATE_ERR, synd::BAD_QP_STATE);
   if (t->to == st::ERR || t->to == st::RST) {
     tp_modify_qp(qp, t->to);
     qp.state = t->to;
@@ -217,18 +128,21 @@ CmdStatus Hca::modify_qp(Cmd& c) {
   }
   prm::rst2init_qp_in::cview in(c.in);
   uint32_t opt = uint32_t(in.get(prm::rst2init_qp_in::opt_param_mask));
-  if (opt & ~t->allowed_opt) return fail(S::BAD_PARAM_ERR, synd::BAD_FIELD_SELECT);
+  // Bits the transition does not accept, and accepted bits this model has no field for (alternate
+  // path, path migration: no APM here), are refused.
+  if (opt & ~(t->allowed_opt(qp.st) & prm::qp_opt_bits_with_fields()))
+    return fail(S::BAD_PARAM_ERR, synd::BAD_FIELD_SELECT);
   const uint8_t* src = in.at(prm::rst2init_qp_in::qpc).data();
   // Build the next context, check it, then commit (a refused command changes nothing).
   uint8_t next[sizeof qp.qpc];
   memcpy(next, qp.qpc, sizeof next);
   for (uint32_t i = 0; i < t->nfields; ++i) copy_field(next, src, t->fields[i]);
-  for (const QpcField& f : kOptional)
-    if (opt & f.opt) copy_field(next, src, f);
+  for (const prm::QpOptField& f : prm::kQpOptFields)
+    if (opt & f.bit) copy_field(next, src, f.field);
   prm::qpc::cview nv(next);
   auto path = nv.at(q::primary_address_path);
   bool connected = qp.st != prm::qpc_st::UD;
-  if (c.opcode == op::RST2INIT_QP || (opt & kOptPriPort)) {
+  if (c.opcode == op::RST2INIT_QP || (opt & opt::PRI_PORT)) {
     if (path.get(a::vhca_port_num) != 1) return fail(S::BAD_PARAM_ERR, synd::BAD_PORT);
   }
   if (path.get(a::pkey_index) != 0) return fail(S::BAD_PARAM_ERR, synd::BAD_PKEY_INDEX);

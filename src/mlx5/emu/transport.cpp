@@ -133,7 +133,12 @@ bool CqSink::push(const rc::Wc& wc) {
   if (cq.status != prm::cqc_status::OK) return false;
   // Room: the ring minus what software has not consumed and what is queued already.
   uint32_t size = 1u << cq.log_size;
-  if (!cq.oi && ((cq.prod + cq.queued - hca->cq_consumer_index(cq)) & 0xffffff) >= size) return false;
+  if (!cq.oi && ((cq.prod + cq.queued - hca->cq_consumer_index(cq)) & 0xffffff) >= size) {
+    // Overrun: the CQ goes to error once the completions it accepted are written (engine_done);
+    // the transport moves the QP whose completion is lost to ERR.
+    cq.overrun_pending = true;
+    return false;
+  }
   ++cq.queued;
   hca->pending_cqes_.push_back({cqn, send, wc});
   return true;
@@ -148,6 +153,11 @@ void Hca::engine_done() {
     if (it != cqs_.end()) --it->second.queued;
     write_completion(p);
   }
+  for (auto& [cqn, cq] : cqs_)
+    if (cq.overrun_pending) {
+      cq.overrun_pending = false;
+      if (cq.status == prm::cqc_status::OK) cq_error(cq, prm::cq_error_syndrome::CQ_OVERRUN);
+    }
   std::vector<EngineHost::Event> evs;
   evs.swap(eh_->events_);
   for (const EngineHost::Event& e : evs) {
@@ -161,7 +171,9 @@ void Hca::engine_done() {
       case rc::AsyncEvent::qp_last_wqe_reached: type = prm::event_type::SRQ_LAST_WQE; break;
       case rc::AsyncEvent::srq_limit_reached: type = prm::event_type::SRQ_RQ_LIMIT; break;
       case rc::AsyncEvent::srq_err: type = prm::event_type::SRQ_CATAS_ERROR; break;
-      case rc::AsyncEvent::cq_err: continue;  // the CQ's own overrun event was posted already
+      // The QP's completion had nowhere to go: a local work queue catastrophic error for the QP
+      // (IBA 11.6.3.1), after the CQ's own CQ_ERROR above.
+      case rc::AsyncEvent::cq_err: type = prm::event_type::WQ_CATAS_ERROR; break;
       default: continue;
     }
     uint32_t n = e.n;
@@ -254,6 +266,19 @@ bool Hca::tp_modify_qp(Qp& qp, uint8_t to) {
       at.qp_state = rc::QpState::rts;
       at.sq_psn = uint32_t(c.get(q::next_send_psn));
       if (qp.state == prm::qpc_state::RTR) mask |= rc::kAttrSqPsn;
+      // What the optional parameters may have changed on the way to RTS (prm/qp_modify.h).
+      if (ud) {
+        at.qkey = uint32_t(c.get(q::q_key));
+        mask |= rc::kAttrQkey;
+      } else {
+        at.qp_access_flags = (c.get(q::rwe) ? rc::kRemoteWrite : 0) | (c.get(q::rre) ? rc::kRemoteRead : 0) |
+                             (c.get(q::rae) ? rc::kRemoteAtomic : 0);
+        mask |= rc::kAttrAccessFlags;
+      }
+      if (rc_qp) {
+        at.min_rnr_timer = uint8_t(c.get(q::min_rnr_nak));
+        mask |= rc::kAttrMinRnrTimer;
+      }
       if (rc_qp && qp.state == prm::qpc_state::RTR) {
         at.timeout = uint8_t(path.get(a::ack_timeout));
         at.retry_cnt = uint8_t(c.get(q::retry_count));

@@ -74,6 +74,12 @@ MELON_PRM_VALUES(event_type, uint8_t, MELON_PRM_EVENT_TYPE)
   V(CLIENT_REREG, 9)
 MELON_PRM_VALUES(port_change_subtype, uint8_t, MELON_PRM_PORT_CHANGE_SUBTYPE)
 
+// cq_error.syndrome: why the CQ went to error.
+#define MELON_PRM_CQ_ERROR_SYNDROME(V) \
+  V(CQ_OVERRUN, 0x1)                   \
+  V(CQ_ACCESS_VIOLATION_ERROR, 0x2)
+MELON_PRM_VALUES(cq_error_syndrome, uint8_t, MELON_PRM_CQ_ERROR_SYNDROME)
+
 // qp_events.type: which kind of object a QP/SRQ event is about.
 inline constexpr uint8_t kEventObjQp = 0, kEventObjSrq = 1;
 inline constexpr uint32_t kEqeBytes = eqe::Self::size_bits / 8;  // 64

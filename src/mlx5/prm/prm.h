@@ -14,6 +14,7 @@
 #include "mlx5/prm/mkey.h"
 #include "mlx5/prm/opcodes.h"
 #include "mlx5/prm/qp.h"
+#include "mlx5/prm/qp_modify.h"
 #include "mlx5/prm/registry.h"
 #include "mlx5/prm/resources.h"
 #include "mlx5/prm/srq.h"

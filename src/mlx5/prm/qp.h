@@ -194,6 +194,9 @@ MELON_PRM_STRUCT(sqerr2rts_qp_in, 2176, MELON_PRM_SQERR2RTS_QP_IN)
   F(status, 0, 8)                           \
   F(syndrome, 32, 32)
 MELON_PRM_STRUCT(sqerr2rts_qp_out, 128, MELON_PRM_SQERR2RTS_QP_OUT)
+// SQD_RTS_QP has the SQERR2RTS shape. mlx5_ifc.h has no RTS->SQD command (see qp_modify.h).
+MELON_PRM_STRUCT(sqd2rts_qp_in, 2176, MELON_PRM_SQERR2RTS_QP_IN)
+MELON_PRM_STRUCT(sqd2rts_qp_out, 128, MELON_PRM_SQERR2RTS_QP_OUT)
 
 #define MELON_PRM_QP_2ERR_IN(F, S, A) \
   F(opcode, 0, 16)                    \

@@ -107,6 +107,8 @@ const Layout* const kLayouts[] = {
     &rts2rts_qp_out::layout,
     &sqerr2rts_qp_in::layout,
     &sqerr2rts_qp_out::layout,
+    &sqd2rts_qp_in::layout,
+    &sqd2rts_qp_out::layout,
     &qp_2err_in::layout,
     &qp_2err_out::layout,
     &qp_2rst_in::layout,
@@ -182,6 +184,8 @@ const ConstantSet* const kConstantSets[] = {
     &eqc_st::set,
     &event_type::set,
     &port_change_subtype::set,
+    &cq_error_syndrome::set,
+    &qp_optpar::set,
     &cap_type::set,
     &cap_mode::set,
     &query_pages_op_mod::set,
@@ -244,6 +248,7 @@ const ConstantSet* const kConstantSets[] = {
   C(RTR2RTS_QP, rtr2rts_qp)                             \
   C(RTS2RTS_QP, rts2rts_qp)                             \
   C(SQERR2RTS_QP, sqerr2rts_qp)                         \
+  C(SQD_RTS_QP, sqd2rts_qp)                             \
   C(QP_2ERR, qp_2err)                                   \
   C(QP_2RST, qp_2rst)                                   \
   C(CREATE_SRQ, create_srq)                             \

@@ -6,9 +6,10 @@
 // clock, so the time measured is the CPU work of core + emulator alone) and "threaded" (the
 // device's worker thread, the steady clock, real sleeps: what the emulator host daemon does).
 //
-//   build/release/tests/mlx5/core/bench_core [cycles]
+//   build/release/tests/mlx5/core/bench_core [cycles] [polled|msix|threaded]   (default: all three)
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
 #include <chrono>
@@ -116,9 +117,11 @@ int main(int argc, char** argv) {
       "| host | bring-up | teardown | no-FLR re-init | FLR + bring-up | command | commands: bring-up / re-init | fw "
       "pages |\n");
   printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
-  run("deterministic, polled", false, false, cycles);
-  run("deterministic, MSI-X", false, true, cycles);
-  run("threaded, MSI-X", true, true, cycles);
+  const char* only = argc > 2 ? argv[2] : "";
+  auto want = [&](const char* h) { return !*only || strcmp(only, h) == 0; };
+  if (want("polled")) run("deterministic, polled", false, false, cycles);
+  if (want("msix")) run("deterministic, MSI-X", false, true, cycles);
+  if (want("threaded")) run("threaded, MSI-X", true, true, cycles);
   printf("rerun: build/release/tests/mlx5/core/bench_core %d\n", cycles);
   return 0;
 }

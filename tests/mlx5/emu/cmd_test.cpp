@@ -54,7 +54,7 @@ TEST(EmuCmd, UnknownOpcodeIsBadOp) {
   Result r = h.exec(cmd_in(0x7ff, 16), 16);
   EXPECT_EQ(r.status, cs::BAD_OP_ERR);
   EXPECT_EQ(r.syndrome, synd::UNKNOWN_OPCODE);
-  r = h.exec(cmd_in(op::SQD_RTS_QP, 16), 16);  // an opcode the model has no layout for
+  r = h.exec(cmd_in(op::MODIFY_RMP, 16), 16);  // an opcode the model has no layout for
   EXPECT_EQ(r.status, cs::BAD_OP_ERR);
 }
 

@@ -38,6 +38,7 @@ struct Side {
 class EmuDataPath : public ::testing::Test {
  protected:
   uint8_t retry_count_ = 7;  // qpc.retry_count both QPs get
+  uint8_t log_cq_ = 8;  // both sides' CQ size
   MemoryLink link;
   Side a{link, 1}, b{link, 2};
 
@@ -46,7 +47,7 @@ class EmuDataPath : public ::testing::Test {
       s->h.bring_up();
       ASSERT_TRUE(s->h.set_gid(0, s->ip).ok());
       ASSERT_TRUE(s->h.enable_roce().ok());
-      s->cq = s->h.create_cq(8);
+      s->cq = s->h.create_cq(log_cq_);
       ASSERT_TRUE(s->h.create_qp_raw(s->qp, prm::qpc_st::RC, s->cq, s->cq).ok());
       s->mem = s->h.host.alloc(256 * 1024);
       s->key = s->h.create_mkey(s->mem, 256 * 1024);
@@ -379,6 +380,54 @@ TEST_F(EmuRetry, RetryCountAndAckTimeoutAreHonoured) {
   EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
   EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::TRANSPORT_RETRY_EXC_ERR);
   EXPECT_EQ(counter(a, ca, prm::query_q_counter_out::local_ack_timeout_err), 3u);
+}
+
+class EmuCqOverrun : public EmuDataPath {
+ protected:
+  EmuCqOverrun() { log_cq_ = 1; }  // 2 CQEs
+};
+
+// Hardware (PRM "CQ Error"): a completion with no room is an overrun. The CQ goes to error with a
+// CQ_ERROR event (syndrome CQ_OVERRUN); the QP whose completion was lost goes to ERR with a local
+// work queue catastrophic error (IBA 11.6.3.1). The completions written before it stay.
+TEST_F(EmuCqOverrun, EngineCompletionsThatOverrunTheCqRaiseCqErrorAndFailTheQp) {
+  while (a.h.next_eqe()) {}
+  Harness::SendOpts o;
+  o.raddr = b.va(), o.rkey = b.key;
+  for (int i = 0; i < 3; ++i) {
+    a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 64, a.key}}, o);
+    pump();
+  }
+  std::vector<std::pair<uint8_t, uint32_t>> events;  // (type, cqn or qpn)
+  while (const uint8_t* e = a.h.next_eqe()) {
+    uint8_t type = uint8_t(prm::get(e, prm::eqe::event_type));
+    if (type == prm::event_type::CQ_ERROR) {
+      EXPECT_EQ(prm::get(e + 32, prm::cq_error::syndrome), prm::cq_error_syndrome::CQ_OVERRUN);
+      events.push_back({type, uint32_t(prm::get(e + 32, prm::cq_error::cqn))});
+    } else if (type != prm::event_type::COMP) {
+      EXPECT_EQ(prm::get(e + 32, prm::qp_events::type), prm::kEventObjQp);
+      events.push_back({type, uint32_t(prm::get(e + 32, prm::qp_events::qpn_rqn_sqn))});
+    }
+  }
+  std::vector<std::pair<uint8_t, uint32_t>> want = {{prm::event_type::CQ_ERROR, a.cq.cqn},
+                                                    {prm::event_type::WQ_CATAS_ERROR, a.qp.qpn}};
+  EXPECT_EQ(events, want);
+  for (int i = 0; i < 2; ++i) {
+    const uint8_t* e = a.h.poll_cq(a.cq);
+    ASSERT_NE(e, nullptr) << "the completions that fitted were written";
+    EXPECT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ);
+  }
+  EXPECT_EQ(a.h.poll_cq(a.cq), nullptr);
+  auto qc = cmd_in(op::QUERY_CQ, 16);
+  prm::set(qc.data(), prm::query_cq_in::cqn, a.cq.cqn);
+  Result r = a.h.exec(qc, Harness::out_size(op::QUERY_CQ));
+  EXPECT_EQ(prm::query_cq_out::cview(r.out.data()).at(prm::query_cq_out::cq_context).get(prm::cqc::status),
+            prm::cqc_status::CQ_OVERFLOW);
+  auto qq = cmd_in(op::QUERY_QP, 16);
+  prm::set(qq.data(), prm::query_qp_in::qpn, a.qp.qpn);
+  r = a.h.exec(qq, Harness::out_size(op::QUERY_QP));
+  EXPECT_EQ(prm::query_qp_out::cview(r.out.data()).at(prm::query_qp_out::qpc).get(prm::qpc::state),
+            prm::qpc_state::ERR);
 }
 
 TEST(EmuCqOverflow, OverrunRaisesACqErrorEvent) {

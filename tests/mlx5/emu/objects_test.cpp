@@ -198,10 +198,17 @@ TEST(EmuObjects, EveryQpTransitionFromEveryReachableState) {
     uint8_t from;  // 0xff: any
     uint8_t to;
   };
-  const Cmd cmds[] = {{op::RST2INIT_QP, qs::RST, qs::INIT}, {op::INIT2INIT_QP, qs::INIT, qs::INIT},
-                      {op::INIT2RTR_QP, qs::INIT, qs::RTR}, {op::RTR2RTS_QP, qs::RTR, qs::RTS},
-                      {op::RTS2RTS_QP, qs::RTS, qs::RTS},   {op::SQERR2RTS_QP, qs::SQER, qs::RTS},
-                      {op::QP_2ERR, 0xff, qs::ERR},         {op::QP_2RST, 0xff, qs::RST}};
+  const Cmd cmds[] = {{op::RST2INIT_QP, qs::RST, qs::INIT},
+                      {op::INIT2INIT_QP, qs::INIT, qs::INIT},
+                      {op::INIT2RTR_QP, qs::INIT, qs::RTR},
+                      {op::RTR2RTS_QP, qs::RTR, qs::RTS},
+                      {op::RTS2RTS_QP, qs::RTS, qs::RTS},
+                      {op::SQERR2RTS_QP, qs::SQER, qs::RTS},
+                      {op::QP_2ERR, 0xff, qs::ERR},
+                      {op::QP_2RST, 0xff, qs::RST},
+                      // No command enters SQD on this device (prm/qp_modify.h): SQD_RTS_QP always
+                      // finds the QP in the wrong state.
+                      {op::SQD_RTS_QP, qs::SQD, qs::RTS}};
   const uint8_t states[] = {qs::RST, qs::INIT, qs::RTR, qs::RTS, qs::ERR};
   for (uint8_t from : states) {
     for (const Cmd& c : cmds) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -384,6 +385,53 @@ TEST(PrmDoorbells, RecordsAndUarWordsPackAsTheHcaReadsThem) {
   prm::eq_uar_db::view(eq.data()).set(prm::eq_uar_db::eqn, 3).set(prm::eq_uar_db::ci, 0x100);
   EXPECT_EQ(prm::get_bits(eq.data(), 0, 32), (3u << 24) | 0x100u);
   EXPECT_EQ(prm::kUarEqUpdate - prm::kUarEqArm, 8u);
+}
+
+// The optional-parameter table against the bits' meanings (Linux qp.h names each bit for the context
+// field it unlocks): every row pairs a bit with the field of that name, and every bit a transition
+// accepts either has a field or is one of the unmodelled path-migration/SRQ/CQ bits.
+TEST(PrmQpModify, OptionalBitsUnlockTheFieldsTheyAreNamedFor) {
+  const std::map<std::string, std::string> meaning = {{"RRE", "rre"},
+                                                      {"RAE", "rae"},
+                                                      {"RWE", "rwe"},
+                                                      {"PKEY_INDEX", "pkey_index"},
+                                                      {"Q_KEY", "q_key"},
+                                                      {"RNR_TIMEOUT", "min_rnr_nak"},
+                                                      {"SRA_MAX", "log_sra_max"},
+                                                      {"RRA_MAX", "log_rra_max"},
+                                                      {"RETRY_COUNT", "retry_count"},
+                                                      {"RNR_RETRY", "rnr_retry"},
+                                                      {"ACK_TIMEOUT", "ack_timeout"},
+                                                      {"PRI_PORT", "vhca_port_num"},
+                                                      {"COUNTER_SET_ID", "counter_set_id"}};
+  uint32_t seen = 0;
+  for (const prm::QpOptField& f : prm::kQpOptFields) {
+    const char* name = prm::qp_optpar::name_of(f.bit);
+    ASSERT_NE(name, nullptr);
+    EXPECT_EQ(meaning.at(name), f.field.f->name) << name;
+    const prm::Layout& owner = f.field.in_path ? prm::ads::layout : prm::qpc::layout;
+    const prm::Field* in_layout = prm::find_field(owner, f.field.f->name);
+    ASSERT_NE(in_layout, nullptr) << name;
+    EXPECT_EQ(in_layout->bit_off, f.field.f->bit_off) << name;
+    EXPECT_EQ(in_layout->bit_width, f.field.f->bit_width) << name;
+    EXPECT_FALSE(seen & f.bit) << name << " twice";
+    seen |= f.bit;
+  }
+  EXPECT_EQ(seen, prm::qp_opt_bits_with_fields());
+  const uint32_t unmodelled =
+      prm::qp_optpar::ALT_ADDR_PATH | prm::qp_optpar::PM_STATE | prm::qp_optpar::SRQN | prm::qp_optpar::CQN_RCV;
+  for (const prm::QpTransitionRule& r : prm::kQpTransitions)
+    for (uint8_t st : {prm::qpc_st::RC, prm::qpc_st::UC, prm::qpc_st::UD})
+      EXPECT_EQ(r.allowed_opt(st) & ~(seen | unmodelled), 0u) << prm::opcode_name(r.opcode);
+  // The IBA's required attributes are never optional on the same transition.
+  for (const prm::QpTransitionRule& r : prm::kQpTransitions)
+    for (const prm::QpOptField& f : prm::kQpOptFields)
+      if (prm::qp_transition_takes(r, f.field) && f.bit != prm::qp_optpar::COUNTER_SET_ID)
+        EXPECT_FALSE(r.allowed_opt(prm::qpc_st::RC) & f.bit) << prm::opcode_name(r.opcode) << " " << f.field.f->name;
+  // SQD: a command leaves it, none enters it.
+  for (const prm::QpTransitionRule& r : prm::kQpTransitions) EXPECT_NE(r.to, prm::qpc_state::SQD);
+  ASSERT_NE(prm::qp_transition(prm::opcode::SQD_RTS_QP), nullptr);
+  EXPECT_EQ(prm::qp_transition(prm::opcode::SQD_RTS_QP)->from, prm::qpc_state::SQD);
 }
 
 }  // namespace

@@ -183,6 +183,8 @@ const SetMap kSetMaps[] = {
     {"access_reg_op_mod", "MLX5_ACCESS_REGISTER_IN_OP_MOD_", {}},
     {"event_type", "MLX5_EVENT_TYPE_", {}},
     {"port_change_subtype", "MLX5_PORT_CHANGE_SUBTYPE_", {}},
+    {"cq_error_syndrome", "MLX5_CQ_ERROR_SYNDROME_", {}},
+    {"qp_optpar", "MLX5_QP_OPTPAR_", {}},
     {"cqe_syndrome", "MLX5_CQE_SYNDROME_", {}},
 };
 // Checked against mlx5dv.h instead, or with no public source.

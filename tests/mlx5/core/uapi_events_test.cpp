@@ -1,0 +1,258 @@
+// Async events end to end, from the device to a client of the user-client boundary: the emulated
+// HCA writes the EQE, the core routes it to its owner (the uapi backend), the backend translates it
+// through its one PRM -> ibv_event_type table and the server queues it for the client that owns the
+// object, under that client's handle. Side A is driven through the core (two_hcas.h); side B's
+// objects are made by a client through uapi::Server, as the mlx5 provider makes them.
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <map>
+#include <vector>
+
+#include "mlx5/core/uapi_backend.h"
+#include "two_hcas.h"
+#include "uapi/server.h"
+
+namespace core = melon::mlx5::core;
+namespace p = melon::mlx5::prm;
+namespace emu = melon::mlx5::emu;
+namespace u = melon::uapi;
+using core::Err;
+using core::test::Rig;
+using core::test::RigOptions;
+using core::test::Side;
+
+namespace {
+
+// The one table's ibv side matches libibverbs.
+static_assert(u::kIbvEventCqErr == IBV_EVENT_CQ_ERR && u::kIbvEventQpFatal == IBV_EVENT_QP_FATAL &&
+              u::kIbvEventQpReqErr == IBV_EVENT_QP_REQ_ERR && u::kIbvEventQpAccessErr == IBV_EVENT_QP_ACCESS_ERR &&
+              u::kIbvEventCommEst == IBV_EVENT_COMM_EST && u::kIbvEventSqDrained == IBV_EVENT_SQ_DRAINED &&
+              u::kIbvEventPathMig == IBV_EVENT_PATH_MIG && u::kIbvEventPathMigErr == IBV_EVENT_PATH_MIG_ERR &&
+              u::kIbvEventDeviceFatal == IBV_EVENT_DEVICE_FATAL && u::kIbvEventPortActive == IBV_EVENT_PORT_ACTIVE &&
+              u::kIbvEventPortErr == IBV_EVENT_PORT_ERR && u::kIbvEventSrqErr == IBV_EVENT_SRQ_ERR &&
+              u::kIbvEventSrqLimitReached == IBV_EVENT_SRQ_LIMIT_REACHED &&
+              u::kIbvEventQpLastWqeReached == IBV_EVENT_QP_LAST_WQE_REACHED);
+
+// Queue memory and pinning over the emulator host's IOMMU, in this process (melon-emud does the same
+// with memfds and another process's pages).
+struct Platform final : core::QueuePlatform {
+  explicit Platform(emu::TestHost& h) : host(h) {}
+  int queue_alloc(uint64_t size, Mem* out) override {
+    emu::TestHost::Buffer b = host.alloc(size);
+    if (!b.va) return core::kHalNoMemory;
+    out->memory = out->token = next++;
+    out->iova = b.iova, out->size = size, out->va = b.va;
+    mems[out->memory] = b;
+    return core::kHalOk;
+  }
+  void queue_free(const Mem& m) override {
+    host.free(mems[m.memory].iova);
+    mems.erase(m.memory);
+  }
+  int uar_map(const core::Uar&, u::MapRegion* out) override {
+    *out = u::MapRegion{uint8_t(u::MapKind::uar), u::kMapWriteCombine, 0, 0, 4096};
+    return core::kHalOk;
+  }
+  int pin_client(void*, uint64_t addr, uint64_t len, bool, uint64_t* iova, uint64_t* token) override {
+    *iova = *token = host.map(reinterpret_cast<void*>(addr), len);
+    return *iova ? core::kHalOk : core::kHalFault;
+  }
+  void unpin_client(uint64_t token) override { host.unmap(token); }
+  uint8_t* va(const u::MapRegion& r) { return static_cast<uint8_t*>(mems.at(r.memory).va) + r.offset; }
+
+  emu::TestHost& host;
+  std::map<uint64_t, emu::TestHost::Buffer> mems;
+  uint64_t next = 1;
+};
+
+RigOptions b_options(emu::FramePort* port) {
+  RigOptions o;
+  o.wire = port;
+  o.dev.mac[5] = 2;
+  return o;
+}
+
+class UapiEvents : public ::testing::Test {
+ protected:
+  emu::MemoryLink link;
+  Side a{link, 1};
+  emu::FramePort* b_port = link.add_port();
+  Rig b{b_options(b_port)};
+  Platform plat{b.host};
+  std::unique_ptr<core::UapiBackend> be;
+  std::unique_ptr<u::Server> srv;
+  u::Client client;
+  uint8_t* buf = nullptr;  // the client's memory
+  static constexpr size_t kBuf = 64 * 1024;
+  uint32_t pd = 0, uar = 0, cq = 0, qp = 0, mr_lkey = 0, mr_rkey = 0;
+  u::CreateQpResp qpr{};
+
+  template <class Req, class Resp>
+  u::Status call(u::Selector s, const Req& rq, Resp* rp) {
+    return srv->handle(client, uint32_t(s), &rq, u::wire_size<Req>, rp, sizeof *rp).status;
+  }
+
+  void SetUp() override {
+    link.attach(b_port, b.dev.get());
+    a.build();
+    ASSERT_EQ(b.hca.bring_up(), Err::ok);
+    ASSERT_EQ(b.set_gid(0, 2), Err::ok);
+    be = std::make_unique<core::UapiBackend>(b.hca, plat);
+    u::Limits lim;
+    be->fill_limits(&lim);
+    srv = std::make_unique<u::Server>(*be, lim);
+    ASSERT_EQ(srv->attach(&client, nullptr), u::Status::ok);
+    u::OpenResp open{};
+    ASSERT_EQ(call(u::Selector::open, u::OpenReq{u::kAbiVersion, 0, 0}, &open), u::Status::ok);
+    u::HandleResp h{};
+    ASSERT_EQ(call(u::Selector::alloc_pd, u::EmptyReq{}, &h), u::Status::ok);
+    pd = h.handle;
+    u::UarResp ur{};
+    ASSERT_EQ(call(u::Selector::alloc_uar, u::EmptyReq{}, &ur), u::Status::ok);
+    uar = ur.handle;
+    buf = static_cast<uint8_t*>(aligned_alloc(4096, kBuf));
+    memset(buf, 0, kBuf);
+    u::RegMrResp mr{};
+    ASSERT_EQ(call(u::Selector::reg_mr,
+                   u::RegMrReq{pd, u::kAccessLocalWrite | u::kAccessRemoteWrite | u::kAccessRemoteRead,
+                               uint64_t(uintptr_t(buf)), kBuf},
+                   &mr),
+              u::Status::ok);
+    mr_lkey = mr.lkey, mr_rkey = mr.rkey;
+  }
+  void TearDown() override {
+    EXPECT_EQ(srv->detach(client), 0u);
+    srv.reset();
+    be.reset();
+    free(buf);
+    EXPECT_EQ(a.r.hca.teardown(), Err::ok);
+    EXPECT_EQ(b.hca.teardown(), Err::ok);
+    EXPECT_EQ(a.r.host.dma_faults() + b.host.dma_faults(), 0u);
+  }
+
+  // A CQ of `cqe` entries and an RC QP on it (own RQ, or the SRQ `srq`).
+  void make_qp(uint32_t cqe, uint32_t srq = 0) {
+    u::CreateCqResp c{};
+    ASSERT_EQ(call(u::Selector::create_cq, u::CreateCqReq{cqe, 0, uar, 0}, &c), u::Status::ok);
+    cq = c.handle;
+    u::CreateQpReq q{};
+    q.pd = pd, q.send_cq = q.recv_cq = cq, q.uar = uar, q.srq = srq, q.qp_type = u::kQpRc;
+    q.max_send_wr = 4, q.max_send_sge = 1;
+    if (!srq) q.max_recv_wr = 4, q.max_recv_sge = 1;
+    ASSERT_EQ(call(u::Selector::create_qp, q, &qpr), u::Status::ok);
+    qp = qpr.handle;
+  }
+  // B's QP to RTS against A's, as ibv_modify_qp would take it there.
+  void connect_b() {
+    u::ModifyQpReq m{};
+    m.handle = qp;
+    m.attr_mask = u::kQpState | u::kQpPkeyIndex | u::kQpPort | u::kQpAccessFlags;
+    m.qp_state = u::kStateInit, m.port = 1;
+    m.access = u::kAccessRemoteWrite | u::kAccessRemoteRead;
+    u::EmptyResp e;
+    ASSERT_EQ(call(u::Selector::modify_qp, m, &e), u::Status::ok);
+    m = {};
+    m.handle = qp;
+    m.attr_mask = u::kQpState | u::kQpAv | u::kQpPathMtu | u::kQpDestQpn | u::kQpRqPsn | u::kQpMaxDestRdAtomic |
+                  u::kQpMinRnrTimer;
+    m.qp_state = u::kStateRtr, m.path_mtu = 3, m.dest_qpn = a.qp->qpn, m.rq_psn = 100;
+    m.max_dest_rd_atomic = 1, m.min_rnr_timer = 1;
+    a.gid(m.av.dgid);
+    memcpy(m.av.dmac, a.r.hca.port().mac, 6);
+    m.av.hop_limit = 64, m.av.port = 1;
+    ASSERT_EQ(call(u::Selector::modify_qp, m, &e), u::Status::ok);
+    m = {};
+    m.handle = qp;
+    m.attr_mask = u::kQpState | u::kQpSqPsn | u::kQpTimeout | u::kQpRetryCnt | u::kQpRnrRetry | u::kQpMaxQpRdAtomic;
+    m.qp_state = u::kStateRts, m.sq_psn = 100, m.timeout = 14, m.retry_cnt = 7, m.rnr_retry = 7;
+    m.max_rd_atomic = 1;
+    ASSERT_EQ(call(u::Selector::modify_qp, m, &e), u::Status::ok);
+    uint8_t bgid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2};
+    a.connect_to(qpr.qpn, bgid, b.hca.port().mac);
+  }
+  // A receive WQE in B's RQ (one data segment), then the doorbell record's receive counter.
+  void post_recv_b(uint32_t i, uint32_t offset, uint32_t len) {
+    u::MapRegion rq{}, dbr{};
+    ASSERT_EQ(srv->mapping(client, u::map_type(u::MapKind::rq, qp), &rq), u::Status::ok);
+    ASSERT_EQ(srv->mapping(client, u::map_type(u::MapKind::db_record, qp), &dbr), u::Status::ok);
+    uint8_t* w = plat.va(rq) + i % qpr.rq_wqe_cnt * qpr.rq_stride;
+    p::wqe_data_seg::view(w)
+        .set(p::wqe_data_seg::byte_count, len)
+        .set(p::wqe_data_seg::lkey, mr_lkey)
+        .set(p::wqe_data_seg::addr, uint64_t(uintptr_t(buf + offset)));
+    p::set(plat.va(dbr) + qpr.dbr_offset, p::qp_dbrec::rcv_counter, (i + 1) & 0xffff);
+  }
+  void pump() {
+    for (int i = 0; i < 100000; ++i)
+      if (!(int(a.r.dev->service()) | int(b.dev->service()))) {
+        a.r.hca.poll_events();
+        b.hca.poll_events();
+        be->drain_events(*srv);
+        return;
+      }
+    FAIL() << "devices never went idle";
+  }
+  // The client's queued async events: (handle, ibv_event_type).
+  std::vector<std::pair<uint32_t, uint32_t>> events() {
+    std::vector<std::pair<uint32_t, uint32_t>> v;
+    u::EventResp ev{};
+    while (call(u::Selector::get_event, u::EmptyReq{}, &ev) == u::Status::ok) {
+      EXPECT_EQ(ev.kind, uint32_t(u::kEventAsync));
+      EXPECT_EQ(ev.dropped, 0u);
+      v.push_back({ev.handle, ev.event_type});
+    }
+    return v;
+  }
+};
+
+// Receive completions that overrun the client's CQ: the client hears IBV_EVENT_CQ_ERR on its CQ and
+// IBV_EVENT_QP_FATAL on the QP whose completion was lost, and the QP reads back as ERR.
+TEST_F(UapiEvents, CqOverrunReachesTheClientAsCqErrAndQpFatal) {
+  make_qp(1);  // one entry asked: a ring of 2
+  connect_b();
+  for (uint32_t i = 0; i < 3; ++i) post_recv_b(i, 1024 * i, 1024);
+  for (int i = 0; i < 3; ++i) {
+    memset(a.bytes(), 'x' + i, 64);
+    a.post_send(p::wqe_opcode::SEND, a.data.iova, 64);
+    pump();
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> want = {{cq, IBV_EVENT_CQ_ERR}, {qp, IBV_EVENT_QP_FATAL}};
+  EXPECT_EQ(events(), want);
+  EXPECT_EQ(buf[1024], 'y') << "the second SEND landed before the overrun";
+  u::QpAttr at{};
+  ASSERT_EQ(call(u::Selector::query_qp, u::HandleReq{qp, 0}, &at), u::Status::ok);
+  EXPECT_EQ(at.state, u::kStateErr);
+}
+
+// A WRITE with a bad R_Key at the responder: IBV_EVENT_QP_ACCESS_ERR for the client's QP.
+TEST_F(UapiEvents, ResponderAccessErrorReachesTheClientAsQpAccessErr) {
+  make_qp(16);
+  connect_b();
+  a.post_send(p::wqe_opcode::RDMA_WRITE, a.data.iova, 64, uint64_t(uintptr_t(buf)), mr_rkey ^ 0x100);
+  pump();
+  std::vector<std::pair<uint32_t, uint32_t>> want = {{qp, IBV_EVENT_QP_ACCESS_ERR}};
+  EXPECT_EQ(events(), want);
+  const uint8_t* e = a.poll_cq();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(p::get(e, p::err_cqe::syndrome), p::cqe_syndrome::REMOTE_ACCESS_ERR);
+}
+
+// A QP on an SRQ moved to ERR: IBV_EVENT_QP_LAST_WQE_REACHED for the QP (not the SRQ).
+TEST_F(UapiEvents, LastWqeReachedReachesTheClientForTheQpOnAnSrq) {
+  u::CreateSrqResp s{};
+  ASSERT_EQ(call(u::Selector::create_srq, u::CreateSrqReq{pd, 8, 1, 0}, &s), u::Status::ok);
+  make_qp(16, s.handle);
+  connect_b();
+  u::ModifyQpReq m{};
+  m.handle = qp, m.attr_mask = u::kQpState, m.qp_state = u::kStateErr;
+  u::EmptyResp e;
+  ASSERT_EQ(call(u::Selector::modify_qp, m, &e), u::Status::ok);
+  pump();
+  std::vector<std::pair<uint32_t, uint32_t>> want = {{qp, IBV_EVENT_QP_LAST_WQE_REACHED}};
+  EXPECT_EQ(events(), want);
+}
+
+}  // namespace
