@@ -1,0 +1,47 @@
+// The mlx5 provider's only door to the driver: the user-client ABI (src/uapi, docs/uapi.md) as
+// four operations. On Linux it is melon-emud's Unix socket (transport_emud.cpp, over
+// dext::UapiClient); on macOS an IOUserClient (IOConnectCallStructMethod / IOConnectMapMemory64).
+// The provider never learns which one it has.
+//
+// Doorbells: the provider writes a doorbell into its mapped UAR page exactly as it would on
+// hardware, then calls kick() with the same bytes. On a real card (the DEXT mapping the BAR's UAR
+// page) kick() does nothing; an emulated device, whose UAR page is plain memory, learns of the
+// write from it.
+#pragma once
+
+#include <stdint.h>
+
+#include <memory>
+
+#include "uapi/abi.h"
+
+namespace melon::mlx5prov {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // One control call: request `in` (in_len bytes) -> response `out` (at most out_cap bytes).
+  virtual uapi::Status call(uapi::Selector sel, const void* in, uint32_t in_len, void* out, uint32_t out_cap) = 0;
+  // Map (kind, handle) into this process: the address and length, or nullptr with *st set.
+  // unmap() undoes it.
+  virtual void* map(uapi::MapKind kind, uint32_t handle, uint64_t* len, uapi::Status* st) = 0;
+  virtual void unmap(void* addr, uint64_t len) = 0;
+  // Readable whenever the driver has queued an event for this client (read it with get_event).
+  virtual int event_fd() const = 0;
+  // A doorbell was written to UAR `uar` (a handle) at byte `offset` (0x20 CQ arm, the UAR's
+  // db_offset for send doorbells / BlueFlame); `value` is the 64-bit doorbell as written (bytes in
+  // the order they sit in memory). Returns 0 or an errno value.
+  virtual int kick(uint32_t uar, uint32_t offset, uint64_t value) = 0;
+
+  template <class Req, class Resp>
+  uapi::Status call(uapi::Selector s, const Req& rq, Resp* rp) {
+    return call(s, &rq, uapi::wire_size<Req>, rp, uapi::wire_size<Resp>);
+  }
+};
+
+// The platform's transport to the device behind `where` (Linux: melon-emud's socket path), opened
+// (uapi Open done). nullptr with *err (an errno value) when it cannot be reached.
+std::unique_ptr<Transport> open_transport(const char* where, int* err);
+
+}  // namespace melon::mlx5prov
