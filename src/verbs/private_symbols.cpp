@@ -23,6 +23,9 @@
 extern "C" int melon_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index,
                                     ibv_gid_type_sysfs* type);
 
+// ELF only: .symver and the alias attribute have no Mach-O counterpart (no symbol versions, no
+// aliases), so on macOS the private ABI's one function is exported under its own name.
+#if defined(__ELF__)
 extern "C" __attribute__((visibility("default"))) int melon_pabi_query_gid_type(ibv_context* context, uint8_t port_num,
                                                                                 unsigned int index,
                                                                                 ibv_gid_type_sysfs* type) {
@@ -40,6 +43,12 @@ static_assert(std::is_same_v<decltype(melon_pabi_query_gid_type), decltype(ibv_q
   __asm__(".symver melon_pabi_query_gid_type_" #n ", ibv_query_gid_type@IBVERBS_PRIVATE_" #n);                      \
   static_assert(std::is_same_v<decltype(melon_pabi_query_gid_type_##n), decltype(ibv_query_gid_type)>);
 MELON_IBVERBS_EXTRA_PABI_LIST(MELON_PABI_ALIAS)
+#else
+extern "C" __attribute__((visibility("default"))) int ibv_query_gid_type(ibv_context* context, uint8_t port_num,
+                                                                         unsigned int index, ibv_gid_type_sysfs* type) {
+  return melon_query_gid_type(context, port_num, index, type);
+}
+#endif
 
 #if MELON_IBVERBS_PRIVATE_STUBS
 #define MELON_PRIV_ERRNO(name, params)                                \

@@ -37,12 +37,13 @@ bool TestHost::free(uint64_t iova) {
   return true;
 }
 
-uint64_t TestHost::map(void* va, size_t len) {
+uint64_t TestHost::map(void* va, size_t len, size_t align) {
+  if (align < kPage) align = kPage;
   uintptr_t start = reinterpret_cast<uintptr_t>(va) & ~uintptr_t(kPage - 1);
   size_t off = reinterpret_cast<uintptr_t>(va) - start;
   size_t bytes = round_up(off + (len ? len : 1), kPage);
   std::lock_guard<std::mutex> g(mu_);
-  uint64_t iova = next_iova_;
+  uint64_t iova = round_up(next_iova_, align);
   next_iova_ = iova + bytes + kPage;
   maps_[iova] = Mapping{iova, bytes, reinterpret_cast<uint8_t*>(start), false};
   return iova + off;

@@ -45,8 +45,9 @@ class TestHost : public DmaPort, public IrqSink {
   // Unmaps and frees an allocation made by alloc(). Returns false for an unknown IOVA.
   bool free(uint64_t iova);
   // Maps memory the host owns (a user buffer being pinned): returns the IOVA of `va`, which keeps
-  // va's offset inside its page. The caller keeps the memory alive until unmap().
-  uint64_t map(void* va, size_t len);
+  // va's offset inside its page. The caller keeps the memory alive until unmap(). `align` aligns the
+  // window's IOVA further (an IOMMU with larger pages: Apple's DART maps 16 KiB pages).
+  uint64_t map(void* va, size_t len, size_t align = kPage);
   bool unmap(uint64_t iova);
 
   // Host-side view of an IOVA (what the driver's own pointer is), or nullptr if not mapped.

@@ -1,0 +1,277 @@
+// MlxPCIDriver (MlxPCIDriver.iig): DriverKit's life cycle, translated to DextDevice. All the
+// device logic is in src/mlx5/core; this file opens the function, checks it is there, sets up
+// vectors, the service timer and the HAL, runs start()/stop(), and publishes MelonState.
+#include <DriverKit/IODispatchQueue.h>
+#include <DriverKit/IOInterruptDispatchSource.h>
+#include <DriverKit/IOLib.h>
+#include <DriverKit/IOTimerDispatchSource.h>
+#include <DriverKit/IOUserClient.h>
+#include <DriverKit/OSCollections.h>
+#include <PCIDriverKit/PCIDriverKit.h>
+#include <mach/mach_time.h>
+#include <os/log.h>
+
+#include <MlxPCIDriver.h>  // iig's output, from the build's include path (tests/driverkit/generated on Linux)
+#include "dext/driverkit/dext_device.h"
+#include "dext/driverkit/driver_parts.h"
+#include "dext/driverkit/pci_hal.h"
+#include "dext/driverkit/placement.h"
+#include "dext/driverkit/queue_memory.h"
+#include "uapi/iokit.h"
+
+using melon::dext::DextDevice;
+using melon::dext::DextState;
+using melon::dext::DriverParts;
+using melon::dext::PciHal;
+using melon::dext::QueueMemory;
+namespace core = melon::mlx5::core;
+
+namespace {
+constexpr uint32_t kWantVectors = 4;  // async EQ + completion EQs; more than the core uses is harmless
+constexpr uint64_t kServicePeriodNs = 500ull * 1000 * 1000;  // the core polls health every 2 s itself
+constexpr uint64_t kMaxInterruptIndex = 64;
+}  // namespace
+
+struct MlxPCIDriver_IVars {
+  IOPCIDevice* pci;
+  bool open;
+  IODispatchQueue* irq_queue;
+  IOInterruptDispatchSource* irq[PciHal::kMaxVectors];
+  OSAction* irq_action[PciHal::kMaxVectors];
+  uint32_t nvec;
+  IOTimerDispatchSource* timer;
+  OSAction* timer_action;
+  IOMemoryDescriptor* bar_md;
+  PciHal* hal;
+  QueueMemory* queues;
+  DextDevice* dev;
+  DriverParts parts;
+  DextState published;
+  uint32_t numer, denom;  // mach timebase
+};
+
+bool MlxPCIDriver::init() {
+  if (!super::init()) return false;
+  ivars = IONewZero(MlxPCIDriver_IVars, 1);
+  return ivars != nullptr;
+}
+
+void MlxPCIDriver::free() {
+  IOSafeDeleteNULL(ivars, MlxPCIDriver_IVars, 1);
+  super::free();
+}
+
+static void publish_state(MlxPCIDriver* self, DextState s) {
+  OSDictionary* d = OSDictionary::withCapacity(1);
+  OSString* v = OSString::withCString(melon::dext::dext_state_name(s));
+  if (d && v && d->setObject("MelonState", v)) self->SetProperties(d);
+  OSSafeReleaseNULL(v);
+  OSSafeReleaseNULL(d);
+  self->ivars->published = s;
+  os_log(OS_LOG_DEFAULT, "MlxPCIDriver: MelonState %{public}s", melon::dext::dext_state_name(s));
+}
+
+static uint64_t ns_to_abs(const MlxPCIDriver_IVars* iv, uint64_t ns) { return ns / iv->numer * iv->denom; }
+
+static void kick(void* ctx) { static_cast<MlxPCIDriver*>(ctx)->KickService(); }
+
+// Vectors: the function's MSI-X messages as interrupt sources on their own queue (never the default
+// queue, which Start() blocks while bring-up waits for the firmware). Fewer than asked, or none,
+// is fine: the core then polls.
+static void setup_vectors(MlxPCIDriver* self) {
+  MlxPCIDriver_IVars* iv = self->ivars;
+  if (IODispatchQueue::Create("MlxInterrupts", 0, 0, &iv->irq_queue) != kIOReturnSuccess) {
+    iv->irq_queue = nullptr;
+    return;
+  }
+  if (iv->pci->ConfigureInterrupts(kIOInterruptTypePCIMessagedX, 1, kWantVectors, 0) != kIOReturnSuccess)
+    os_log(OS_LOG_DEFAULT, "MlxPCIDriver: MSI-X not configured; using what the function offers");
+  for (uint32_t index = 0; index < kMaxInterruptIndex && iv->nvec < kWantVectors; index++) {
+    uint64_t type = 0;
+    if (IOInterruptDispatchSource::GetInterruptType(iv->pci, index, &type) != kIOReturnSuccess) break;
+    if (!(type & (kIOInterruptTypePCIMessaged | kIOInterruptTypePCIMessagedX))) continue;
+    IOInterruptDispatchSource* src = nullptr;
+    OSAction* act = nullptr;
+    if (IOInterruptDispatchSource::Create(iv->pci, index, iv->irq_queue, &src) != kIOReturnSuccess) break;
+    if (self->CreateActionInterruptOccurred(sizeof(uint32_t), &act) != kIOReturnSuccess ||
+        src->SetHandler(act) != kIOReturnSuccess) {
+      OSSafeReleaseNULL(act);
+      OSSafeReleaseNULL(src);
+      break;
+    }
+    *static_cast<uint32_t*>(act->GetReference()) = iv->nvec;
+    iv->irq[iv->nvec] = src;
+    iv->irq_action[iv->nvec] = act;
+    iv->nvec++;
+  }
+}
+
+static kern_return_t setup_timer(MlxPCIDriver* self) {
+  MlxPCIDriver_IVars* iv = self->ivars;
+  IODispatchQueue* q = nullptr;
+  kern_return_t ret = self->CopyDispatchQueue(kIOServiceDefaultQueueName, &q);
+  if (ret != kIOReturnSuccess) return ret;
+  ret = IOTimerDispatchSource::Create(q, &iv->timer);
+  q->release();
+  if (ret != kIOReturnSuccess) return ret;
+  ret = self->CreateActionServiceTimer(0, &iv->timer_action);
+  if (ret == kIOReturnSuccess) ret = iv->timer->SetHandler(iv->timer_action);
+  return ret;
+}
+
+// Everything Start() made, in reverse; safe on a partial Start.
+static void release_all(MlxPCIDriver* self) {
+  MlxPCIDriver_IVars* iv = self->ivars;
+  if (iv->timer) iv->timer->Cancel(nullptr);
+  if (iv->dev) {
+    core::Err e = iv->dev->stop();
+    if (e != core::Err::ok) os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: stop: %{public}s", core::err_name(e));
+    iv->dev->~DextDevice();
+    IOFree(iv->dev, sizeof(DextDevice));
+    iv->dev = nullptr;
+  }
+  if (iv->queues) {
+    iv->queues->~QueueMemory();
+    IOFree(iv->queues, sizeof(QueueMemory));
+    iv->queues = nullptr;
+  }
+  if (iv->hal) {
+    iv->hal->~PciHal();
+    IOFree(iv->hal, sizeof(PciHal));
+    iv->hal = nullptr;
+  }
+  for (uint32_t v = 0; v < iv->nvec; v++) {
+    iv->irq[v]->Cancel(nullptr);
+    OSSafeReleaseNULL(iv->irq[v]);
+    OSSafeReleaseNULL(iv->irq_action[v]);
+  }
+  iv->nvec = 0;
+  OSSafeReleaseNULL(iv->timer);
+  OSSafeReleaseNULL(iv->timer_action);
+  OSSafeReleaseNULL(iv->irq_queue);
+  OSSafeReleaseNULL(iv->bar_md);
+  if (iv->open) iv->pci->Close(self, 0);
+  iv->open = false;
+  iv->pci = nullptr;
+}
+
+template <class T, class... A>
+static T* make(A&&... a) {
+  void* m = IOMallocZero(sizeof(T));
+  return m ? new (m) T(static_cast<A&&>(a)...) : nullptr;
+}
+
+static kern_return_t start_device(MlxPCIDriver* self, IOService* provider) {
+  MlxPCIDriver_IVars* iv = self->ivars;
+  iv->pci = OSDynamicCast(IOPCIDevice, provider);
+  if (!iv->pci) return kIOReturnNoDevice;
+  kern_return_t ret = iv->pci->Open(self, 0);
+  if (ret != kIOReturnSuccess) {
+    os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: cannot open the PCI function: 0x%x", ret);
+    return ret;
+  }
+  iv->open = true;
+  // A card that lost power or its link answers every read with all ones: nothing can bring it back
+  // but a cold power cycle (scripts/macos look for exactly this line).
+  uint16_t vendor = 0xffff, device = 0xffff;
+  iv->pci->ConfigurationRead16(kIOPCIConfigurationOffsetVendorID, &vendor);
+  if (vendor == 0xffff) {
+    os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: config space reads 0xffff");
+    return kIOReturnNoDevice;
+  }
+  iv->pci->ConfigurationRead16(kIOPCIConfigurationOffsetDeviceID, &device);
+  os_log(OS_LOG_DEFAULT, "MlxPCIDriver: function %04x:%04x", vendor, device);
+
+  uint8_t bar = 0, bar_type = 0;
+  uint64_t bar_size = 0;
+  ret = iv->pci->GetBARInfo(0, &bar, &bar_size, &bar_type);
+  if (ret != kIOReturnSuccess || !bar_size) {
+    os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: no BAR0: 0x%x", ret);
+    return ret != kIOReturnSuccess ? ret : kIOReturnNoDevice;
+  }
+  if (iv->pci->_CopyDeviceMemoryWithIndex(bar, &iv->bar_md, self) != kIOReturnSuccess) {
+    iv->bar_md = nullptr;
+    os_log(OS_LOG_DEFAULT, "MlxPCIDriver: BAR0 not mappable; clients get no UAR");
+  }
+  mach_timebase_info_data_t tb{};
+  mach_timebase_info(&tb);
+  iv->numer = tb.numer ? tb.numer : 1, iv->denom = tb.denom ? tb.denom : 1;
+
+  setup_vectors(self);
+  if ((ret = setup_timer(self)) != kIOReturnSuccess) return ret;
+  iv->hal = make<PciHal>(iv->pci, bar, bar_size, kick, static_cast<void*>(self));
+  if (iv->hal) iv->queues = make<QueueMemory>(*iv->hal, iv->bar_md, kick, static_cast<void*>(self));
+  if (iv->queues) iv->dev = make<DextDevice>(*iv->hal, *iv->queues);
+  if (!iv->dev) return kIOReturnNoMemory;
+  iv->hal->set_vectors(iv->irq, iv->nvec);
+  iv->parts = DriverParts{iv->dev, iv->queues};
+
+  core::Err e = iv->dev->start();
+  if (e != core::Err::ok) {
+    const core::Failure& f = iv->dev->last_failure();
+    os_log_error(OS_LOG_DEFAULT,
+                 "MlxPCIDriver: bring-up failed at %{public}s: %{public}s (opcode 0x%x status 0x%x syndrome 0x%x)",
+                 core::stage_name(f.stage), core::err_name(f.err), f.cmd.opcode, f.cmd.status, f.cmd.syndrome);
+    return kIOReturnNotReady;
+  }
+  iv->timer->WakeAtTime(kIOTimerClockMachAbsoluteTime, mach_absolute_time() + ns_to_abs(iv, kServicePeriodNs), 0);
+  return kIOReturnSuccess;
+}
+
+kern_return_t IMPL(MlxPCIDriver, Start) {
+  kern_return_t ret = Start(provider, SUPERDISPATCH);
+  if (ret != kIOReturnSuccess) return ret;
+  publish_state(this, DextState::starting);
+  ret = start_device(this, provider);
+  if (ret != kIOReturnSuccess) {
+    release_all(this);
+    publish_state(this, DextState::fatal);
+    Stop(provider, SUPERDISPATCH);
+    return ret;
+  }
+  publish_state(this, DextState::ready);
+  return RegisterService();
+}
+
+kern_return_t IMPL(MlxPCIDriver, Stop) {
+  release_all(this);
+  publish_state(this, DextState::stopped);
+  return Stop(provider, SUPERDISPATCH);
+}
+
+kern_return_t IMPL(MlxPCIDriver, NewUserClient) {
+  if (!ivars->dev || ivars->dev->state() != DextState::ready) return kIOReturnNotReady;
+  if (type != melon::uapi::iokit::kUserClientType) return kIOReturnBadArgument;
+  IOService* s = nullptr;
+  kern_return_t ret = Create(this, "MlxUserClientProperties", &s);
+  if (ret != kIOReturnSuccess) {
+    os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: cannot create the user client: 0x%x", ret);
+    return ret;
+  }
+  *userClient = OSDynamicCast(IOUserClient, s);
+  if (!*userClient) {
+    s->release();
+    return kIOReturnError;
+  }
+  return kIOReturnSuccess;
+}
+
+void IMPL(MlxPCIDriver, InterruptOccurred) {
+  if (ivars->hal) ivars->hal->fire(*static_cast<uint32_t*>(action->GetReference()));
+}
+
+void IMPL(MlxPCIDriver, ServiceTimer) {
+  MlxPCIDriver_IVars* iv = ivars;
+  if (!iv->dev || !iv->timer) return;
+  iv->dev->service();
+  if (iv->dev->state() != iv->published) publish_state(this, iv->dev->state());
+  iv->timer->WakeAtTime(kIOTimerClockMachAbsoluteTime, mach_absolute_time() + ns_to_abs(iv, kServicePeriodNs), 0);
+}
+
+void* MlxPCIDriver::CoreDevice() {
+  return ivars && ivars->dev && ivars->dev->state() == DextState::ready ? &ivars->parts : nullptr;
+}
+
+void MlxPCIDriver::KickService() {
+  if (ivars && ivars->timer) ivars->timer->WakeAtTime(kIOTimerClockMachAbsoluteTime, mach_absolute_time(), 0);
+}

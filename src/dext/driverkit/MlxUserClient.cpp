@@ -1,0 +1,171 @@
+// MlxUserClient (MlxUserClient.iig): one application's connection, translated to DextDevice. The
+// trust boundary's rules are src/uapi's (uapi::Server): this file only checks the opener's
+// entitlement, moves bytes between IOKit's arguments and the server, and keeps the registry's
+// counts current.
+#include <DriverKit/IOLib.h>
+#include <DriverKit/IOUserClient.h>
+#include <DriverKit/OSCollections.h>
+#include <os/log.h>
+
+#include <MlxPCIDriver.h>  // iig's output, from the build's include path
+#include <MlxUserClient.h>
+#include "dext/driverkit/dext_device.h"
+#include "dext/driverkit/driver_parts.h"
+#include "dext/driverkit/placement.h"
+#include "dext/driverkit/queue_memory.h"
+#include "uapi/iokit.h"
+
+#ifndef MLX_DEXT_ID
+#error "MLX_DEXT_ID (src/dext/bundle.env) must be defined by the build"
+#endif
+
+namespace uapi = melon::uapi;
+using melon::dext::DextDevice;
+using melon::dext::DriverParts;
+
+namespace {
+constexpr const char* kUserClientAccess = "com.apple.developer.driverkit.userclient-access";
+constexpr uint32_t kMaxResponse = 512;  // the largest response (DeviceAttr) is 128 bytes
+}  // namespace
+
+struct MlxUserClient_IVars {
+  DriverParts* parts;
+  uapi::Client* client;
+  bool attached;
+  bool published;
+  uint32_t qps, mrs;
+};
+
+bool MlxUserClient::init() {
+  if (!super::init()) return false;
+  ivars = IONewZero(MlxUserClient_IVars, 1);
+  return ivars != nullptr;
+}
+
+void MlxUserClient::free() {
+  IOSafeDeleteNULL(ivars, MlxUserClient_IVars, 1);
+  super::free();
+}
+
+// The opener must hold userclient-access naming this driver (a string or an array of strings).
+// The kernel checks the same through the personality's IOServiceDEXTEntitlements; checking here too
+// keeps a driver that is loaded with a wrong personality from serving anyone.
+static bool entitled(MlxUserClient* self) {
+  OSDictionary* ents = nullptr;
+  if (self->CopyClientEntitlements(&ents) != kIOReturnSuccess || !ents) return false;
+  bool ok = false;
+  OSObject* v = ents->getObject(kUserClientAccess);
+  if (OSString* s = OSDynamicCast(OSString, v)) {
+    ok = s->isEqualTo(MLX_DEXT_ID);
+  } else if (OSArray* a = OSDynamicCast(OSArray, v)) {
+    for (uint32_t i = 0; i < a->getCount() && !ok; i++) {
+      OSString* s = OSDynamicCast(OSString, a->getObject(i));
+      ok = s && s->isEqualTo(MLX_DEXT_ID);
+    }
+  }
+  ents->release();
+  return ok;
+}
+
+// MelonQPCount / MelonMRCount: the operator scripts refuse to deactivate while any client holds
+// QPs or MRs (docs/macos.md), so they must never lag behind a create.
+static void publish_counts(MlxUserClient* self) {
+  MlxUserClient_IVars* iv = self->ivars;
+  uint32_t qps = DextDevice::held(*iv->client, uapi::ObjType::qp);
+  uint32_t mrs = DextDevice::held(*iv->client, uapi::ObjType::mr);
+  if (iv->published && qps == iv->qps && mrs == iv->mrs) return;
+  OSDictionary* d = OSDictionary::withCapacity(2);
+  OSNumber* q = OSNumber::withNumber(qps, 32);
+  OSNumber* m = OSNumber::withNumber(mrs, 32);
+  if (d && q && m && d->setObject("MelonQPCount", q) && d->setObject("MelonMRCount", m) &&
+      self->SetProperties(d) == kIOReturnSuccess) {
+    iv->published = true, iv->qps = qps, iv->mrs = mrs;
+  }
+  OSSafeReleaseNULL(q);
+  OSSafeReleaseNULL(m);
+  OSSafeReleaseNULL(d);
+}
+
+static void release_client(MlxUserClient_IVars* iv) {
+  if (!iv->client) return;
+  if (iv->attached) {
+    uint32_t failed = iv->parts->dev->detach(*iv->client);
+    if (failed) os_log_error(OS_LOG_DEFAULT, "MlxUserClient: %u objects did not release cleanly", failed);
+  }
+  iv->attached = false;
+  iv->client->~Client();
+  IOFree(iv->client, sizeof(uapi::Client));
+  iv->client = nullptr;
+}
+
+kern_return_t IMPL(MlxUserClient, Start) {
+  kern_return_t ret = Start(provider, SUPERDISPATCH);
+  if (ret != kIOReturnSuccess) return ret;
+  MlxPCIDriver* driver = OSDynamicCast(MlxPCIDriver, provider);
+  ivars->parts = driver ? static_cast<DriverParts*>(driver->CoreDevice()) : nullptr;
+  if (!ivars->parts) {
+    ret = kIOReturnNotReady;
+  } else if (!entitled(this)) {
+    os_log_error(OS_LOG_DEFAULT, "MlxUserClient: refused: the opener lacks %{public}s for %{public}s",
+                 kUserClientAccess, MLX_DEXT_ID);
+    ret = kIOReturnNotPermitted;
+  } else {
+    void* m = IOMallocZero(sizeof(uapi::Client));
+    ivars->client = m ? new (m) uapi::Client() : nullptr;
+    uapi::Status st = ivars->client ? ivars->parts->dev->attach(ivars->client, this) : uapi::Status::no_memory;
+    ivars->attached = st == uapi::Status::ok;
+    ret = ivars->attached                    ? kIOReturnSuccess
+          : st == uapi::Status::quota_device ? kIOReturnNoResources
+          : st == uapi::Status::no_memory    ? kIOReturnNoMemory
+                                             : kIOReturnNotReady;
+  }
+  if (ret != kIOReturnSuccess) {
+    release_client(ivars);
+    Stop(provider, SUPERDISPATCH);
+    return ret;
+  }
+  publish_counts(this);
+  return kIOReturnSuccess;
+}
+
+// Close and client death arrive here alike: everything the client held goes now.
+kern_return_t IMPL(MlxUserClient, Stop) {
+  release_client(ivars);
+  return Stop(provider, SUPERDISPATCH);
+}
+
+kern_return_t MlxUserClient::ExternalMethod(uint64_t selector, IOUserClientMethodArguments* args,
+                                            const IOUserClientMethodDispatch*, OSObject*, void*) {
+  MlxUserClient_IVars* iv = ivars;
+  if (!iv->attached) return kIOReturnNotOpen;
+  // The uapi is structures in, structures out, synchronous, inline (uapi/iokit.h).
+  if (!args || args->completion || args->scalarInputCount || args->structureInputDescriptor ||
+      args->structureOutputDescriptor)
+    return kIOReturnBadArgument;
+  if (selector > 0xffffffffu) return uapi::iokit::return_of(uapi::Status::unknown_selector);
+  const void* in = args->structureInput ? args->structureInput->getBytesNoCopy() : nullptr;
+  size_t in_len = args->structureInput ? args->structureInput->getLength() : 0;
+  if (in_len > uapi::iokit::kMaxInline) return kIOReturnBadArgument;
+  uint8_t out[kMaxResponse];
+  uint64_t cap = args->structureOutputMaximumSize < kMaxResponse ? args->structureOutputMaximumSize : kMaxResponse;
+  uapi::Reply r = iv->parts->dev->call(*iv->client, uint32_t(selector), in, uint32_t(in_len), out, uint32_t(cap));
+  if (r.status == uapi::Status::ok && r.out_len) {
+    args->structureOutput = OSData::withBytes(out, r.out_len);
+    if (!args->structureOutput) return kIOReturnNoMemory;
+  }
+  publish_counts(this);
+  return uapi::iokit::return_of(r.status);
+}
+
+kern_return_t IMPL(MlxUserClient, CopyClientMemoryForType) {
+  MlxUserClient_IVars* iv = ivars;
+  if (!iv->attached) return kIOReturnNotOpen;
+  uapi::MapRegion reg;
+  uapi::Status st = iv->parts->dev->mapping(*iv->client, type, &reg);
+  if (st != uapi::Status::ok) return uapi::iokit::return_of(st);
+  IOMemoryDescriptor* md = iv->parts->queues->descriptor_for(reg);
+  if (!md) return kIOReturnNoMemory;
+  *options = 0;  // read-write: the client writes WQEs, doorbell records and doorbells
+  *memory = md;
+  return kIOReturnSuccess;
+}

@@ -1,0 +1,123 @@
+// The macOS Transport: the DEXT's MlxUserClient through IOKit (uapi/iokit.h has the carriage
+// rules). Control calls are IOConnectCallStructMethod with the uapi status in the IOReturn;
+// mappings are IOConnectMapMemory64 of map_type(kind, handle). Built instead of
+// transport_emud.cpp on macOS (MELON_TRANSPORT_IOKIT); on Linux it is built against the IOKit
+// stand-in (tests/driverkit), where it reaches the DEXT glue in-process over the emulated card.
+//
+// Doorbells need no kick: the UAR page is mapped from BAR0, so the store reaches the card. No event
+// fd yet: completion and async events are read with get_event (docs/macos.md).
+#include <IOKit/IOKitLib.h>
+#include <errno.h>
+
+#include <map>
+#include <mutex>
+
+#include "providers/mlx5/transport.h"
+#include "uapi/iokit.h"
+
+namespace melon::mlx5prov {
+
+namespace {
+
+int errno_of_open(kern_return_t kr) {
+  switch (kr) {
+    case kIOReturnNotPermitted:
+    case kIOReturnNotPrivileged: return EPERM;  // no userclient-access entitlement for our driver
+    case kIOReturnNoResources: return EBUSY;  // the device's client limit
+    case kIOReturnNotReady: return EAGAIN;  // the driver has not brought the card up
+    case kIOReturnNoMemory: return ENOMEM;
+    default: return ENODEV;
+  }
+}
+
+class IokitTransport final : public Transport {
+ public:
+  using Transport::call;
+  ~IokitTransport() override {
+    if (conn_ != IO_OBJECT_NULL) IOServiceClose(conn_);
+  }
+
+  bool open(const char* where, int* err) {
+    const char* name = where && *where ? where : uapi::iokit::kServiceName;
+    io_service_t svc = IOServiceGetMatchingService(kIOMainPortDefault, IOServiceNameMatching(name));
+    if (svc == IO_OBJECT_NULL) {
+      *err = ENODEV;
+      return false;
+    }
+    kern_return_t kr = IOServiceOpen(svc, mach_task_self(), uapi::iokit::kUserClientType, &conn_);
+    IOObjectRelease(svc);
+    if (kr != kIOReturnSuccess) {
+      conn_ = IO_OBJECT_NULL;
+      *err = errno_of_open(kr);
+      return false;
+    }
+    uapi::OpenReq rq{uapi::kAbiVersion, 0, ~0ull};
+    uapi::OpenResp rp{};
+    if (call(uapi::Selector::open, rq, &rp) != uapi::Status::ok || rp.abi_version != uapi::kAbiVersion) {
+      *err = EPROTO;
+      return false;
+    }
+    return true;
+  }
+
+  uapi::Status call(uapi::Selector sel, const void* in, uint32_t in_len, void* out, uint32_t out_cap) override {
+    size_t out_len = out_cap;
+    kern_return_t kr = IOConnectCallStructMethod(conn_, uint32_t(sel), in_len ? in : nullptr, in_len,
+                                                 out_cap ? out : nullptr, &out_len);
+    uapi::Status st;
+    // Anything that is not one of the server's answers is the connection failing (the driver went
+    // away, the kernel refused the call's shape): the device is gone for this client.
+    return uapi::iokit::status_of_return(kr, &st) ? st : uapi::Status::device_dead;
+  }
+
+  void* map(uapi::MapKind kind, uint32_t handle, uint64_t* len, uapi::Status* st) override {
+    mach_vm_address_t addr = 0;
+    mach_vm_size_t size = 0;
+    uint32_t type = uapi::map_type(kind, handle);
+    kern_return_t kr = IOConnectMapMemory64(conn_, type, mach_task_self(), &addr, &size, kIOMapAnywhere);
+    if (kr != kIOReturnSuccess) {
+      if (!uapi::iokit::status_of_return(kr, st)) *st = uapi::Status::device_dead;
+      return nullptr;
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    types_[addr] = type;
+    *len = size;
+    *st = uapi::Status::ok;
+    return reinterpret_cast<void*>(uintptr_t(addr));
+  }
+
+  void unmap(void* addr, uint64_t) override {
+    uint32_t type;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = types_.find(uint64_t(uintptr_t(addr)));
+      if (it == types_.end()) return;
+      type = it->second;
+      types_.erase(it);
+    }
+    IOConnectUnmapMemory64(conn_, type, mach_task_self(), uint64_t(uintptr_t(addr)));
+  }
+
+  int event_fd() const override { return -1; }
+  int kick(uint32_t, uint32_t, uint64_t) override { return 0; }
+
+  io_connect_t connection() const { return conn_; }
+
+ private:
+  io_connect_t conn_ = IO_OBJECT_NULL;
+  std::mutex mu_;
+  std::map<uint64_t, uint32_t> types_;  // mapped address -> memory type (unmap needs it)
+};
+
+}  // namespace
+
+#if MELON_TRANSPORT_IOKIT
+// `where` names the driver's service (default: MlxPCIDriver, uapi/iokit.h).
+std::unique_ptr<Transport> open_transport(const char* where, int* err) {
+  auto t = std::make_unique<IokitTransport>();
+  if (!t->open(where, err)) return nullptr;
+  return t;
+}
+#endif
+
+}  // namespace melon::mlx5prov

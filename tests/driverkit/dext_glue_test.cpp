@@ -1,0 +1,359 @@
+// MlxPCIDriver and MlxUserClient (src/dext/driverkit), compiled unchanged against the DriverKit
+// stand-in, on the emulated ConnectX-4 Lx: Start to MelonState=ready, the orphaned card, the
+// entitlement check, ExternalMethod's refusals, the registry counts, mappings, client death and
+// Stop leaving nothing behind.
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "dext/driverkit/dext_device.h"
+#include "dext/driverkit/driver_parts.h"
+#include "dext/driverkit/queue_memory.h"
+#include "dk_rig.h"
+
+namespace melon::dktest {
+namespace {
+
+using uapi::Selector;
+using uapi::Status;
+
+constexpr const char* kAccess = "com.apple.developer.driverkit.userclient-access";
+
+class DextGlue : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dkfake::clear_log();
+    dkfake::set_task_entitlements({MLX_DEXT_ID});
+  }
+};
+
+bool has_line(const std::string& line) {
+  auto v = dkfake::log_lines();
+  return std::find(v.begin(), v.end(), line) != v.end();
+}
+
+melon::dext::DriverParts* parts(IOService* s) {
+  return static_cast<melon::dext::DriverParts*>(static_cast<MlxPCIDriver*>(s)->CoreDevice());
+}
+
+TEST_F(DextGlue, StartBringsTheEmulatedCardToReadyAndStopLeavesNothing) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    EXPECT_EQ(dkfake::string_property(d.service, "MelonState"), "ready");
+    EXPECT_TRUE(has_line("MlxPCIDriver: function 15b3:1015"));
+    EXPECT_TRUE(has_line("MlxPCIDriver: MelonState starting"));
+    EXPECT_TRUE(has_line("MlxPCIDriver: MelonState ready"));
+    ASSERT_NE(parts(d.service), nullptr);
+    EXPECT_EQ(parts(d.service)->dev->hca().state(), mlx5::core::HcaState::up);
+    // The core ran over MSI-X: the async and completion EQs have vectors, and events came through them.
+    EXPECT_TRUE(has_line("MlxEQ: async EQ 1 + 1 completion EQs, MSI-X vectors"));
+    EXPECT_GT(parts(d.service)->dev->hca().stats().events, 0u);
+    EXPECT_EQ(d.stop(), kIOReturnSuccess);
+    EXPECT_EQ(d.card.host().mapped_bytes(), 0u) << "IOVA mappings left on the card";
+    EXPECT_EQ(d.card.device().stats().fw_pages_held, 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+TEST_F(DextGlue, WithoutMsixTheCorePollsAndStillComesUp) {
+  Ledger before;
+  {
+    dkfake::CardOptions o;
+    o.configure_msix = false;
+    Driver d(o);
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    EXPECT_EQ(dkfake::string_property(d.service, "MelonState"), "ready");
+    EXPECT_TRUE(has_line("MlxPCIDriver: MSI-X not configured; using what the function offers"));
+    EXPECT_TRUE(has_line("MlxEQ: async EQ 1 + 1 completion EQs, polled"));
+    EXPECT_EQ(d.stop(), kIOReturnSuccess);
+  }
+  expect_same(before, Ledger{});
+}
+
+TEST_F(DextGlue, OrphanedCardLogsTheExactLineAndStartFailsCleanly) {
+  Ledger before;
+  {
+    dkfake::Card card;
+    card.device().surprise_remove();  // config space now reads all ones, as an unpowered card's does
+    kern_return_t r = kIOReturnSuccess;
+    IOService* drv = dkfake::start_driver(card, &r);
+    ASSERT_NE(drv, nullptr);
+    EXPECT_EQ(r, kIOReturnNoDevice);
+    EXPECT_TRUE(has_line("MlxPCIDriver: config space reads 0xffff"));
+    EXPECT_EQ(dkfake::string_property(drv, "MelonState"), "fatal");
+    EXPECT_EQ(static_cast<MlxPCIDriver*>(drv)->CoreDevice(), nullptr);
+    // Not registered: no application can find it.
+    Conn c;
+    EXPECT_EQ(c.open_result, kIOReturnNotFound);
+    drv->release();
+    EXPECT_EQ(card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+TEST_F(DextGlue, BringUpFailureIsFatalAndReleasesEverything) {
+  Ledger before;
+  {
+    dkfake::Card card;
+    mlx5::emu::Faults f;
+    f.bad_status_opcode = 0x104;  // ENABLE_HCA (PRM opcode) fails
+    f.bad_status = 0x4;
+    f.bad_status_syndrome = 0x1234;
+    card.device().set_faults(f);
+    kern_return_t r = kIOReturnSuccess;
+    IOService* drv = dkfake::start_driver(card, &r);
+    ASSERT_NE(drv, nullptr);
+    EXPECT_EQ(r, kIOReturnNotReady);
+    EXPECT_EQ(dkfake::string_property(drv, "MelonState"), "fatal");
+    bool said = false;
+    for (auto& l : dkfake::log_lines())
+      said |= l.rfind("MlxPCIDriver: bring-up failed at ENABLE_HCA", 0) == 0 && l.find("syndrome 0x1234") != l.npos;
+    EXPECT_TRUE(said) << "no bring-up failure line naming the stage and syndrome";
+    drv->release();
+    EXPECT_EQ(card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+TEST_F(DextGlue, OpenWithoutTheEntitlementIsRefused) {
+  Driver d;
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  const std::string refusal =
+      std::string("MlxUserClient: refused: the opener lacks ") + kAccess + " for " + MLX_DEXT_ID;
+  dkfake::set_task_entitlements({});
+  {
+    Conn c;
+    EXPECT_EQ(c.open_result, kIOReturnNotPermitted);
+  }
+  EXPECT_TRUE(has_line(refusal));
+  dkfake::set_task_entitlements({"org.example.another.dext", "org.melondma.rdma.dex"});
+  {
+    Conn c;
+    EXPECT_EQ(c.open_result, kIOReturnNotPermitted);
+  }
+  // Both of Apple's forms name us: an array, or a single string.
+  dkfake::set_task_entitlements({"org.example.another.dext", MLX_DEXT_ID});
+  {
+    Conn c;
+    EXPECT_EQ(c.open_result, kIOReturnSuccess);
+    EXPECT_EQ(c.open(), Status::ok);
+  }
+  dkfake::set_task_entitlements({MLX_DEXT_ID}, false);
+  {
+    Conn c;
+    EXPECT_EQ(c.open_result, kIOReturnSuccess);
+  }
+  EXPECT_EQ(parts(d.service)->dev->clients(), 0u);
+}
+
+TEST_F(DextGlue, ExternalMethodRefusalsCarryTheUapiStatus) {
+  Driver d;
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  Conn c;
+  ASSERT_EQ(c.open_result, kIOReturnSuccess);
+  uapi::HandleResp pd{};
+  // Before Open.
+  EXPECT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::not_open);
+  ASSERT_EQ(c.open(), Status::ok);
+  EXPECT_EQ(c.open(), Status::already_open);
+  ASSERT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::ok);
+  uapi::EmptyResp e;
+  // Unknown selector, a short (truncated) request, a short response buffer.
+  EXPECT_EQ(c.call(0x1fff, nullptr, 0, nullptr, 0), Status::unknown_selector);
+  uapi::CreateCqReq cq{63, 0, 0, 0};
+  uapi::CreateCqResp cqr{};
+  EXPECT_EQ(c.call(uint32_t(Selector::create_cq), &cq, 3, &cqr, sizeof cqr), Status::truncated);
+  uapi::DeviceAttr attr{};
+  EXPECT_EQ(c.call(uint32_t(Selector::query_device), nullptr, 0, &attr, 8), Status::out_too_small);
+  // Longer than the server's struct with nonzero extra bytes.
+  uint8_t longer[sizeof(uapi::HandleReq) + 4] = {};
+  memcpy(longer, &pd, sizeof pd);
+  longer[sizeof longer - 1] = 1;
+  EXPECT_EQ(c.call(uint32_t(Selector::dealloc_pd), longer, sizeof longer, &e, 0), Status::trailing_nonzero);
+  // Forged handles: a made-up token, the right slot with the wrong type, bits above 24.
+  EXPECT_EQ(c.call(Selector::dealloc_pd, uapi::HandleReq{0x12345, 0}, &e), Status::bad_handle);
+  EXPECT_EQ(c.call(Selector::destroy_qp, uapi::HandleReq{pd.handle, 0}, &e), Status::bad_handle);
+  EXPECT_EQ(c.call(Selector::dealloc_pd, uapi::HandleReq{pd.handle | 0x1000000, 0}, &e), Status::bad_handle);
+  // Structures IOKit would pass out of line are not ours: a transport error, not a uapi status.
+  std::vector<uint8_t> huge(uapi::iokit::kMaxInline + 1);
+  size_t n = 0;
+  uapi::Status st;
+  kern_return_t kr = c.raw(uint32_t(Selector::alloc_pd), huge.data(), huge.size(), nullptr, &n);
+  EXPECT_EQ(kr, kIOReturnBadArgument);
+  EXPECT_FALSE(uapi::iokit::status_of_return(kr, &st));
+  // A response the caller cannot hold is the kernel's refusal (the stand-in's, here).
+  // Nothing was created by any of the refusals.
+  uapi::UsageResp u{};
+  ASSERT_EQ(c.call(Selector::query_usage, uapi::EmptyReq{}, &u), Status::ok);
+  EXPECT_EQ(u.server_live[uint8_t(uapi::ObjType::pd)], 1u);
+  EXPECT_EQ(u.server_live[uint8_t(uapi::ObjType::cq)], 0u);
+  EXPECT_EQ(c.call(Selector::dealloc_pd, uapi::HandleReq{pd.handle, 0}, &e), Status::ok);
+}
+
+struct Objects {
+  uint32_t pd = 0, uar = 0, cq = 0, qp = 0, mr = 0;
+  uapi::UarResp uar_r{};
+  uapi::CreateCqResp cq_r{};
+  uapi::CreateQpResp qp_r{};
+};
+
+void make_objects(Conn& c, Objects* o, void* buf, size_t len) {
+  uapi::HandleResp pd{};
+  ASSERT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::ok);
+  o->pd = pd.handle;
+  ASSERT_EQ(c.call(Selector::alloc_uar, uapi::EmptyReq{}, &o->uar_r), Status::ok);
+  o->uar = o->uar_r.handle;
+  ASSERT_EQ(c.call(Selector::create_cq, uapi::CreateCqReq{63, 0, o->uar, 0}, &o->cq_r), Status::ok);
+  o->cq = o->cq_r.handle;
+  uapi::CreateQpReq q{};
+  q.pd = o->pd;
+  q.send_cq = q.recv_cq = o->cq;
+  q.uar = o->uar;
+  q.qp_type = uapi::kQpRc;
+  q.max_send_wr = q.max_recv_wr = 32;
+  q.max_send_sge = q.max_recv_sge = 1;
+  ASSERT_EQ(c.call(Selector::create_qp, q, &o->qp_r), Status::ok);
+  o->qp = o->qp_r.handle;
+  uapi::RegMrReq mr{o->pd, uapi::kAccessLocalWrite | uapi::kAccessRemoteWrite, uint64_t(uintptr_t(buf)), len};
+  uapi::RegMrResp mrr{};
+  ASSERT_EQ(c.call(Selector::reg_mr, mr, &mrr), Status::ok);
+  o->mr = mrr.handle;
+}
+
+TEST_F(DextGlue, UserClientPublishesItsQpAndMrCounts) {
+  Driver d;
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  Conn c;
+  ASSERT_EQ(c.open_result, kIOReturnSuccess);
+  EXPECT_EQ(dkfake::number_property(c.client(), "MelonQPCount"), 0);
+  EXPECT_EQ(dkfake::number_property(c.client(), "MelonMRCount"), 0);
+  ASSERT_EQ(c.open(), Status::ok);
+  std::vector<uint8_t> buf(64 * 1024);
+  Objects o;
+  make_objects(c, &o, buf.data(), buf.size());
+  EXPECT_EQ(dkfake::number_property(c.client(), "MelonQPCount"), 1);
+  EXPECT_EQ(dkfake::number_property(c.client(), "MelonMRCount"), 1);
+  uapi::EmptyResp e;
+  ASSERT_EQ(c.call(Selector::destroy_qp, uapi::HandleReq{o.qp, 0}, &e), Status::ok);
+  EXPECT_EQ(dkfake::number_property(c.client(), "MelonQPCount"), 0);
+  EXPECT_EQ(dkfake::number_property(c.client(), "MelonMRCount"), 1);
+  ASSERT_EQ(c.call(Selector::dereg_mr, uapi::HandleReq{o.mr, 0}, &e), Status::ok);
+  EXPECT_EQ(dkfake::number_property(c.client(), "MelonMRCount"), 0);
+}
+
+TEST_F(DextGlue, MappingsComeFromCopyClientMemoryForType) {
+  Driver d;
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  Conn c;
+  ASSERT_EQ(c.open(), Status::ok);
+  std::vector<uint8_t> buf(16384);
+  Objects o;
+  make_objects(c, &o, buf.data(), buf.size());
+  // The CQ ring: every CQE starts software-owned with an invalid opcode (0xf1 in its last byte).
+  mach_vm_address_t addr = 0;
+  mach_vm_size_t size = 0;
+  ASSERT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::cqe, o.cq), mach_task_self(), &addr, &size,
+                                 kIOMapAnywhere),
+            kIOReturnSuccess);
+  ASSERT_GE(size, 64u * 64);
+  for (uint32_t i = 0; i < o.cq_r.cqe; i++) ASSERT_EQ(reinterpret_cast<uint8_t*>(addr)[i * 64 + 63], 0xf1) << i;
+  EXPECT_EQ(IOConnectUnmapMemory64(c.port, uapi::map_type(uapi::MapKind::cqe, o.cq), mach_task_self(), addr),
+            kIOReturnSuccess);
+  // The QP's doorbell record and send queue.
+  for (auto kind : {uapi::MapKind::db_record, uapi::MapKind::sq, uapi::MapKind::rq}) {
+    ASSERT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(kind, o.qp), mach_task_self(), &addr, &size, kIOMapAnywhere),
+              kIOReturnSuccess)
+        << int(kind);
+    EXPECT_GT(size, 0u);
+  }
+  // The UAR: a 4 KiB window of BAR0, past the initialization segment, page aligned.
+  ASSERT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::uar, o.uar), mach_task_self(), &addr, &size,
+                                 kIOMapAnywhere),
+            kIOReturnSuccess);
+  EXPECT_EQ(size, 4096u);
+  long long off = dkfake::device_offset_of(c.port, addr);
+  EXPECT_GE(off, (long long)mlx5::emu::kFirstUarIndex * 4096);
+  EXPECT_EQ(off % 4096, 0);
+  // Refusals: another object's kind, a forged token, a type above 32 bits of sense.
+  kern_return_t kr =
+      IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::sq, o.cq), mach_task_self(), &addr, &size, 0);
+  Status st;
+  ASSERT_TRUE(uapi::iokit::status_of_return(kr, &st)) << std::hex << kr;
+  EXPECT_NE(st, Status::ok);
+  kr = IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::cqe, 0x345), mach_task_self(), &addr, &size, 0);
+  ASSERT_TRUE(uapi::iokit::status_of_return(kr, &st));
+  EXPECT_EQ(st, Status::bad_handle);
+}
+
+TEST_F(DextGlue, ClientDeathReleasesEverythingItHeld) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    std::vector<uint8_t> buf(64 * 1024);
+    {
+      Conn c;
+      ASSERT_EQ(c.open(), Status::ok);
+      Objects o;
+      make_objects(c, &o, buf.data(), buf.size());
+      Objects o2;
+      make_objects(c, &o2, buf.data(), 4096);
+      mach_vm_address_t addr = 0;
+      mach_vm_size_t size = 0;
+      ASSERT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::sq, o.qp), mach_task_self(), &addr, &size,
+                                     kIOMapAnywhere),
+                kIOReturnSuccess);
+      auto* p = parts(d.service);
+      EXPECT_EQ(p->dev->hca().live(mlx5::core::ObjKind::qp), 2u);
+      EXPECT_GT(p->queues->live(), 0u);
+      // The process dies: no destroy, no unmap, no close.
+      dkfake::kill_connection(c.port);
+      c.port = IO_OBJECT_NULL;
+      EXPECT_EQ(p->dev->clients(), 0u);
+      for (auto k : {mlx5::core::ObjKind::qp, mlx5::core::ObjKind::cq, mlx5::core::ObjKind::mr, mlx5::core::ObjKind::pd,
+                     mlx5::core::ObjKind::uar})
+        EXPECT_EQ(p->dev->hca().live(k), 0u) << int(k);
+      EXPECT_EQ(p->queues->live(), 0u) << "queue memory or pinned ranges left";
+    }
+    // What another client sees: nothing of the dead one's.
+    Conn other;
+    ASSERT_EQ(other.open(), Status::ok);
+    uapi::UsageResp u{};
+    ASSERT_EQ(other.call(Selector::query_usage, uapi::EmptyReq{}, &u), Status::ok);
+    EXPECT_EQ(u.clients, 1u);
+    for (uint32_t t = 0; t < uapi::kObjTypes; t++) EXPECT_EQ(u.server_live[t], 0u) << t;
+    EXPECT_EQ(u.pinned_bytes, 0u);
+    EXPECT_EQ(u.queue_bytes, 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+TEST_F(DextGlue, StopWithClientsStillOpenStopsThemFirst) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    std::vector<uint8_t> buf(16384);
+    Conn a, b;
+    ASSERT_EQ(a.open(), Status::ok);
+    ASSERT_EQ(b.open(), Status::ok);
+    Objects o;
+    make_objects(a, &o, buf.data(), buf.size());
+    EXPECT_EQ(d.stop(), kIOReturnSuccess);
+    EXPECT_TRUE(has_line("MlxPCIDriver: MelonState stopped"));
+    // The connections are gone with the driver; a call on one is the kernel's refusal.
+    uapi::HandleResp pd{};
+    size_t n = sizeof pd;
+    EXPECT_EQ(a.raw(uint32_t(Selector::alloc_pd), nullptr, 0, &pd, &n), kIOReturnBadArgument);
+    a.port = b.port = IO_OBJECT_NULL;
+    EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+}  // namespace
+}  // namespace melon::dktest

@@ -1,0 +1,79 @@
+// The fake side of the DriverKit stand-in (tests/driverkit/README.md): an emulated ConnectX-4 Lx
+// (src/mlx5/emu) behind a fake IOPCIDevice, a fake kernel that matches, starts and stops the driver
+// and opens user clients, and the bookkeeping the tests use to prove nothing leaked. It plays the
+// kernel's and the hardware's part; the glue under test (src/dext/driverkit) is compiled unchanged.
+#pragma once
+
+#include <DriverKit/standin.h>
+#include <PCIDriverKit/IOPCIDevice.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mlx5/emu/device.h"
+#include "mlx5/emu/test_host.h"
+
+namespace melon::dkfake {
+
+struct CardOptions {
+  uint16_t msix_vectors = 16;
+  bool configure_msix = true;  // false: ConfigureInterrupts fails (the driver must cope)
+};
+
+// One PCI function: the emulator (worker thread, steady clock) and its IOMMU, as an IOPCIDevice.
+class Card {
+ public:
+  explicit Card(const CardOptions& o = {});
+  ~Card();
+  Card(const Card&) = delete;
+  Card& operator=(const Card&) = delete;
+
+  IOPCIDevice* pci() { return pci_; }
+  mlx5::emu::Device& device() { return *dev_; }
+  mlx5::emu::TestHost& host() { return host_; }
+  // IOVA mappings the fake IODMACommands hold now.
+  size_t dma_mappings() const;
+  bool no_msix_ = false;  // from CardOptions::configure_msix
+
+ private:
+  mlx5::emu::TestHost host_;
+  std::unique_ptr<mlx5::emu::Device> dev_;
+  IOPCIDevice* pci_ = nullptr;
+};
+
+// The kernel's part. start_driver creates the personality's IOUserClass with the personality's
+// properties (read from src/dext/driverkit/Info.plist) and runs Start on the driver's default
+// queue; the driver is returned even when Start failed (its properties tell the story).
+IOService* start_driver(Card& card, kern_return_t* start_result);
+// Stop on the default queue, then the last reference.
+kern_return_t stop_driver(IOService* driver);
+
+// Registry properties as ioreg shows them.
+std::string string_property(IOService* s, const char* key);  // "" if absent
+long long number_property(IOService* s, const char* key);  // -1 if absent
+
+// What the next IOServiceOpen's task holds (its userclient-access entitlement). as_array false
+// gives the single-string form Apple also accepts; an empty `ids` leaves the entitlement out.
+void set_task_entitlements(const std::vector<std::string>& ids, bool as_array = true);
+// The user client behind a connection (tests/driverkit: the IOKit stand-in's io_connect_t).
+IOUserClient* user_client_of(uint32_t connection);
+// Client death: the kernel stops the user client without the process closing anything.
+void kill_connection(uint32_t connection);
+// The BAR offset behind a device-memory mapping IOConnectMapMemory64 made (-1 if not one).
+long long device_offset_of(uint32_t connection, uint64_t address);
+
+// os_log as captured.
+std::vector<std::string> log_lines();
+bool logged(const std::string& needle);
+void clear_log();
+
+// Leak accounting across the stand-in: OSObjects alive, IOMalloc bytes outstanding, locks alive,
+// IOMalloc/IOFree size mismatches (a glue bug), timer threads running.
+long live_objects();
+long long malloc_bytes();
+long live_locks();
+long free_mismatches();
+long live_timers();
+
+}  // namespace melon::dkfake

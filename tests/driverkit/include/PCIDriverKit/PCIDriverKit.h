@@ -1,0 +1,3 @@
+// Stand-in: see DriverKit/standin.h.
+#pragma once
+#include "PCIDriverKit/IOPCIDevice.h"

@@ -1,0 +1,164 @@
+// The mlx5 provider's IOKit transport (src/providers/mlx5/transport_iokit.cpp) against the stand-in
+// IOKit user side, which reaches MlxUserClient over the emulated card in this process: open with and
+// without the entitlement, one RC QP pair taken to RTS through the transport's calls, mappings,
+// and what the transport reports once the driver is gone.
+#include <errno.h>
+#include <string.h>
+
+#include "dext/driverkit/dext_device.h"
+#include "dext/driverkit/driver_parts.h"
+#include "dk_rig.h"
+#include "providers/mlx5/transport.h"
+
+namespace melon::dktest {
+namespace {
+
+using uapi::Selector;
+using uapi::Status;
+
+class IokitTransport : public ::testing::Test {
+ protected:
+  void SetUp() override { dkfake::set_task_entitlements({MLX_DEXT_ID}); }
+};
+
+struct Qp {
+  uint32_t pd, uar, cq, qp, qpn;
+};
+
+Qp make_qp(mlx5prov::Transport& t) {
+  uapi::HandleResp pd{};
+  EXPECT_EQ(t.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::ok);
+  uapi::UarResp uar{};
+  EXPECT_EQ(t.call(Selector::alloc_uar, uapi::EmptyReq{}, &uar), Status::ok);
+  uapi::CreateCqResp cq{};
+  EXPECT_EQ(t.call(Selector::create_cq, uapi::CreateCqReq{63, 0, uar.handle, 0}, &cq), Status::ok);
+  uapi::CreateQpReq rq{};
+  rq.pd = pd.handle;
+  rq.send_cq = rq.recv_cq = cq.handle;
+  rq.uar = uar.handle;
+  rq.qp_type = uapi::kQpRc;
+  rq.max_send_wr = rq.max_recv_wr = 16;
+  rq.max_send_sge = rq.max_recv_sge = 1;
+  uapi::CreateQpResp qr{};
+  EXPECT_EQ(t.call(Selector::create_qp, rq, &qr), Status::ok);
+  return Qp{pd.handle, uar.handle, cq.handle, qr.handle, qr.qpn};
+}
+
+// RESET -> INIT -> RTR -> RTS towards `remote_qpn` at the port's own GID 0 (a loopback pair).
+void connect(mlx5prov::Transport& t, const Qp& q, uint32_t remote_qpn, const uapi::GidResp& gid,
+             const uapi::PortAttr& port) {
+  uapi::EmptyResp e;
+  uapi::ModifyQpReq m{};
+  m.handle = q.qp;
+  m.attr_mask = uapi::kQpState | uapi::kQpPkeyIndex | uapi::kQpPort | uapi::kQpAccessFlags;
+  m.qp_state = uapi::kStateInit;
+  m.port = 1;
+  m.access = uapi::kAccessRemoteWrite | uapi::kAccessRemoteRead;
+  ASSERT_EQ(t.call(Selector::modify_qp, m, &e), Status::ok);
+  m = {};
+  m.handle = q.qp;
+  m.attr_mask = uapi::kQpState | uapi::kQpAv | uapi::kQpPathMtu | uapi::kQpDestQpn | uapi::kQpRqPsn |
+                uapi::kQpMaxDestRdAtomic | uapi::kQpMinRnrTimer;
+  m.qp_state = uapi::kStateRtr;
+  m.path_mtu = 3;
+  m.dest_qpn = remote_qpn;
+  m.rq_psn = 0x100;
+  m.max_dest_rd_atomic = 1;
+  m.min_rnr_timer = 12;
+  memcpy(m.av.dgid, gid.gid, 16);
+  memcpy(m.av.dmac, port.mac, 6);
+  m.av.hop_limit = 64;
+  m.av.port = 1;
+  ASSERT_EQ(t.call(Selector::modify_qp, m, &e), Status::ok);
+  m = {};
+  m.handle = q.qp;
+  m.attr_mask = uapi::kQpState | uapi::kQpSqPsn | uapi::kQpTimeout | uapi::kQpRetryCnt | uapi::kQpRnrRetry |
+                uapi::kQpMaxQpRdAtomic;
+  m.qp_state = uapi::kStateRts;
+  m.sq_psn = 0x100;
+  m.timeout = 14;
+  m.retry_cnt = 7;
+  m.rnr_retry = 7;
+  m.max_rd_atomic = 1;
+  ASSERT_EQ(t.call(Selector::modify_qp, m, &e), Status::ok);
+}
+
+TEST_F(IokitTransport, OpensAndTakesAQpPairToRts) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    int err = 0;
+    auto t = mlx5prov::open_transport(nullptr, &err);
+    ASSERT_NE(t, nullptr) << strerror(err);
+    EXPECT_EQ(t->event_fd(), -1);  // no event fd on macOS yet (docs/macos.md)
+    EXPECT_EQ(t->kick(0, 0x800, 0), 0);  // doorbells reach the card through the mapped BAR
+    uapi::DeviceAttr attr{};
+    ASSERT_EQ(t->call(Selector::query_device, uapi::EmptyReq{}, &attr), Status::ok);
+    EXPECT_EQ(attr.vendor_part_id, 4117u);  // ConnectX-4 Lx
+    uapi::PortAttr port{};
+    ASSERT_EQ(t->call(Selector::query_port, uapi::PortReq{1, 0}, &port), Status::ok);
+    uapi::GidResp gid{};
+    ASSERT_EQ(t->call(Selector::query_gid, uapi::GidReq{1, 0}, &gid), Status::ok);
+    // GID 0 is the port's link-local address from its MAC (DextDevice::start).
+    EXPECT_EQ(gid.gid[0], 0xfe);
+    EXPECT_EQ(gid.gid[1], 0x80);
+    EXPECT_EQ(gid.gid[8], port.mac[0] ^ 2);
+    EXPECT_EQ(gid.gid[15], port.mac[5]);
+    EXPECT_EQ(gid.valid, 1u);
+
+    Qp a = make_qp(*t), b = make_qp(*t);
+    connect(*t, a, b.qpn, gid, port);
+    connect(*t, b, a.qpn, gid, port);
+    for (auto [q, remote] : {std::pair{a, b.qpn}, {b, a.qpn}}) {
+      uapi::QpAttr qa{};
+      ASSERT_EQ(t->call(Selector::query_qp, uapi::HandleReq{q.qp, 0}, &qa), Status::ok);
+      EXPECT_EQ(qa.state, uapi::kStateRts);
+      EXPECT_EQ(qa.qpn, q.qpn);
+      EXPECT_EQ(qa.dest_qpn, remote);
+    }
+    // The SQ mapping is the queue memory the device reads (a write lands where the DEXT put it).
+    uint64_t len = 0;
+    Status st;
+    void* sq = t->map(uapi::MapKind::sq, a.qp, &len, &st);
+    ASSERT_NE(sq, nullptr) << uapi::status_name(st);
+    EXPECT_GT(len, 0u);
+    memset(sq, 0, 64);
+    t->unmap(sq, len);
+    EXPECT_EQ(t->map(uapi::MapKind::sq, 0x7777, &len, &st), nullptr);
+    EXPECT_EQ(st, Status::bad_handle);
+    // Torn down by the transport's owner closing it (objects go with the client).
+    t.reset();
+    auto* p = static_cast<melon::dext::DriverParts*>(static_cast<MlxPCIDriver*>(d.service)->CoreDevice());
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(p->dev->clients(), 0u);
+    EXPECT_EQ(p->dev->hca().live(mlx5::core::ObjKind::qp), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+TEST_F(IokitTransport, OpenWithoutTheEntitlementIsEperm) {
+  Driver d;
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  dkfake::set_task_entitlements({});
+  int err = 0;
+  EXPECT_EQ(mlx5prov::open_transport(nullptr, &err), nullptr);
+  EXPECT_EQ(err, EPERM);
+  err = 0;
+  EXPECT_EQ(mlx5prov::open_transport("NoSuchDriver", &err), nullptr);
+  EXPECT_EQ(err, ENODEV);
+}
+
+TEST_F(IokitTransport, CallsAfterTheDriverStopsAreDeviceDead) {
+  Driver d;
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  int err = 0;
+  auto t = mlx5prov::open_transport(nullptr, &err);
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(d.stop(), kIOReturnSuccess);
+  uapi::HandleResp pd{};
+  EXPECT_EQ(t->call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::device_dead);
+}
+
+}  // namespace
+}  // namespace melon::dktest
