@@ -27,7 +27,13 @@ namespace melon::soft {
   X(rx_bad_icrc, "dropped: ICRC wrong (corrupted, or the sender computed it over other headers)")          \
   X(rx_malformed, "dropped: truncated (longer than the receive buffer) or from an unknown address family") \
   X(rx_engine_dropped, "dropped by the transport engine: bad header, unknown QP, QP in the wrong state")   \
-  X(tx_errors, "packets the kernel refused to send (no buffer space, no route)")
+  X(tx_errors, "packets the kernel refused to send (no buffer space, no route)")                           \
+  X(rx_buffer_drops, "dropped by the kernel before we could read them: socket receive buffer full")        \
+  X(retransmits, "packets the transport sent again (retry timeout, sequence NAK, lost READ response)")     \
+  X(timeouts, "retry timer expiries (no ACK in time)")                                                     \
+  X(tx_gso_sends, "sends that carried several packets in one call (UDP GSO)")                              \
+  X(rx_gro_buffers, "receive buffers that held several packets (UDP GRO)")                                 \
+  X(offload_fallbacks, "sockets without UDP GSO or GRO, and GSO sends the kernel refused")
 
 struct TransportStats {
 #define MELON_SOFT_COUNTER_FIELD(name, text) std::atomic<uint64_t> name{0};

@@ -12,6 +12,7 @@
 #include <sys/sysctl.h>
 #endif
 
+#include <cstdlib>
 #include <cstring>
 
 #include "roce/ip_udp.h"
@@ -199,6 +200,22 @@ int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, st
     return -1;
   }
   return fd;
+}
+
+SocketOffloads enable_offloads(int fd) {
+  SocketOffloads o;
+#if defined(__linux__)
+  const char* env = std::getenv("MELON_SOFT_GSO");
+  const bool batch = !(env && !std::strcmp(env, "0"));
+  const int off = 0, on = 1;
+  // UDP_SEGMENT 0 sets no default segment size (each send says its own): a pure capability probe.
+  o.gso = batch && setsockopt(fd, SOL_UDP, UDP_SEGMENT, &off, sizeof off) == 0;
+  o.gro = batch && setsockopt(fd, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
+  o.rxq_ovfl = setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &on, sizeof on) == 0;
+#else
+  (void)fd;
+#endif
+  return o;
 }
 
 int check_roce_host(bool ipv4, bool ipv6, std::string* why) {

@@ -22,6 +22,17 @@ namespace melon::soft {
 // gone); any other failure is a host that cannot carry RoCEv2 correctly.
 int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, std::string* why, bool* bind_failed);
 
+// Batching and loss accounting the kernel may or may not offer. None is needed for correctness: a
+// socket without them sends and receives one datagram per packet and counts the fallback.
+//   gso       UDP_SEGMENT (Linux 4.18): equal-size packets leave in one send call
+//   gro       UDP_GRO (Linux 5.0): several packets of one flow arrive in one receive buffer
+//   rxq_ovfl  SO_RXQ_OVFL (Linux 2.6.33): every receive reports the socket's drop count
+// MELON_SOFT_GSO=0 turns gso and gro off (benchmarks comparing both paths in one run).
+struct SocketOffloads {
+  bool gso = false, gro = false, rxq_ovfl = false;
+};
+SocketOffloads enable_offloads(int fd);
+
 // The checks of open_roce_socket without binding anything, for device open: 0, or an errno value
 // with *why saying what is wrong and what it would break.
 int check_roce_host(bool ipv4, bool ipv6, std::string* why);

@@ -3,11 +3,15 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "providers/soft/udp_socket.h"
 #include "rc/wire.h"
@@ -62,13 +66,15 @@ UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemor
       engine_(rc::Host{memory, *this, *this, events}, config),
       counters_(counter_name),
       stats_(counters_.counters()) {
-  for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1});
-  tx_.resize(kBatch);
-  tx_msgs_.resize(kBatch);
-  rx_buf_.resize(kBatch * kRxBuf);
-  rx_msgs_.resize(kBatch);
-  rx_iov_.resize(kBatch);
-  rx_from_.resize(kBatch);
+  for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1, {}, 0});
+  window_ = std::max<uint32_t>(config.max_inflight_packets, 64);
+  if (const char* e = getenv("MELON_SOFT_POLL_NS")) poll_interval_ns_ = strtoull(e, nullptr, 10);
+  // A whole window's packets can be queued by one engine call (a large post, or an ACK opening the
+  // window): all of them go out in one flush.
+  tx_.resize(window_);
+  tx_msg_.resize(window_);
+  tx_mmsg_.resize(window_);
+  tx_iov_.resize(size_t(window_) * 4 + kMaxIovPerPkt);
 }
 
 UdpTransport::~UdpTransport() { stop(); }
@@ -100,6 +106,10 @@ int UdpTransport::start(std::string* why) {
     int fd = open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed);
     if (fd >= 0) {
       k.fd = fd;
+      k.offloads = enable_offloads(fd);
+#if defined(__linux__)
+      if (!k.offloads.gso || !k.offloads.gro) stats_.offload_fallbacks++;
+#endif
       continue;
     }
     last_err = errno;
@@ -134,6 +144,7 @@ int UdpTransport::start(std::string* why) {
     if (why) *why = std::string("fcntl(O_NONBLOCK) on the wake pipe: ") + strerror(e);
     return e;
   }
+  rx_setup();
   running_ = true;
   thread_ = std::thread([this] { run(); });
   return 0;
@@ -168,66 +179,126 @@ void UdpTransport::wake() {
   if (wake_wr_ >= 0) (void)!write(wake_wr_, &c, 1);
 }
 
+void UdpTransport::tx_reserve(int niov) {
+  if (tx_count_ == int(tx_.size()) || tx_msg_count_ == int(tx_msg_.size()) ||
+      tx_iov_count_ + niov > int(tx_iov_.size()))
+    flush_tx();
+}
+
 void UdpTransport::transmit(const rc::TxPacket& p) {
-  if (tx_count_ == kBatch) flush_tx();
-  TxSlot& s = tx_[tx_count_];
-  s.sock = socket_for(p.av->sgid);
-  if (s.sock == socks_.size()) {
+  const size_t sock = socket_for(p.av->sgid);
+  if (sock == socks_.size()) {
     stats_.tx_errors++;
     return;
   }
-  const Socket& k = socks_[s.sock];
+  const int niov = p.niov + 2;
+  tx_reserve(niov);
+  const Socket& k = socks_[sock];
+  uint32_t payload = 0;
+  for (int i = 0; i < p.niov; ++i) payload += p.iov[i].len;
+  const uint32_t len = uint32_t(transport_header_len(p.pkt.bth.opcode) + payload + pad_for(payload) + kIcrcSize);
+
+  // Join the message before when it goes to the same place and this packet can be its next GSO
+  // segment: every segment but the last has the segment size, the last may be shorter.
+  TxMsg* m = tx_msg_count_ ? &tx_msg_[tx_msg_count_ - 1] : nullptr;
+  const bool join = m && k.offloads.gso && m->open && m->sock == sock && len <= m->seg && m->npkts < kMaxGsoSegments &&
+                    size_t(m->npkts + 1) * m->seg <= kMaxGsoBytes && m->niov + niov <= kMaxIovPerMsg &&
+                    !memcmp(m->dgid, p.av->dgid, 16);
+
   // The ICRC covers IP and UDP as the kernel will send them: from this socket's address and port (a
-  // socket has one source port, so the engine's entropy port in tx_ip() is replaced), IPv4
-  // identification 0 with DF set (see start()).
+  // socket has one source port, so the engine's entropy port in tx_ip() is replaced), DF set (see
+  // start()), and the IPv4 identification: 0 for a datagram of its own; GSO gives the segments of
+  // one send the identifications 0, 1, 2, ... (Linux inet_gso_segment), so the i-th packet of a
+  // message is summed with i.
   IpUdp ip = rc::tx_ip(p);
   ip.v6 = k.v6;
   memcpy(ip.src, k.addr.gid, 16);
   ip.sport = port_;
   ip.dport = kRoceV2Port;
-  ip.ip_id = 0;
+  ip.ip_id = join ? uint16_t(m->npkts) : 0;
   ip.df = true;
+  TxSlot& s = tx_[tx_count_++];
   write_payload_frame(ip, p.pkt, p.iov, p.niov, s.frame);
+  iovec* v = &tx_iov_[tx_iov_count_];
   int n = 0;
-  s.iov[n++] = {s.frame.transport, s.frame.transport_len};
-  for (int i = 0; i < p.niov; ++i) s.iov[n++] = {p.iov[i].ptr, p.iov[i].len};
-  s.iov[n++] = {s.frame.tail, s.frame.tail_len};
-
-  mmsghdr& m = tx_msgs_[tx_count_];
-  memset(&m, 0, sizeof m);
-  m.msg_hdr.msg_name = &s.to;
-  m.msg_hdr.msg_namelen = to_sockaddr(p.av->dgid, kRoceV2Port, &s.to);
-  m.msg_hdr.msg_iov = s.iov;
-  m.msg_hdr.msg_iovlen = n;
-  ++tx_count_;
+  v[n++] = {s.frame.transport, s.frame.transport_len};
+  for (int i = 0; i < p.niov; ++i) v[n++] = {p.iov[i].ptr, p.iov[i].len};
+  v[n++] = {s.frame.tail, s.frame.tail_len};
+  tx_iov_count_ += n;
+  if (join) {
+    m->niov += n;
+    ++m->npkts;
+    if (len < m->seg) m->open = false;
+  } else {
+    m = &tx_msg_[tx_msg_count_++];
+    m->sock = sock;
+    memcpy(m->dgid, p.av->dgid, 16);
+    m->first_iov = tx_iov_count_ - n;
+    m->niov = n;
+    m->npkts = 1;
+    m->seg = len;
+    m->open = true;
+    m->to_len = to_sockaddr(p.av->dgid, kRoceV2Port, &m->to);
+  }
   // The payload iovecs point into registered memory that may change after this call returns;
   // sending before the engine lock is released keeps the gather exact (flush_tx in after_engine_call).
 }
 
 void UdpTransport::flush_tx() {
-  // Consecutive packets for the same socket go out in one sendmmsg.
-  int off = 0;
-  while (off < tx_count_) {
-    size_t sock = tx_[off].sock;
-    int end = off + 1;
-    while (end < tx_count_ && tx_[end].sock == sock) ++end;
-    int fd = socks_[sock].fd;
+  for (int i = 0; i < tx_msg_count_; ++i) {
+    TxMsg& m = tx_msg_[i];
+    msghdr& h = tx_mmsg_[i].msg_hdr;
+    memset(&tx_mmsg_[i], 0, sizeof(mmsghdr));
+    h.msg_name = &m.to;
+    h.msg_namelen = m.to_len;
+    h.msg_iov = &tx_iov_[m.first_iov];
+    h.msg_iovlen = m.niov;
 #if defined(__linux__)
-    int r = sendmmsg(fd, tx_msgs_.data() + off, unsigned(end - off), 0);
+    if (m.npkts > 1) {  // one send, cut by the kernel into datagrams of m.seg bytes
+      h.msg_control = m.ctrl;
+      h.msg_controllen = sizeof m.ctrl;
+      cmsghdr* c = CMSG_FIRSTHDR(&h);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      uint16_t seg = uint16_t(m.seg);
+      memcpy(CMSG_DATA(c), &seg, sizeof seg);
+    }
+#endif
+  }
+  // Consecutive messages from the same socket go out in one sendmmsg.
+  int off = 0;
+  while (off < tx_msg_count_) {
+    const size_t sock = tx_msg_[off].sock;
+    int end = off + 1;
+    while (end < tx_msg_count_ && tx_msg_[end].sock == sock) ++end;
+    Socket& k = socks_[sock];
+#if defined(__linux__)
+    int r = sendmmsg(k.fd, tx_mmsg_.data() + off, unsigned(end - off), 0);
 #else
-    int r = sendmsg(fd, &tx_msgs_[off].msg_hdr, 0) < 0 ? -1 : 1;
+    int r = sendmsg(k.fd, &tx_mmsg_[off].msg_hdr, 0) < 0 ? -1 : 1;
 #endif
     if (r < 0) {
       if (errno == EINTR) continue;
-      // ENOBUFS/EAGAIN or an unreachable peer: the packet is lost; the transport retries.
-      stats_.tx_errors++;
+      const TxMsg& m = tx_msg_[off];
+      // A kernel that refuses this GSO send (EIO: no checksum offload on the route; EINVAL: a limit
+      // we do not know of) gets one datagram per packet from now on; these packets are lost and
+      // the transport retries them. Anything else (ENOBUFS, EAGAIN, no route) loses the packets.
+      if (m.npkts > 1 && (errno == EIO || errno == EINVAL) && k.offloads.gso) {
+        k.offloads.gso = false;
+        stats_.offload_fallbacks++;
+      }
+      stats_.tx_errors += uint64_t(m.npkts);
       ++off;
       continue;
     }
-    stats_.tx_packets += uint64_t(r);
+    for (int j = off; j < off + r; ++j) {
+      stats_.tx_packets += uint64_t(tx_msg_[j].npkts);
+      if (tx_msg_[j].npkts > 1) stats_.tx_gso_sends++;
+    }
     off += r;
   }
-  tx_count_ = 0;
+  tx_count_ = tx_msg_count_ = tx_iov_count_ = 0;
 }
 
 void UdpTransport::after_engine_call() {
@@ -236,23 +307,67 @@ void UdpTransport::after_engine_call() {
   if (d < armed_deadline_) wake();
 }
 
-int UdpTransport::receive_batch(size_t sock) {
-  // Called with mu_ held: the receive buffers are shared with poll_progress(), and taking the
-  // datagrams under the lock keeps them in arrival order whoever reads them.
-  const Socket& k = socks_[sock];
-  for (int i = 0; i < kBatch; ++i) {
-    rx_iov_[i] = {rx_buf_.data() + size_t(i) * kRxBuf, kRxBuf};
+void UdpTransport::rx_setup() {
+  bool gro = false;
+  for (const Socket& k : socks_) gro |= k.fd >= 0 && k.offloads.gro;
+  // Without GRO one buffer per packet, as many as a window (up to 512); with GRO a buffer holds up
+  // to 64 KiB of one flow's packets, and 32 of them more than a window.
+  rx_buf_size_ = gro ? kRxBufGro : kRxBuf;
+  const size_t n = gro ? 32 : std::clamp<size_t>(window_, 64, 512);
+  rx_buf_.resize(n * rx_buf_size_);
+  rx_msgs_.resize(n);
+  rx_iov_.resize(n);
+  rx_from_.resize(n);
+  rx_ctrl_.resize(n * kRxCtrl);
+  for (size_t i = 0; i < n; ++i) {
+    rx_iov_[i] = {rx_buf_.data() + i * rx_buf_size_, rx_buf_size_};
     memset(&rx_msgs_[i], 0, sizeof(mmsghdr));
     rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
     rx_msgs_[i].msg_hdr.msg_iovlen = 1;
     rx_msgs_[i].msg_hdr.msg_name = &rx_from_[i];
-    rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_storage);
+  }
+}
+
+void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len) {
+  IpUdp ip;
+  ip.v6 = k.v6;
+  uint16_t sport = 0;
+  if (!from_sockaddr(from, ip.src, &sport)) {
+    stats_.rx_malformed++;
+    return;
+  }
+  memcpy(ip.dst, k.addr.gid, 16);
+  ip.sport = sport;
+  ip.dport = port_;
+  ip.udp_len = uint16_t(len + kUdpHeaderSize);
+  ip.hdr_len = uint8_t((k.v6 ? kIpv6HeaderSize : kIpv4HeaderSize) + kUdpHeaderSize);
+  uint16_t id = 0;
+  if (!icrc_check_udp_payload(ip, pkt, len, &id)) {
+    stats_.rx_bad_icrc++;
+    return;
+  }
+  ip.ip_id = id;
+  stats_.rx_packets++;
+  engine_.receive(ip, pkt, len);
+}
+
+int UdpTransport::receive_batch(size_t sock) {
+  // Called with mu_ held: the receive buffers are shared with poll_progress(), and taking the
+  // datagrams under the lock keeps them in arrival order whoever reads them.
+  Socket& k = socks_[sock];
+  const int nmsg = int(rx_msgs_.size());
+  for (int i = 0; i < nmsg; ++i) {
+    msghdr& h = rx_msgs_[i].msg_hdr;
+    h.msg_namelen = sizeof(sockaddr_storage);
+    h.msg_control = &rx_ctrl_[size_t(i) * kRxCtrl];
+    h.msg_controllen = kRxCtrl;
+    h.msg_flags = 0;
   }
 #if defined(__linux__)
-  int n = recvmmsg(k.fd, rx_msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
+  int n = recvmmsg(k.fd, rx_msgs_.data(), unsigned(nmsg), MSG_DONTWAIT, nullptr);
 #else
   int n = 0;
-  for (; n < kBatch; ++n) {
+  for (; n < nmsg; ++n) {
     ssize_t r = recvmsg(k.fd, &rx_msgs_[n].msg_hdr, MSG_DONTWAIT);
     if (r < 0) break;
     rx_msgs_[n].msg_len = unsigned(r);
@@ -262,42 +377,52 @@ int UdpTransport::receive_batch(size_t sock) {
   if (n <= 0) return 0;
   batch_now_ = now_ns();
   for (int i = 0; i < n; ++i) {
-    const uint8_t* pkt = rx_buf_.data() + size_t(i) * kRxBuf;
-    size_t len = rx_msgs_[i].msg_len;
-    if (rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) {
+    msghdr& h = rx_msgs_[i].msg_hdr;
+    const uint8_t* buf = rx_buf_.data() + size_t(i) * rx_buf_size_;
+    const size_t len = rx_msgs_[i].msg_len;
+    size_t seg = len;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
+#if defined(__linux__)
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+        int v;
+        memcpy(&v, CMSG_DATA(c), sizeof v);
+        if (v > 0) seg = size_t(v);
+      } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+        uint32_t drops;  // the socket's running total: count what is new since the last report
+        memcpy(&drops, CMSG_DATA(c), sizeof drops);
+        stats_.rx_buffer_drops += uint32_t(drops - k.rxq_drops);
+        k.rxq_drops = drops;
+      }
+#endif
+    }
+    if (h.msg_flags & MSG_TRUNC) {
       stats_.rx_malformed++;
       continue;
     }
-    IpUdp ip;
-    ip.v6 = k.v6;
-    uint16_t sport = 0;
-    if (!from_sockaddr(rx_from_[i], ip.src, &sport)) {
-      stats_.rx_malformed++;
-      continue;
-    }
-    memcpy(ip.dst, k.addr.gid, 16);
-    ip.sport = sport;
-    ip.dport = port_;
-    ip.udp_len = uint16_t(len + kUdpHeaderSize);
-    ip.hdr_len = uint8_t((k.v6 ? kIpv6HeaderSize : kIpv4HeaderSize) + kUdpHeaderSize);
-    uint16_t id = 0;
-    if (!icrc_check_udp_payload(ip, pkt, len, &id)) {
-      stats_.rx_bad_icrc++;
-      continue;
-    }
-    ip.ip_id = id;
-    stats_.rx_packets++;
-    engine_.receive(ip, pkt, len);
+    if (len > seg) stats_.rx_gro_buffers++;
+    // A GRO buffer holds packets of `seg` bytes back to back, the last one possibly shorter.
+    for (size_t off = 0; off < len; off += seg) rx_packet(k, rx_from_[i], buf + off, std::min(seg, len - off));
   }
   stats_.rx_engine_dropped.store(engine_.dropped_packets(), std::memory_order_relaxed);
   engine_.tick();
   batch_now_ = 0;
   flush_tx();
+  if (n < nmsg) rx_hint_.store(false, std::memory_order_relaxed);  // drained (for now)
   return n;
 }
 
 bool UdpTransport::poll_progress() {
-  if (!running_ || !mu_.try_lock()) return false;  // the progress thread is at it already
+  // An empty CQ poll costs no syscall and no lock unless the progress thread's ppoll has seen a
+  // socket readable (the hint) or poll_interval_ns_ has passed since this path last looked: a
+  // busy-polling application still picks up arrivals in its own thread within that interval when
+  // its spinning keeps the progress thread off the CPU, without a recvmmsg on every poll.
+  if (!running_) return false;
+  if (!rx_hint_.load(std::memory_order_relaxed)) {
+    const uint64_t now = now_ns();
+    if (now - last_poll_rx_.load(std::memory_order_relaxed) < poll_interval_ns_) return false;
+    last_poll_rx_.store(now, std::memory_order_relaxed);
+  }
+  if (!mu_.try_lock()) return false;  // the progress thread is at it already
   int got = 0;
   for (size_t s = 0; s < socks_.size(); ++s)
     if (socks_[s].fd >= 0) got += receive_batch(s);
@@ -347,9 +472,10 @@ void UdpTransport::run() {
     }
     for (size_t s = 0; s < nsock; ++s) {
       if (!(fds[s].revents & POLLIN)) continue;
+      rx_hint_.store(true, std::memory_order_relaxed);
       for (int i = 0; i < 16; ++i) {  // drain a burst, but look at timers in between
         std::lock_guard<std::mutex> g(mu_);
-        if (receive_batch(which[s]) <= 0) break;
+        if (receive_batch(which[s]) < int(rx_msgs_.size())) break;
       }
     }
     std::lock_guard<std::mutex> g(mu_);

@@ -1,7 +1,9 @@
 // The soft provider's wire: one UDP socket on port 4791 of a device address, the transport engine
 // behind it, and a progress thread, so RDMA WRITE/READ/atomics aimed at this process complete
 // without the application calling any verb. Packets leave in sendmmsg batches gathered straight
-// from registered memory; arrivals come in recvmmsg batches and are ICRC-checked (icrc_udp.h).
+// from registered memory (runs of equal-size packets as one UDP GSO send where the kernel has it);
+// arrivals come in recvmmsg batches (several packets per buffer with UDP GRO) and are ICRC-checked
+// (icrc_udp.h). Batches are sized to the requester window.
 #pragma once
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "providers/soft/soft_counters.h"
+#include "providers/soft/udp_socket.h"
 #include "rc/engine.h"
 #include "roce/frame.h"
 
@@ -81,14 +84,22 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   void wake();
   size_t socket_for(const uint8_t sgid[16]) const;
 
-  static constexpr int kBatch = 64;
+  // Transmit: packets queue in slots; consecutive full-size packets of one flow share one message
+  // (one UDP GSO send, UDP_SEGMENT = their size), and each socket's messages leave in one sendmmsg.
   static constexpr int kMaxIovPerPkt = rc::TxPacket::kMaxIov + 2;
+  static constexpr int kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS of Linux 4.18..6.0 (128 since)
+  static constexpr size_t kMaxGsoBytes = 65507;  // the largest IPv4 UDP payload, all segments together
+  static constexpr int kMaxIovPerMsg = 1024;  // UIO_MAXIOV
+  // Receive: one datagram per buffer, or with UDP GRO up to 64 KiB of one flow's packets.
   static constexpr size_t kRxBuf = 9216;
+  static constexpr size_t kRxBufGro = 65536;
 
   struct Socket {
     LocalAddress addr;
     bool v6 = false;
     int fd = -1;
+    SocketOffloads offloads;
+    uint32_t rxq_drops = 0;  // the kernel's drop count at the last receive (SO_RXQ_OVFL)
   };
   std::vector<Socket> socks_;
   uint16_t port_;
@@ -97,27 +108,51 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   rc::Engine engine_;
   std::thread thread_;
   std::atomic<bool> running_{false};
+  // Set when the progress thread's ppoll saw a socket readable, cleared when a receive drains it:
+  // an application polling an empty CQ reads this instead of making an empty recvmmsg.
+  std::atomic<bool> rx_hint_{false};
+  std::atomic<uint64_t> last_poll_rx_{0};  // when poll_progress() last looked without the hint
+  uint64_t poll_interval_ns_ = 2000;  // MELON_SOFT_POLL_NS overrides (benchmarks)
   uint64_t armed_deadline_ = UINT64_MAX;
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
   CounterFile counters_;
   TransportStats& stats_;  // in counters_
 
-  // Transmit batch (guarded by mu_).
+  // Transmit batch (guarded by mu_), sized to the requester window.
   struct TxSlot {
     roce::PayloadFrame frame;  // transport headers, pad + ICRC around the payload
-    sockaddr_storage to;
-    size_t sock;
-    iovec iov[kMaxIovPerPkt];
   };
+  struct TxMsg {
+    size_t sock;
+    uint8_t dgid[16];
+    int first_iov, niov;
+    int npkts;
+    uint32_t seg;  // size of every packet but the last (the GSO segment size)
+    bool open;  // a further packet of size <= seg may join
+    sockaddr_storage to;
+    socklen_t to_len;
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(uint16_t))];
+  };
+  void tx_reserve(int niov);
   std::vector<TxSlot> tx_;
-  std::vector<mmsghdr> tx_msgs_;
   int tx_count_ = 0;
+  std::vector<TxMsg> tx_msg_;
+  int tx_msg_count_ = 0;
+  std::vector<iovec> tx_iov_;
+  int tx_iov_count_ = 0;
+  std::vector<mmsghdr> tx_mmsg_;
 
-  // Receive batch (progress thread only).
+  // Receive batch (guarded by mu_), sized to the window; set up once in start().
+  void rx_setup();
+  void rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len);
+  size_t rx_buf_size_ = kRxBuf;
   std::vector<uint8_t> rx_buf_;
   std::vector<mmsghdr> rx_msgs_;
   std::vector<iovec> rx_iov_;
   std::vector<sockaddr_storage> rx_from_;
+  static constexpr size_t kRxCtrl = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint32_t));
+  std::vector<char> rx_ctrl_;
+  uint32_t window_;
 };
 
 }  // namespace melon::soft
