@@ -254,7 +254,11 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   wire.attach(dev.get());
   std::atomic<bool> wire_stop{false};
   std::thread wire_rx([&] {
-    while (!wire_stop) wire.poll(100);  // frames to the device; its worker runs them
+    // Frames to the device, run on this thread (as the watcher runs doorbells): no hand-off to the
+    // device's worker, which keeps the timers.
+    while (!wire_stop)
+      if (wire.poll(100))
+        while (dev->service()) {}
   });
   auto stop_wire = [&] {
     wire_stop = true;
