@@ -270,6 +270,43 @@ TEST_F(EmuDataPath, BadLkeyIsALocalProtectionError) {
   EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::LOCAL_PROT_ERR);
 }
 
+// A WQE whose ds claims more blocks than the doorbell record posted (found by fuzz_mlx5_wqe): one
+// LOCAL_QP_OP_ERR CQE at that WQE, the device stops at the record and goes idle (it used to step
+// past the record and go round the 16-bit counter).
+TEST_F(EmuDataPath, WqeLongerThanThePostedBlocksIsALocalQpOpError) {
+  uint8_t w[64] = {};
+  prm::wqe_ctrl_seg::view(w)
+      .set(prm::wqe_ctrl_seg::opcode, wo::SEND)
+      .set(prm::wqe_ctrl_seg::qpn, a.qp.qpn)
+      .set(prm::wqe_ctrl_seg::ds, 13)  // four blocks
+      .set(prm::wqe_ctrl_seg::ce, 2);
+  memcpy(a.qp.sq(0), w, 64);
+  a.qp.sq_pi = 1;  // one block posted
+  prm::set(a.qp.dbr.va, prm::qp_dbrec::snd_counter, 1);
+  a.h.uar_write64(a.h.uar, prm::kUarBlueFlame, w);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::LOCAL_QP_OP_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::wqe_counter), 0u);
+  EXPECT_EQ(a.h.poll_cq(a.cq), nullptr);  // one CQE, not a counter's worth
+}
+
+// A SEND whose inline segment holds 0 bytes (found by fuzz_mlx5_wqe): a 0-byte message.
+TEST_F(EmuDataPath, EmptyInlineSendIsAZeroByteMessage) {
+  b.h.post_recv(b.qp, {{b.va(), 64, b.key}});
+  Harness::SendOpts o;
+  o.has_inline = true;
+  a.h.post_send(a.qp, wo::SEND, {}, o);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ);
+  e = cqe(b);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::opcode), co::RESP_SEND);
+  EXPECT_EQ(prm::get(e, prm::cqe64::byte_cnt), 0u);
+}
+
 TEST_F(EmuDataPath, QueryQpReportsLivePsns) {
   Harness::SendOpts o;
   o.raddr = b.va(), o.rkey = b.key;
