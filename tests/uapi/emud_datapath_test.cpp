@@ -314,6 +314,59 @@ TEST_F(EmudDataPath, SendAndWriteCrossTwoDaemonsWires) {
   stop_daemons();
 }
 
+// RDMA READ and the two atomics across the daemons' wires: the responder daemon writes the
+// requester's memory (READ response, atomic original value) and its own (the atomic's result).
+TEST_F(EmudDataPath, ReadAndAtomicsCrossTwoDaemonsWires) {
+  {
+    Endpoint a, b;
+    pair(a, b);
+    ASSERT_FALSE(HasFatalFailure());
+    fill(b.buf + 4096, 3000, 6);
+    uint16_t idx = a.post_send(p::wqe_opcode::RDMA_READ, uint64_t(uintptr_t(a.buf)), 3000, a.lkey,
+                               uint64_t(uintptr_t(b.buf + 4096)), b.rkey);
+    const uint8_t* e = a.poll_cq();
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(cqe_field(e, p::cqe64::opcode), p::cqe_opcode::REQ);
+    EXPECT_EQ(cqe_field(e, p::cqe64::sop_drop), p::wqe_opcode::RDMA_READ);
+    EXPECT_EQ(cqe_field(e, p::cqe64::wqe_counter), idx);
+    EXPECT_EQ(cqe_field(e, p::cqe64::byte_cnt), 3000u);
+    EXPECT_EQ(memcmp(a.buf, b.buf + 4096, 3000), 0);
+
+    uint64_t* target = reinterpret_cast<uint64_t*>(b.buf + 8192);
+    *target = 40;
+    for (uint8_t opcode : {p::wqe_opcode::ATOMIC_FA, p::wqe_opcode::ATOMIC_CS}) {
+      SCOPED_TRACE(int(opcode));
+      uint8_t w[64] = {};
+      p::wqe_raddr_seg::view(w + 16)
+          .set(p::wqe_raddr_seg::raddr, uint64_t(uintptr_t(target)))
+          .set(p::wqe_raddr_seg::rkey, b.rkey);
+      // fetch-and-add 2 (40 -> 42), then compare-and-swap 42 -> 7
+      bool cs = opcode == p::wqe_opcode::ATOMIC_CS;
+      p::wqe_atomic_seg::view(w + 32)
+          .set(p::wqe_atomic_seg::swap_add, cs ? 7 : 2)
+          .set(p::wqe_atomic_seg::compare, cs ? 42 : 0);
+      p::wqe_data_seg::view(w + 48)
+          .set(p::wqe_data_seg::byte_count, 8)
+          .set(p::wqe_data_seg::lkey, a.lkey)
+          .set(p::wqe_data_seg::addr, uint64_t(uintptr_t(a.buf + 64)));
+      p::wqe_ctrl_seg::view(w)
+          .set(p::wqe_ctrl_seg::opcode, opcode)
+          .set(p::wqe_ctrl_seg::wqe_index, a.sq_pi & 0xffff)
+          .set(p::wqe_ctrl_seg::qpn, a.q.qpn)
+          .set(p::wqe_ctrl_seg::ds, 4)
+          .set(p::wqe_ctrl_seg::ce, 2);
+      a.post_raw(w);
+      e = a.poll_cq();
+      ASSERT_NE(e, nullptr);
+      ASSERT_EQ(cqe_field(e, p::cqe64::opcode), p::cqe_opcode::REQ)
+          << "syndrome " << cqe_field(e, p::err_cqe::syndrome);
+      EXPECT_EQ(cqe_field(e, p::cqe64::byte_cnt), 8u);
+    }
+    EXPECT_EQ(*target, 7u);  // the responder's memory, in its own byte order
+  }
+  stop_daemons();
+}
+
 // Two clients of one daemon: the frames leave through its wire and come back to it.
 TEST_F(EmudDataPath, WriteBetweenTwoClientsOfOneDaemon) {
   {

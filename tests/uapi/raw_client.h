@@ -211,7 +211,8 @@ struct Endpoint {
     buf = static_cast<uint8_t*>(aligned_alloc(4096, len));
     memset(buf, 0, len);
     uapi::RegMrResp m{};
-    uint32_t access = uapi::kAccessLocalWrite | uapi::kAccessRemoteWrite | uapi::kAccessRemoteRead;
+    uint32_t access =
+        uapi::kAccessLocalWrite | uapi::kAccessRemoteWrite | uapi::kAccessRemoteRead | uapi::kAccessRemoteAtomic;
     ASSERT_EQ(cl->call(Selector::reg_mr, uapi::RegMrReq{pd, access, uint64_t(uintptr_t(buf)), len}, &m), Status::ok);
     mr = m.handle, lkey = m.lkey, rkey = m.rkey;
     uapi::GidResp g{};
@@ -233,7 +234,7 @@ struct Endpoint {
   void connect(const Endpoint& peer) {
     uapi::ModifyQpReq m{};
     m.qp_state = uapi::kStateInit, m.port = 1, m.pkey_index = 0;
-    m.access = uapi::kAccessRemoteWrite | uapi::kAccessRemoteRead;
+    m.access = uapi::kAccessRemoteWrite | uapi::kAccessRemoteRead | uapi::kAccessRemoteAtomic;
     ASSERT_EQ(modify(uapi::kQpState | uapi::kQpPkeyIndex | uapi::kQpPort | uapi::kQpAccessFlags, m), Status::ok);
     m = {};
     m.qp_state = uapi::kStateRtr, m.path_mtu = path_mtu, m.dest_qpn = peer.q.qpn, m.rq_psn = 0x100;
