@@ -35,6 +35,8 @@ struct UapiBackend::Queue {
   c::Cq* cq = nullptr;
   c::Srq* srq = nullptr;
   c::Qp* qp = nullptr;
+  uint8_t bound_kind = 0;  // doorbell_bind()'s kind and number, undone when the memory goes
+  uint32_t bound_number = 0;
 };
 
 namespace {
@@ -216,6 +218,8 @@ Status UapiBackend::queue_mem(uint64_t ring_bytes, Queue* q, Created* cr, MapKin
 }
 
 void UapiBackend::free_queue(Queue* q) {
+  // The platform stops reading the doorbell record before its memory is freed, whenever that is.
+  if (q->bound_kind) plat_.doorbell_unbind(q->bound_kind, q->bound_number);
   queue_bytes_ -= q->mem.size;
   plat_.queue_free(q->mem);
   hca_.hal().mem_free(q, sizeof(Queue));
@@ -248,6 +252,7 @@ Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) 
     return s;
   }
   route_add(1, q->cq->cqn, spec.event_tag);
+  q->bound_kind = 1, q->bound_number = q->cq->cqn;
   plat_.doorbell_bind(*cp.uar, 1, q->cq->cqn, static_cast<uint8_t*>(q->mem.va) + q->ring_bytes);
   r->cqn = q->cq->cqn;
   r->cqe = 1u << spec.log_size;
@@ -262,7 +267,6 @@ Status UapiBackend::destroy_cq(void* o) {
   uint32_t cqn = q->cq->cqn;
   if (Status s = status_of(hca_.destroy_cq(q->cq)); s != Status::ok) return s;
   route_del(1, cqn);
-  plat_.doorbell_unbind(1, cqn);
   free_queue(q);
   return Status::ok;
 }
@@ -342,6 +346,7 @@ Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) 
     return s;
   }
   route_add(2, q->qp->qpn, spec.event_tag);
+  q->bound_kind = 2, q->bound_number = q->qp->qpn;
   plat_.doorbell_bind(*qp.uar, 2, q->qp->qpn, static_cast<uint8_t*>(q->mem.va) + q->ring_bytes);
   r->qpn = q->qp->qpn;
   r->sq_wqe_cnt = 1u << spec.log_sq_size;
@@ -441,7 +446,6 @@ Status UapiBackend::destroy_qp(void* o) {
   uint32_t n = q->qp->qpn;
   if (Status s = status_of(hca_.destroy_qp(q->qp)); s != Status::ok) return s;
   route_del(2, n);
-  plat_.doorbell_unbind(2, n);
   free_queue(q);
   return Status::ok;
 }

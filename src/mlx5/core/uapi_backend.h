@@ -36,7 +36,8 @@ class QueuePlatform {
   // An event was queued: the host should call UapiBackend::drain_events() soon.
   virtual void events_pending() {}
   // A CQ (kind 1) or QP (kind 2) now rings through this UAR, and its doorbell record is at `dbr`
-  // (host view) until unbind. Hosts whose UAR pages are memory, not MMIO, watch the records too.
+  // (host view) until unbind, which comes before that memory is freed. Hosts whose UAR pages are
+  // memory, not MMIO, watch the records too.
   virtual void doorbell_bind(const Uar&, uint8_t, uint32_t, void*) {}
   virtual void doorbell_unbind(uint8_t, uint32_t) {}
   // The QP went to RESET: its counters (and its doorbell record, which the client clears) start
