@@ -332,14 +332,22 @@ TEST_F(EmudDataPath, ReadAndAtomicsCrossTwoDaemonsWires) {
     EXPECT_EQ(cqe_field(e, p::cqe64::byte_cnt), 3000u);
     EXPECT_EQ(memcmp(a.buf, b.buf + 4096, 3000), 0);
 
-    uint64_t* target = reinterpret_cast<uint64_t*>(b.buf + 8192);
+    // The atomic target in an MR of its own with local write and remote atomic only, as perftest's
+    // ib_atomic_bw registers it (IBA o10-39: no Remote Write needed).
+    uint64_t* target = static_cast<uint64_t*>(aligned_alloc(4096, 4096));
     *target = 40;
+    uapi::RegMrResp tm{};
+    ASSERT_EQ(b.c.call(Selector::reg_mr,
+                       uapi::RegMrReq{b.pd, uapi::kAccessLocalWrite | uapi::kAccessRemoteAtomic,
+                                      uint64_t(uintptr_t(target)), 4096},
+                       &tm),
+              Status::ok);
     for (uint8_t opcode : {p::wqe_opcode::ATOMIC_FA, p::wqe_opcode::ATOMIC_CS}) {
       SCOPED_TRACE(int(opcode));
       uint8_t w[64] = {};
       p::wqe_raddr_seg::view(w + 16)
           .set(p::wqe_raddr_seg::raddr, uint64_t(uintptr_t(target)))
-          .set(p::wqe_raddr_seg::rkey, b.rkey);
+          .set(p::wqe_raddr_seg::rkey, tm.rkey);
       // fetch-and-add 2 (40 -> 42), then compare-and-swap 42 -> 7
       bool cs = opcode == p::wqe_opcode::ATOMIC_CS;
       p::wqe_atomic_seg::view(w + 32)
@@ -363,6 +371,9 @@ TEST_F(EmudDataPath, ReadAndAtomicsCrossTwoDaemonsWires) {
       EXPECT_EQ(cqe_field(e, p::cqe64::byte_cnt), 8u);
     }
     EXPECT_EQ(*target, 7u);  // the responder's memory, in its own byte order
+    uapi::EmptyResp er;
+    EXPECT_EQ(b.c.call(Selector::dereg_mr, uapi::HandleReq{tm.handle, 0}, &er), Status::ok);
+    free(target);
   }
   stop_daemons();
 }

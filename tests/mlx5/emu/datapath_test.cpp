@@ -223,6 +223,31 @@ TEST_F(EmuDataPath, AtomicsReturnTheOriginalValue) {
   EXPECT_EQ(now, 77u);
 }
 
+// An atomic target registered with local write and remote atomic only (as perftest's ib_atomic_bw
+// registers it): IBA o10-39 asks for Remote Atomic access, not Remote Write.
+TEST_F(EmuDataPath, AtomicNeedsRemoteAtomicNotRemoteWrite) {
+  TestHost::Buffer target = b.h.host.alloc(4096);
+  uint32_t key = b.h.create_mkey(target, 4096, /*lw + a*/ 1 | 8);
+  uint64_t v = 10;
+  memcpy(target.va, &v, 8);
+  Harness::SendOpts o;
+  o.raddr = reinterpret_cast<uint64_t>(target.va), o.rkey = key, o.swap_add = 3;
+  a.h.post_send(a.qp, wo::ATOMIC_FA, {{a.va(), 8, a.key}}, o);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ) << "syndrome " << prm::get(e, prm::err_cqe::syndrome);
+  memcpy(&v, target.va, 8);
+  EXPECT_EQ(v, 13u);
+  // Without the atomic right the same key is refused: remote access error.
+  uint32_t no_atomic = b.h.create_mkey(target, 4096, /*lw + rw*/ 1 | 2);
+  o.rkey = no_atomic;
+  a.h.post_send(a.qp, wo::ATOMIC_FA, {{a.va(), 8, a.key}}, o);
+  e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::REMOTE_ACCESS_ERR);
+}
+
 TEST_F(EmuDataPath, UnsignaledWqesReportThroughTheNextSignaledOne) {
   Harness::SendOpts o;
   o.raddr = b.va(), o.rkey = b.key, o.signaled = false;
