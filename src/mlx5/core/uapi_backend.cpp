@@ -35,6 +35,8 @@ struct UapiBackend::Queue {
   c::Cq* cq = nullptr;
   c::Srq* srq = nullptr;
   c::Qp* qp = nullptr;
+  uint8_t bound_kind = 0;  // doorbell_bind()'s kind and number, undone when the memory goes
+  uint32_t bound_number = 0;
 };
 
 namespace {
@@ -218,6 +220,8 @@ Status UapiBackend::queue_mem(uint64_t ring_bytes, Queue* q, Created* cr, MapKin
 }
 
 void UapiBackend::free_queue(Queue* q) {
+  // The platform stops reading the doorbell record before its memory is freed, whenever that is.
+  if (q->bound_kind) plat_.doorbell_unbind(q->bound_kind, q->bound_number);
   queue_bytes_ -= q->mem.size;
   plat_.queue_free(q->mem);
   hca_.hal().mem_free(q, sizeof(Queue));
@@ -250,6 +254,8 @@ Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) 
     return s;
   }
   route_add(kCq, q->cq->cqn, spec.event_tag);
+  q->bound_kind = kCq, q->bound_number = q->cq->cqn;
+  plat_.doorbell_bind(*cp.uar, kCq, q->cq->cqn, static_cast<uint8_t*>(q->mem.va) + q->ring_bytes);
   r->cqn = q->cq->cqn;
   r->cqe = 1u << spec.log_size;
   r->cqe_bytes = 64;
@@ -342,6 +348,8 @@ Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) 
     return s;
   }
   route_add(kQp, q->qp->qpn, spec.event_tag);
+  q->bound_kind = kQp, q->bound_number = q->qp->qpn;
+  plat_.doorbell_bind(*qp.uar, kQp, q->qp->qpn, static_cast<uint8_t*>(q->mem.va) + q->ring_bytes);
   r->qpn = q->qp->qpn;
   r->sq_wqe_cnt = 1u << spec.log_sq_size;
   r->rq_wqe_cnt = spec.srq ? 0 : 1u << spec.log_rq_size;
@@ -421,7 +429,9 @@ Status UapiBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
   // Access bits a QP type has no field for (UC: no read/atomic, UD: none) are not asked for.
   if (q->qp->type != c::QpType::rc) a.optional &= ~uint32_t(po::RRE | po::RAE);
   if (q->qp->type == c::QpType::ud) a.optional &= ~uint32_t(po::RWE);
-  return status_of(hca_.modify_qp(q->qp, core_transition(t), a));
+  Status s = status_of(hca_.modify_qp(q->qp, core_transition(t), a));
+  if (s == Status::ok && t == Transition::to_rst) plat_.doorbell_rewind(kQp, q->qp->qpn);
+  return s;
 }
 
 Status UapiBackend::query_qp(void* o, uapi::QpAttr* r) {

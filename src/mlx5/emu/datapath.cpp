@@ -129,7 +129,11 @@ void Hca::sq_process(Qp& qp) {
     uint32_t ds = uint32_t(c.get(prm::wqe_ctrl_seg::ds));
     uint16_t idx = uint16_t(c.get(prm::wqe_ctrl_seg::wqe_index));
     uint32_t nbb = (ds * 16 + prm::kSendWqeBB - 1) / prm::kSendWqeBB;
-    if (ds == 0 || nbb > (1u << qp.log_sq_size) || c.get(prm::wqe_ctrl_seg::qpn) != qp.qpn ||
+    // Blocks the doorbell record has posted from here: a WQE may not claim more (with the 16-bit
+    // comparison above, stepping past the record would go round the whole counter, thousands of
+    // error CQEs and the device's thread held: one client's bad WQE must not stall the others).
+    uint32_t posted = uint16_t(sw_pi - uint16_t(qp.sq_pi));
+    if (ds == 0 || nbb > posted || nbb > (1u << qp.log_sq_size) || c.get(prm::wqe_ctrl_seg::qpn) != qp.qpn ||
         idx != uint16_t(qp.sq_pi)) {
       // A WQE the device cannot parse: a local QP operation error, and the QP is done.
       qp_error_cqe(qp, uint16_t(qp.sq_pi), opcode, prm::cqe_syndrome::LOCAL_QP_OP_ERR);
@@ -138,7 +142,7 @@ void Hca::sq_process(Qp& qp) {
       engine_->modify_qp(qp.qpn, at, rc::kAttrState);
       engine_done();
       qp.state = prm::qpc_state::ERR;
-      qp.sq_pi += nbb ? nbb : 1;
+      qp.sq_pi += nbb && nbb <= posted ? nbb : posted;
       continue;
     }
     std::vector<uint8_t> wqe(ds * 16);
@@ -220,7 +224,7 @@ void Hca::sq_process(Qp& qp) {
           break;
         }
         inline_bytes.assign(wqe.data() + off + 4, wqe.data() + off + 4 + len);
-        sges[n++] = rc::Sge{uint64_t(uintptr_t(inline_bytes.data())), len, 0};
+        if (len) sges[n++] = rc::Sge{uint64_t(uintptr_t(inline_bytes.data())), len, 0};  // 0 bytes: no gather entry
         wr.send_flags |= rc::kInline;
         length += len;
         break;  // inline data ends the WQE

@@ -41,7 +41,8 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     uint32_t acc = kind == rc::KeyKind::remote ? kAccRemote : 0;
     if (access & (rc::kLocalWrite | rc::kRemoteWrite)) acc |= kAccWrite;
     if (access & rc::kRemoteRead || access == 0) acc |= kAccRead;
-    if (access & rc::kRemoteAtomic) acc |= kAccAtomic | kAccWrite;
+    // IBA o10-39: an atomic needs Remote Atomic access on the key, not Remote Write.
+    if (access & rc::kRemoteAtomic) acc |= kAccAtomic;
     uint8_t st = h_.mkey_resolve(key, pd, addr, len, acc, &segs_);
     if (st) return rc::MemStatus(st);
     *first = rc::Span{};
@@ -50,7 +51,7 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     s.buf.reset(new uint8_t[len]);
     s.len = len;
     s.segs = segs_;
-    s.writable = acc & kAccWrite;
+    s.writable = acc & (kAccWrite | kAccAtomic);  // an atomic writes its result back
     // Reads need the bytes; writes fetch them too, so bytes the engine leaves untouched go back as
     // they were.
     uint64_t off = 0;

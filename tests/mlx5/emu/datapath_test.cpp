@@ -224,6 +224,31 @@ TEST_F(EmuDataPath, AtomicsReturnTheOriginalValue) {
   EXPECT_EQ(now, 77u);
 }
 
+// An atomic target registered with local write and remote atomic only (as perftest's ib_atomic_bw
+// registers it): IBA o10-39 asks for Remote Atomic access, not Remote Write.
+TEST_F(EmuDataPath, AtomicNeedsRemoteAtomicNotRemoteWrite) {
+  TestHost::Buffer target = b.h.host.alloc(4096);
+  uint32_t key = b.h.create_mkey(target, 4096, /*lw + a*/ 1 | 8);
+  uint64_t v = 10;
+  memcpy(target.va, &v, 8);
+  Harness::SendOpts o;
+  o.raddr = reinterpret_cast<uint64_t>(target.va), o.rkey = key, o.swap_add = 3;
+  a.h.post_send(a.qp, wo::ATOMIC_FA, {{a.va(), 8, a.key}}, o);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ) << "syndrome " << prm::get(e, prm::err_cqe::syndrome);
+  memcpy(&v, target.va, 8);
+  EXPECT_EQ(v, 13u);
+  // Without the atomic right the same key is refused: remote access error.
+  uint32_t no_atomic = b.h.create_mkey(target, 4096, /*lw + rw*/ 1 | 2);
+  o.rkey = no_atomic;
+  a.h.post_send(a.qp, wo::ATOMIC_FA, {{a.va(), 8, a.key}}, o);
+  e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::REMOTE_ACCESS_ERR);
+}
+
 TEST_F(EmuDataPath, UnsignaledWqesReportThroughTheNextSignaledOne) {
   Harness::SendOpts o;
   o.raddr = b.va(), o.rkey = b.key, o.signaled = false;
@@ -269,6 +294,43 @@ TEST_F(EmuDataPath, BadLkeyIsALocalProtectionError) {
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
   EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::LOCAL_PROT_ERR);
+}
+
+// A WQE whose ds claims more blocks than the doorbell record posted (found by fuzz_mlx5_wqe): one
+// LOCAL_QP_OP_ERR CQE at that WQE, the device stops at the record and goes idle (it used to step
+// past the record and go round the 16-bit counter).
+TEST_F(EmuDataPath, WqeLongerThanThePostedBlocksIsALocalQpOpError) {
+  uint8_t w[64] = {};
+  prm::wqe_ctrl_seg::view(w)
+      .set(prm::wqe_ctrl_seg::opcode, wo::SEND)
+      .set(prm::wqe_ctrl_seg::qpn, a.qp.qpn)
+      .set(prm::wqe_ctrl_seg::ds, 13)  // four blocks
+      .set(prm::wqe_ctrl_seg::ce, 2);
+  memcpy(a.qp.sq(0), w, 64);
+  a.qp.sq_pi = 1;  // one block posted
+  prm::set(a.qp.dbr.va, prm::qp_dbrec::snd_counter, 1);
+  a.h.uar_write64(a.h.uar, prm::kUarBlueFlame, w);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::LOCAL_QP_OP_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::wqe_counter), 0u);
+  EXPECT_EQ(a.h.poll_cq(a.cq), nullptr);  // one CQE, not a counter's worth
+}
+
+// A SEND whose inline segment holds 0 bytes (found by fuzz_mlx5_wqe): a 0-byte message.
+TEST_F(EmuDataPath, EmptyInlineSendIsAZeroByteMessage) {
+  b.h.post_recv(b.qp, {{b.va(), 64, b.key}});
+  Harness::SendOpts o;
+  o.has_inline = true;
+  a.h.post_send(a.qp, wo::SEND, {}, o);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ);
+  e = cqe(b);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::opcode), co::RESP_SEND);
+  EXPECT_EQ(prm::get(e, prm::cqe64::byte_cnt), 0u);
 }
 
 TEST_F(EmuDataPath, QueryQpReportsLivePsns) {
