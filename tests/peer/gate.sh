@@ -68,7 +68,9 @@ provider_setup() {
       [ -n "$emud" ] || emud=$libdir/../src/dext/emuhost/melon-emud
       [ -x "$emud" ] || { echo "FAIL: no melon-emud at $emud (build the melon-emud target, or --emud PATH)"; return 1; }
       local sock=$PEER_RUN/mlx5_0.sock
-      peer_host "$emud" --socket "$sock" --wire "$PEER_HOST_ADDR" >"$PEER_RUN/emud.log" 2>&1 &
+      # Not through peer_host(): $! must be the daemon itself (ip netns exec execs it), or the TERM
+      # at the end reaches only a subshell and the daemon outlives the gate.
+      ip netns exec "$PEER_NS" "$emud" --socket "$sock" --wire "$PEER_HOST_ADDR" >"$PEER_RUN/emud.log" 2>&1 &
       EMUD_PID=$!
       local k
       for ((k = 0; k < 100; k++)); do [ -S "$sock" ] && break; sleep 0.1; done
@@ -83,6 +85,9 @@ provider_setup() {
 provider_teardown() {
   [ -n "$EMUD_PID" ] || return 0
   kill -TERM "$EMUD_PID" 2>/dev/null
+  local k
+  for ((k = 0; k < 50; k++)); do kill -0 "$EMUD_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$EMUD_PID" 2>/dev/null && { echo "melon-emud did not stop on TERM: killing it"; kill -KILL "$EMUD_PID"; }
   wait "$EMUD_PID" 2>/dev/null
   echo "melon-emud: $(tail -1 "$PEER_RUN/emud.log" 2>/dev/null)"
   EMUD_PID=''
