@@ -41,7 +41,9 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     uint32_t acc = kind == rc::KeyKind::remote ? kAccRemote : 0;
     if (access & (rc::kLocalWrite | rc::kRemoteWrite)) acc |= kAccWrite;
     if (access & rc::kRemoteRead || access == 0) acc |= kAccRead;
-    if (access & rc::kRemoteAtomic) acc |= kAccAtomic | kAccWrite;
+    // An atomic needs the atomic right alone (IBA 10.6.3; mkc.a), though it writes the bytes back.
+    bool atomic = access & rc::kRemoteAtomic;
+    if (atomic) acc |= kAccAtomic;
     uint8_t st = h_.mkey_resolve(key, pd, addr, len, acc, &segs_);
     if (st) return rc::MemStatus(st);
     *first = rc::Span{};
@@ -50,7 +52,7 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     s.buf.reset(new uint8_t[len]);
     s.len = len;
     s.segs = segs_;
-    s.writable = acc & kAccWrite;
+    s.writable = (acc & kAccWrite) || atomic;
     // Reads need the bytes; writes fetch them too, so bytes the engine leaves untouched go back as
     // they were.
     uint64_t off = 0;
