@@ -48,18 +48,21 @@ UdpWire::~UdpWire() {
 int UdpWire::open() {
   fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return errno;
+#ifdef __linux__
+  // DF on every IPv4 packet, and with it identification 0 on an unconnected socket (Linux
+  // ip_select_ident): the ICRC in transmit() assumes 0, and a peer that checks the ICRC over the
+  // header it received (Linux rxe, hardware) drops anything else. The soft provider does the same.
+  int pmtu = IP_PMTUDISC_DO;
+  if (setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0) {
+    int e = errno;
+    close(fd_);
+    fd_ = -1;
+    return e;
+  }
+#endif
   // A window of full-MTU packets must fit in the socket buffers, or the kernel drops them silently.
   int buf = 4 << 20;
-#ifdef __linux__
-  // DF on every packet, and with it IPv4 identification 0 on an unconnected socket (Linux
-  // ip_select_ident): the ICRC below assumes 0, and a peer that checks the ICRC over the header it
-  // received (Linux rxe, hardware) drops anything else. The soft provider does the same (issue 15).
-  int pmtu = IP_PMTUDISC_DO;
-#endif
   if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf) != 0 ||
-#ifdef __linux__
-      setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0 ||
-#endif
       setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf) != 0) {
     int e = errno;
     close(fd_);
@@ -86,9 +89,9 @@ void UdpWire::transmit(const uint8_t* frame, size_t len) {
   to.sin_family = AF_INET;
   to.sin_port = htons(h.dport);
   to.sin_addr.s_addr = htonl(roce::gid_to_ipv4(h.dst));
-  // The socket sends from its bound port, not the frame's entropy port, and the kernel writes the IPv4
-  // identification (0: DF on an unconnected socket, see open()): the ICRC covers both, so it is
-  // recomputed for what the peer will see.
+  // The socket sends from its bound port, not the frame's entropy port, and the kernel picks the IPv4
+  // identification: the ICRC covers both, so it is recomputed for what the peer will see (the soft
+  // provider and rxe solve for the identification, roce/icrc_udp.h).
   size_t n = h.udp_len - 8;
   if (n < roce::kIcrcSize) return;
   std::vector<uint8_t> payload(frame + h.hdr_len, frame + h.hdr_len + n);
