@@ -41,9 +41,7 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     uint32_t acc = kind == rc::KeyKind::remote ? kAccRemote : 0;
     if (access & (rc::kLocalWrite | rc::kRemoteWrite)) acc |= kAccWrite;
     if (access & rc::kRemoteRead || access == 0) acc |= kAccRead;
-    // An atomic needs the atomic right alone (IBA 10.6.3; mkc.a), though it writes the bytes back.
-    bool atomic = access & rc::kRemoteAtomic;
-    if (atomic) acc |= kAccAtomic;
+    if (access & rc::kRemoteAtomic) acc |= kAccAtomic | kAccWrite;
     uint8_t st = h_.mkey_resolve(key, pd, addr, len, acc, &segs_);
     if (st) return rc::MemStatus(st);
     *first = rc::Span{};
@@ -52,7 +50,7 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     s.buf.reset(new uint8_t[len]);
     s.len = len;
     s.segs = segs_;
-    s.writable = (acc & kAccWrite) || atomic;
+    s.writable = acc & kAccWrite;
     // Reads need the bytes; writes fetch them too, so bytes the engine leaves untouched go back as
     // they were.
     uint64_t off = 0;
