@@ -45,7 +45,8 @@ fi
 # Providers: what runs on our side. provider_setup sets OUR_ENV (env assignments for `env`), OUR_DEV
 # (device name), OUR_GID (GID index of 10.77.0.1's RoCEv2 entry), OUR_GID_LL and OUR_GID_ULA (GID
 # indices of br0's link-local fe80::5054:ff:fe77:1 and ULA fd77::1; empty: the IPv6 rows are skipped),
-# OUR_ACTIVE_MTU (what ibv_devinfo must report) and OUR_WHAT (for the table); provider_teardown stops
+# OUR_ACTIVE_MTU (what ibv_devinfo must report), OUR_READS (perftest options both ends of a READ or
+# atomic row take) and OUR_WHAT (for the table); provider_teardown stops
 # what provider_setup started. A new provider (mlx5 on real hardware, say) is one more case here.
 EMUD_PID=''
 provider_setup() {
@@ -57,7 +58,7 @@ provider_setup() {
       # GID table = the addresses in this order: 0 IPv4, 1 IPv6 link-local (scope br0), 2 IPv6 ULA.
       echo "device soft0 $PEER_HOST_ADDR addr=$PEER_HOST_LL6%br0 addr=$PEER_HOST_ADDR6" > "$cfg"
       OUR_ENV=(LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG="$cfg" MELON_STATS_DIR="$PEER_RUN/stats")
-      OUR_DEV=soft0 OUR_GID=0 OUR_GID_LL=1 OUR_GID_ULA=2 OUR_ACTIVE_MTU=$pmtu
+      OUR_DEV=soft0 OUR_GID=0 OUR_GID_LL=1 OUR_GID_ULA=2 OUR_ACTIVE_MTU=$pmtu OUR_READS=''
       OUR_WHAT="MelonDMA soft provider ($libdir)"
       ;;
     mlx5)
@@ -68,13 +69,18 @@ provider_setup() {
       [ -n "$emud" ] || emud=$libdir/../src/dext/emuhost/melon-emud
       [ -x "$emud" ] || { echo "FAIL: no melon-emud at $emud (build the melon-emud target, or --emud PATH)"; return 1; }
       local sock=$PEER_RUN/mlx5_0.sock
-      peer_host "$emud" --socket "$sock" --wire "$PEER_HOST_ADDR" >"$PEER_RUN/emud.log" 2>&1 &
+      # Not through peer_host(): $! must be the daemon itself (ip netns exec execs it), or the TERM
+      # at the end reaches only a subshell and the daemon outlives the gate.
+      ip netns exec "$PEER_NS" "$emud" --socket "$sock" --wire "$PEER_HOST_ADDR" >"$PEER_RUN/emud.log" 2>&1 &
       EMUD_PID=$!
       local k
       for ((k = 0; k < 100; k++)); do [ -S "$sock" ] && break; sleep 0.1; done
       [ -S "$sock" ] || { echo "FAIL: melon-emud did not come up: $(cat "$PEER_RUN/emud.log")"; return 1; }
       OUR_ENV=(LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_EMUD_SOCKET="$sock")
-      OUR_DEV=mlx5_0 OUR_GID=0 OUR_GID_LL='' OUR_GID_ULA='' OUR_ACTIVE_MTU=4096
+      # perftest gives each end the PEER's outstanding reads as max_rd_atomic; rxe offers 128, and a
+      # ConnectX takes at most 16 (mlx5_ib refuses more with EINVAL, as mlx5_0 does): READ and
+      # atomic rows tell both ends -o 16.
+      OUR_DEV=mlx5_0 OUR_GID=0 OUR_GID_LL='' OUR_GID_ULA='' OUR_ACTIVE_MTU=4096 OUR_READS='-o 16'
       OUR_WHAT="MelonDMA mlx5 provider on melon-emud, wire $PEER_HOST_ADDR ($libdir)"
       ;;
     *) echo "FAIL: unknown provider '$provider' (known: soft, mlx5)"; return 1 ;;
@@ -83,6 +89,9 @@ provider_setup() {
 provider_teardown() {
   [ -n "$EMUD_PID" ] || return 0
   kill -TERM "$EMUD_PID" 2>/dev/null
+  local k
+  for ((k = 0; k < 50; k++)); do kill -0 "$EMUD_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$EMUD_PID" 2>/dev/null && { echo "melon-emud did not stop on TERM: killing it"; kill -KILL "$EMUD_PID"; }
   wait "$EMUD_PID" 2>/dev/null
   echo "melon-emud: $(tail -1 "$PEER_RUN/emud.log" 2>/dev/null)"
   EMUD_PID=''
@@ -232,8 +241,11 @@ pp() {  # pp <how> <tool> <iters> <extra args for both ends>
 }
 
 # perftest: a result row "<size> <iters> ..." whose last figure (MsgRate or a latency) is nonzero.
+# reads_args <tool> <extra>: OUR_READS for READ and atomic tools whose options name no -o of their own.
+reads_args() { case $1 in ib_read_*|ib_atomic_*) [[ $2 == *"-o "* ]] || echo "$OUR_READS" ;; esac; }
 perf() {  # perf <how> <tool> <size> <iters> <extra args for both ends> [<iters in the result row>]
   local how=$1 tool=$2 size=$3 n=$4 extra=$5 rown=${6:-$4}
+  extra="$extra $(reads_args "$tool" "$extra")"
   exchange "$how" "$tool -d rxe0 -x ${GGID:-1} -F -n $n -m $pmtu $extra" \
     "$tool -d $OUR_DEV -x ${OGID:-$OUR_GID} -F -n $n -m $pmtu $extra"
   common "$tool" 1
@@ -360,8 +372,9 @@ loss_case() {  # loss_case <how> <tool> <out|in>
   local how=$1 tool=$2 where=$3
   if ! out=$(netem_on "$where" 2>&1); then check "netem in the guest ($out)" false; return; fi
   local c0; c0=$(counters)
-  EX_TIMEOUT=90 exchange "$how" "$tool -d rxe0 -x 1 -F -n 200 -s 8192 -m $pmtu" \
-    "$tool -d $OUR_DEV -x $OUR_GID -F -n 200 -s 8192 -m $pmtu"
+  local ro; ro=$(reads_args "$tool" "")
+  EX_TIMEOUT=90 exchange "$how" "$tool -d rxe0 -x 1 -F -n 200 -s 8192 -m $pmtu $ro" \
+    "$tool -d $OUR_DEV -x $OUR_GID -F -n 200 -s 8192 -m $pmtu $ro"
   local st; st=$(netem_stats); echo "$st"
   # What rxe saw of the recovery (informational; the figures are random): re-issued READs arrive as
   # duplicate_request, our sequence-error NAKs as rcvd_seq_err, rxe's timeouts as completer_retry_err.

@@ -40,7 +40,8 @@ struct UapiBackend::Queue {
 };
 
 namespace {
-// Route::kind: which object an event names (device events name none).
+// Route::kind: which object an event names (device events name none; route_add/route_del take
+// the same numbers).
 enum RouteKind : uint8_t { kDevice = 0, kCq = 1, kQp = 2, kSrq = 3 };
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 }  // namespace
@@ -268,7 +269,7 @@ Status UapiBackend::destroy_cq(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t cqn = q->cq->cqn;
   if (Status s = status_of(hca_.destroy_cq(q->cq)); s != Status::ok) return s;
-  route_del(kCq, cqn);
+  route_del(1, cqn);
   free_queue(q);
   return Status::ok;
 }
@@ -295,7 +296,7 @@ Status UapiBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* 
     free_queue(q);
     return s;
   }
-  route_add(kSrq, q->srq->srqn, spec.event_tag);
+  route_add(3, q->srq->srqn, spec.event_tag);
   r->wqe_cnt = 1u << spec.log_size;
   r->stride = 1u << spec.log_stride;
   r->dbr_offset = 0;
@@ -311,7 +312,7 @@ Status UapiBackend::destroy_srq(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t n = q->srq->srqn;
   if (Status s = status_of(hca_.destroy_srq(q->srq)); s != Status::ok) return s;
-  route_del(kSrq, n);
+  route_del(3, n);
   free_queue(q);
   return Status::ok;
 }
@@ -394,19 +395,6 @@ Status UapiBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
   Queue* q = static_cast<Queue*>(o);
   c::QpAttr a;
   uint32_t m = rq.attr_mask;
-  if (m & kQpAccessFlags) a.access = rq.access;
-  if (m & kQpQkey) a.qkey = rq.qkey;
-  if (m & kQpDestQpn) a.dest_qpn = rq.dest_qpn;
-  if (m & kQpAv) path_of(rq.av, &a.path);
-  if (m & kQpTimeout) a.path.ack_timeout = rq.timeout;
-  if (m & kQpPathMtu) a.mtu = rq.path_mtu;
-  if (m & kQpRqPsn) a.rq_psn = rq.rq_psn;
-  if (m & kQpSqPsn) a.sq_psn = rq.sq_psn;
-  if (m & kQpMaxQpRdAtomic) a.max_rd_atomic = rq.max_rd_atomic;
-  if (m & kQpMaxDestRdAtomic) a.max_dest_rd_atomic = rq.max_dest_rd_atomic;
-  if (m & kQpMinRnrTimer) a.min_rnr_timer = rq.min_rnr_timer;
-  if (m & kQpRetryCnt) a.retry_cnt = rq.retry_cnt;
-  if (m & kQpRnrRetry) a.rnr_retry = rq.rnr_retry;
   if (m & kQpPkeyIndex) a.pkey_index = rq.pkey_index;
   if (m & kQpPort) a.path.port = rq.port;
   // ibv_qp_attr_mask -> the PRM's optional-parameter bits (as Linux mlx5_ib ib_nr_to_mlx5_nr); the
@@ -429,6 +417,19 @@ Status UapiBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
   // Access bits a QP type has no field for (UC: no read/atomic, UD: none) are not asked for.
   if (q->qp->type != c::QpType::rc) a.optional &= ~uint32_t(po::RRE | po::RAE);
   if (q->qp->type == c::QpType::ud) a.optional &= ~uint32_t(po::RWE);
+  if (m & kQpAccessFlags) a.access = rq.access;
+  if (m & kQpQkey) a.qkey = rq.qkey;
+  if (m & kQpDestQpn) a.dest_qpn = rq.dest_qpn;
+  if (m & kQpAv) path_of(rq.av, &a.path);
+  if (m & kQpTimeout) a.path.ack_timeout = rq.timeout;
+  if (m & kQpPathMtu) a.mtu = rq.path_mtu;
+  if (m & kQpRqPsn) a.rq_psn = rq.rq_psn;
+  if (m & kQpSqPsn) a.sq_psn = rq.sq_psn;
+  if (m & kQpMaxQpRdAtomic) a.max_rd_atomic = rq.max_rd_atomic;
+  if (m & kQpMaxDestRdAtomic) a.max_dest_rd_atomic = rq.max_dest_rd_atomic;
+  if (m & kQpMinRnrTimer) a.min_rnr_timer = rq.min_rnr_timer;
+  if (m & kQpRetryCnt) a.retry_cnt = rq.retry_cnt;
+  if (m & kQpRnrRetry) a.rnr_retry = rq.rnr_retry;
   Status s = status_of(hca_.modify_qp(q->qp, core_transition(t), a));
   if (s == Status::ok && t == Transition::to_rst) plat_.doorbell_rewind(kQp, q->qp->qpn);
   return s;
@@ -470,7 +471,7 @@ Status UapiBackend::destroy_qp(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t n = q->qp->qpn;
   if (Status s = status_of(hca_.destroy_qp(q->qp)); s != Status::ok) return s;
-  route_del(kQp, n);
+  route_del(2, n);
   free_queue(q);
   return Status::ok;
 }

@@ -85,6 +85,18 @@ UdpWire::~UdpWire() {
 int UdpWire::open() {
   fd_ = socket(v6_ ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return errno;
+#ifdef __linux__
+  // DF on every IPv4 packet, and with it identification 0 on an unconnected socket (Linux
+  // ip_select_ident): the ICRC in transmit() assumes 0, and a peer that checks the ICRC over the
+  // header it received (Linux rxe, hardware) drops anything else. The soft provider does the same.
+  int pmtu = IP_PMTUDISC_DO;
+  if (setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof pmtu) != 0) {
+    int e = errno;
+    close(fd_);
+    fd_ = -1;
+    return e;
+  }
+#endif
   // A window of full-MTU packets must fit in the socket buffers, or the kernel drops them silently.
   int buf = 4 << 20, one = 1;
   if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf) != 0 ||

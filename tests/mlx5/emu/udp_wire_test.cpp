@@ -1,0 +1,77 @@
+// The emulator's UDP wire as a peer that checks the ICRC over the header it received (Linux rxe,
+// hardware) sees it: an IPv4 frame leaves with DF set and identification 0, and its ICRC is right for
+// the IP and UDP headers actually on the wire. Runs in its own network namespace, read by a raw socket.
+#include <gtest/gtest.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "mlx5/emu/wire.h"
+#include "roce/icrc.h"
+#include "roce/icrc_udp.h"
+#include "roce/ip_udp.h"
+
+namespace melon::mlx5::emu {
+namespace {
+
+bool loopback_up() {
+  int s = socket(AF_INET, SOCK_DGRAM, 0);
+  if (s < 0) return false;
+  ifreq r{};
+  strncpy(r.ifr_name, "lo", IFNAMSIZ - 1);
+  bool ok = ioctl(s, SIOCGIFFLAGS, &r) == 0;
+  r.ifr_flags |= IFF_UP;
+  ok = ok && ioctl(s, SIOCSIFFLAGS, &r) == 0;
+  close(s);
+  return ok;
+}
+
+TEST(EmuUdpWire, Ipv4FramesLeaveWithDfIdZeroAndAnIcrcOverTheHeaderOnTheWire) {
+  if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
+  ASSERT_TRUE(loopback_up());
+  int raw = socket(AF_INET, SOCK_RAW, IPPROTO_UDP);
+  if (raw < 0) GTEST_SKIP() << "no raw socket: " << strerror(errno);
+  UdpWire wire(0x7f000001);
+  ASSERT_EQ(wire.open(), 0);
+
+  // A SEND-only RoCEv2 packet from 127.0.0.1 to 127.0.0.2 as the device builds it (BTH + ICRC).
+  roce::IpUdp h;
+  roce::gid_from_ipv4(h.src, 0x7f000001);
+  roce::gid_from_ipv4(h.dst, 0x7f000002);
+  uint8_t bth[16] = {0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x00, 0x00, 0x01};
+  uint8_t frame[64];
+  size_t hl = roce::write_ip_udp(h, sizeof bth, frame);
+  memcpy(frame + hl, bth, sizeof bth);
+  wire.transmit(frame, hl + sizeof bth);
+
+  uint8_t pkt[256];
+  ssize_t n = -1;
+  roce::IpUdp got;
+  for (int tries = 0; tries < 10; ++tries) {
+    pollfd p{raw, POLLIN, 0};
+    ASSERT_GT(poll(&p, 1, 1000), 0) << "nothing on the wire";
+    n = recv(raw, pkt, sizeof pkt, 0);
+    if (n > 0 && roce::parse_ip_udp(pkt, size_t(n), got) == roce::ParseError::ok &&
+        roce::gid_to_ipv4(got.dst) == 0x7f000002)
+      break;
+    n = -1;
+  }
+  ASSERT_GT(n, 0);
+  EXPECT_TRUE(pkt[6] & 0x40) << "DF";
+  EXPECT_EQ(pkt[4] << 8 | pkt[5], 0) << "IPv4 identification";
+  const uint8_t* payload = pkt + got.hdr_len;
+  size_t len = got.udp_len - 8;
+  ASSERT_EQ(len, sizeof bth);
+  EXPECT_EQ(roce::load_icrc(payload + len - roce::kIcrcSize),
+            roce::icrc_for_udp_payload(got, payload, len - roce::kIcrcSize))
+      << "the ICRC a receiver computes over this IP/UDP header";
+  close(raw);
+}
+
+}  // namespace
+}  // namespace melon::mlx5::emu
