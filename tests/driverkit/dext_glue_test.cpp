@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <random>
 #include <vector>
 
 #include "dext/driverkit/dext_device.h"
@@ -350,6 +351,81 @@ TEST_F(DextGlue, StopWithClientsStillOpenStopsThemFirst) {
     size_t n = sizeof pd;
     EXPECT_EQ(a.raw(uint32_t(Selector::alloc_pd), nullptr, 0, &pd, &n), kIOReturnBadArgument);
     a.port = b.port = IO_OBJECT_NULL;
+    EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+// Bad input at the boundary, through the glue: random selectors (known and not), random lengths and
+// bytes, handles taken from earlier answers, random mapping types. Every answer must be one of the
+// server's statuses (or the glue's own refusal of an oversized structure), nothing may crash, and
+// the client's death must leave nothing behind.
+TEST_F(DextGlue, RandomRequestsGetKnownAnswersAndDeathCleansUp) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    std::vector<uint8_t> mem(64 * 1024);
+    {
+      Conn c;
+      ASSERT_EQ(c.open(), Status::ok);
+      std::mt19937 rng(13);
+      struct Sel {
+        uint32_t value, req;
+      };
+      std::vector<Sel> sels;
+#define MELON_SEL(name, value, req, resp) \
+  if (value != uint32_t(Selector::close)) sels.push_back({value, uapi::wire_size<uapi::req>});  // Close ends it
+      MELON_UAPI_SELECTORS(MELON_SEL)
+#undef MELON_SEL
+      std::vector<uint32_t> handles{0};
+      uint32_t answers[32] = {};
+      for (int i = 0; i < 3000; i++) {
+        Sel pick = sels[rng() % sels.size()];
+        uint32_t sel = rng() % 8 ? pick.value : uint32_t(rng());
+        uint8_t in[96];
+        for (auto& b : in) b = uint8_t(rng());
+        // Mostly plausible shapes: small reserved fields, real handles, the client's own memory.
+        uint32_t* w = reinterpret_cast<uint32_t*>(in);
+        for (int k = 0; k < 24; k++)
+          if (rng() % 3) w[k] = rng() % 2 ? handles[rng() % handles.size()] : rng() % 64;
+        if (sel == uint32_t(Selector::reg_mr) && rng() % 2) {
+          uapi::RegMrReq mr{handles[rng() % handles.size()], uint32_t(rng() % 16), uint64_t(uintptr_t(mem.data())),
+                            uint64_t(rng() % mem.size()) + 1};
+          memcpy(in, &mr, sizeof mr);
+        }
+        size_t len = rng() % 4 ? pick.req : rng() % 97;  // mostly the request's own size
+        uint8_t out[256];
+        size_t out_len = rng() % 4 ? sizeof out : rng() % 64;
+        kern_return_t kr = c.raw(sel, len ? in : nullptr, len, out, &out_len);
+        Status st;
+        ASSERT_TRUE(uapi::iokit::status_of_return(kr, &st)) << std::hex << kr << " selector " << sel;
+        ASSERT_LT(uint32_t(st), 32u);
+        answers[uint32_t(st)]++;
+        if (st == Status::ok && out_len >= 4) handles.push_back(*reinterpret_cast<uint32_t*>(out));
+        if (rng() % 16 == 0) {
+          mach_vm_address_t addr = 0;
+          mach_vm_size_t size = 0;
+          uint32_t type = uapi::map_type(uapi::MapKind(rng() % 7), handles[rng() % handles.size()]);
+          kr = IOConnectMapMemory64(c.port, rng() % 8 ? type : uint32_t(rng()), mach_task_self(), &addr, &size,
+                                    kIOMapAnywhere);
+          ASSERT_TRUE(kr == kIOReturnSuccess || uapi::iokit::status_of_return(kr, &st)) << std::hex << kr;
+        }
+      }
+      std::string hist;
+      for (uint32_t k = 0; k < 32; k++)
+        if (answers[k]) hist += std::string(uapi::status_name(Status(k))) + "=" + std::to_string(answers[k]) + " ";
+      EXPECT_GT(answers[uint32_t(Status::ok)], 50u) << "the sequence never got far: " << hist;
+      EXPECT_GT(answers[uint32_t(Status::bad_handle)] + answers[uint32_t(Status::invalid)], 50u) << hist;
+      dkfake::kill_connection(c.port);
+      c.port = IO_OBJECT_NULL;
+      auto* p = parts(d.service);
+      for (auto k : {mlx5::core::ObjKind::qp, mlx5::core::ObjKind::cq, mlx5::core::ObjKind::mr, mlx5::core::ObjKind::pd,
+                     mlx5::core::ObjKind::uar, mlx5::core::ObjKind::srq})
+        EXPECT_EQ(p->dev->hca().live(k), 0u) << int(k);
+      EXPECT_EQ(p->queues->live(), 0u);
+    }
+    EXPECT_EQ(d.stop(), kIOReturnSuccess);
     EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
   }
   expect_same(before, Ledger{});
