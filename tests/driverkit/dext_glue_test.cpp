@@ -4,6 +4,7 @@
 // Stop leaving nothing behind.
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <random>
@@ -351,6 +352,37 @@ TEST_F(DextGlue, StopWithClientsStillOpenStopsThemFirst) {
     size_t n = sizeof pd;
     EXPECT_EQ(a.raw(uint32_t(Selector::alloc_pd), nullptr, 0, &pd, &n), kIOReturnBadArgument);
     a.port = b.port = IO_OBJECT_NULL;
+    EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+// The card reports a fatal firmware error: the service timer's health poll finds it, MelonState
+// turns fatal (what scripts/macos wait on), and Stop can only reset the function (FLR through the
+// PCIe capability in configuration space) before it frees the memory the card may still write.
+TEST_F(DextGlue, FatalFirmwareShowsAsMelonStateFatalAndStopResetsTheFunction) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    // A PD only: queues and MRs of a client still open when the device dies are not freed yet
+    // (UapiBackend drops them when their destroy command fails; docs/macos.md, known problems).
+    uapi::HandleResp held{};
+    ASSERT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &held), Status::ok);
+    d.card.device().inject_fatal(0x7);
+    std::string state;
+    for (int i = 0; i < 200 && (state = dkfake::string_property(d.service, "MelonState")) != "fatal"; i++)
+      usleep(50 * 1000);  // the core polls health every 2 s; the service timer runs every 500 ms
+    EXPECT_EQ(state, "fatal");
+    // The client learns it from its calls too.
+    uapi::HandleResp pd{};
+    EXPECT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::device_dead);
+    EXPECT_EQ(d.card.flrs_.load(), 0);
+    EXPECT_EQ(d.stop(), kIOReturnSuccess);
+    c.port = IO_OBJECT_NULL;  // stopped with the driver
+    EXPECT_EQ(d.card.flrs_.load(), 1) << "teardown of a fatal device must reset it before freeing";
     EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
   }
   expect_same(before, Ledger{});

@@ -7,6 +7,7 @@
 #include <DriverKit/standin.h>
 #include <PCIDriverKit/IOPCIDevice.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +36,8 @@ class Card {
   // IOVA mappings the fake IODMACommands hold now.
   size_t dma_mappings() const;
   bool no_msix_ = false;  // from CardOptions::configure_msix
+  // Function-level resets the driver started through configuration space (PCIe Device Control).
+  std::atomic<int> flrs_{0};
 
  private:
   mlx5::emu::TestHost host_;

@@ -134,7 +134,10 @@ void IOPCIDevice::ConfigurationRead16(uint64_t off, uint16_t* v) {
   *v = c && service_impl(this)->open ? uint16_t(c->device().config_read(uint32_t(off), 2)) : 0xffff;
 }
 void IOPCIDevice::ConfigurationWrite16(uint64_t off, uint16_t v) {
-  if (Card* c = card_of(this); c && service_impl(this)->open) c->device().config_write(uint32_t(off), 2, v);
+  Card* c = card_of(this);
+  if (!c || !service_impl(this)->open) return;
+  if (off == emu::kPciExpDevCtl && (v & emu::kPciExpDevCtlFlr)) c->flrs_++;
+  c->device().config_write(uint32_t(off), 2, v);
 }
 void IOPCIDevice::MemoryRead32(uint8_t idx, uint64_t off, uint32_t* v) {
   Card* c = card_of(this);
