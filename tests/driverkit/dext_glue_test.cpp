@@ -14,6 +14,8 @@
 #include "dext/driverkit/driver_parts.h"
 #include "dext/driverkit/queue_memory.h"
 #include "dk_rig.h"
+#include "mlx5/emu/wire.h"
+#include "mlx5/prm/prm.h"
 
 namespace melon::dktest {
 namespace {
@@ -386,6 +388,151 @@ TEST_F(DextGlue, FatalFirmwareShowsAsMelonStateFatalAndStopResetsTheFunction) {
     EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
   }
   expect_same(before, Ledger{});
+}
+
+// One application per card, each card with its own driver, the two cards on one in-memory Ethernet
+// link: QPs connected through ExternalMethod, then an RDMA WRITE posted the way the mlx5 provider
+// posts it, into memory that reached the application through CopyClientMemoryForType (WQE in the
+// SQ ring, the doorbell record, the BlueFlame doorbell stored into the UAR window of BAR0). The
+// device reads the WQE and the client's pinned buffer through the DEXT's IODMACommand mappings, the
+// peer writes into its client's pinned buffer, and the completion lands in the mapped CQ ring.
+namespace p = mlx5::prm;
+
+struct Side {
+  Conn& c;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(65536);
+  uapi::UarResp uar{};
+  uapi::CreateCqResp cq{};
+  uapi::CreateQpResp qp{};
+  uapi::RegMrResp mr{};
+  uapi::PortAttr port{};
+  uapi::GidResp gid{};
+  uint8_t *uar_page = nullptr, *sq = nullptr, *qp_dbr = nullptr, *cqe = nullptr, *cq_dbr = nullptr;
+
+  void* map(uapi::MapKind kind, uint32_t handle) {
+    mach_vm_address_t a = 0;
+    mach_vm_size_t n = 0;
+    EXPECT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(kind, handle), mach_task_self(), &a, &n, kIOMapAnywhere),
+              kIOReturnSuccess);
+    return reinterpret_cast<void*>(uintptr_t(a));
+  }
+  void make() {
+    ASSERT_EQ(c.open(), Status::ok);
+    uapi::HandleResp pd{};
+    ASSERT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::ok);
+    ASSERT_EQ(c.call(Selector::alloc_uar, uapi::EmptyReq{}, &uar), Status::ok);
+    ASSERT_EQ(c.call(Selector::create_cq, uapi::CreateCqReq{63, 0, uar.handle, 0}, &cq), Status::ok);
+    uapi::CreateQpReq q{};
+    q.pd = pd.handle;
+    q.send_cq = q.recv_cq = cq.handle;
+    q.uar = uar.handle;
+    q.qp_type = uapi::kQpRc;
+    q.max_send_wr = q.max_recv_wr = 16;
+    q.max_send_sge = q.max_recv_sge = 1;
+    ASSERT_EQ(c.call(Selector::create_qp, q, &qp), Status::ok);
+    uapi::RegMrReq r{pd.handle, uapi::kAccessLocalWrite | uapi::kAccessRemoteWrite, uint64_t(uintptr_t(buf.data())),
+                     buf.size()};
+    ASSERT_EQ(c.call(Selector::reg_mr, r, &mr), Status::ok);
+    ASSERT_EQ(c.call(Selector::query_port, uapi::PortReq{1, 0}, &port), Status::ok);
+    ASSERT_EQ(c.call(Selector::query_gid, uapi::GidReq{1, 0}, &gid), Status::ok);
+    uar_page = static_cast<uint8_t*>(map(uapi::MapKind::uar, uar.handle));
+    sq = static_cast<uint8_t*>(map(uapi::MapKind::sq, qp.handle)) + qp.sq_offset;
+    qp_dbr = static_cast<uint8_t*>(map(uapi::MapKind::db_record, qp.handle)) + qp.dbr_offset;
+    cqe = static_cast<uint8_t*>(map(uapi::MapKind::cqe, cq.handle));
+    cq_dbr = static_cast<uint8_t*>(map(uapi::MapKind::db_record, cq.handle)) + cq.dbr_offset;
+  }
+  void connect(const Side& peer) {
+    uapi::EmptyResp e;
+    uapi::ModifyQpReq m{};
+    m.handle = qp.handle;
+    m.attr_mask = uapi::kQpState | uapi::kQpPkeyIndex | uapi::kQpPort | uapi::kQpAccessFlags;
+    m.qp_state = uapi::kStateInit;
+    m.port = 1;
+    m.access = uapi::kAccessRemoteWrite;
+    ASSERT_EQ(c.call(Selector::modify_qp, m, &e), Status::ok);
+    m = {};
+    m.handle = qp.handle;
+    m.attr_mask = uapi::kQpState | uapi::kQpAv | uapi::kQpPathMtu | uapi::kQpDestQpn | uapi::kQpRqPsn |
+                  uapi::kQpMaxDestRdAtomic | uapi::kQpMinRnrTimer;
+    m.qp_state = uapi::kStateRtr;
+    m.path_mtu = 3;  // 1024
+    m.dest_qpn = peer.qp.qpn;
+    m.rq_psn = 100;
+    m.max_dest_rd_atomic = 1;
+    m.min_rnr_timer = 12;
+    memcpy(m.av.dgid, peer.gid.gid, 16);
+    memcpy(m.av.dmac, peer.port.mac, 6);
+    m.av.hop_limit = 64;
+    m.av.port = 1;
+    ASSERT_EQ(c.call(Selector::modify_qp, m, &e), Status::ok);
+    m = {};
+    m.handle = qp.handle;
+    m.attr_mask = uapi::kQpState | uapi::kQpSqPsn | uapi::kQpTimeout | uapi::kQpRetryCnt | uapi::kQpRnrRetry |
+                  uapi::kQpMaxQpRdAtomic;
+    m.qp_state = uapi::kStateRts;
+    m.sq_psn = 100;
+    m.timeout = 14;
+    m.retry_cnt = 7;
+    m.rnr_retry = 7;
+    m.max_rd_atomic = 1;
+    ASSERT_EQ(c.call(Selector::modify_qp, m, &e), Status::ok);
+  }
+};
+
+TEST_F(DextGlue, TwoCardsExchangeAnRdmaWriteThroughTheDriversMappings) {
+  mlx5::emu::MemoryLink link;
+  dkfake::CardOptions oa, ob;
+  oa.wire = link.add_port(), oa.mac_last = 0x0a;
+  ob.wire = link.add_port(), ob.mac_last = 0x0b;
+  Driver da(oa), db(ob);
+  ASSERT_EQ(da.start_result, kIOReturnSuccess);
+  ASSERT_EQ(db.start_result, kIOReturnSuccess);
+  link.attach(oa.wire, &da.card.device());
+  link.attach(ob.wire, &db.card.device());
+  Conn ca(dkfake::service_port(da.service)), cb(dkfake::service_port(db.service));
+  Side a{ca}, b{cb};
+  a.make();
+  b.make();
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_NE(memcmp(a.gid.gid, b.gid.gid, 16), 0);
+  a.connect(b);
+  b.connect(a);
+  ASSERT_FALSE(HasFatalFailure());
+  for (size_t i = 0; i < 4096; i++) a.buf[i] = uint8_t(i * 7 + 1);
+
+  // The WQE: control, remote address, one data segment (PRM send WQE; rdma-core mlx5 post_send).
+  uint8_t w[64] = {};
+  p::wqe_raddr_seg::view(w + 16)
+      .set(p::wqe_raddr_seg::raddr, uint64_t(uintptr_t(b.buf.data())) + 1024)
+      .set(p::wqe_raddr_seg::rkey, b.mr.rkey);
+  p::wqe_data_seg::view(w + 32)
+      .set(p::wqe_data_seg::byte_count, 4096)
+      .set(p::wqe_data_seg::lkey, a.mr.lkey)
+      .set(p::wqe_data_seg::addr, uint64_t(uintptr_t(a.buf.data())));
+  p::wqe_ctrl_seg::view(w)
+      .set(p::wqe_ctrl_seg::opcode, p::wqe_opcode::RDMA_WRITE)
+      .set(p::wqe_ctrl_seg::wqe_index, 0)
+      .set(p::wqe_ctrl_seg::qpn, a.qp.qpn)
+      .set(p::wqe_ctrl_seg::ds, 3)
+      .set(p::wqe_ctrl_seg::ce, 2);
+  memcpy(a.sq, w, 64);
+  p::set(a.qp_dbr, p::qp_dbrec::snd_counter, 1);
+  ASSERT_TRUE(dkfake::mmio_store64(ca.port, a.uar_page + a.uar.db_offset, w));
+
+  const uint8_t* e = nullptr;
+  uint32_t log_cq = 0;
+  while ((1u << log_cq) < a.cq.cqe) log_cq++;
+  for (int i = 0; i < 400 && !e; i++) {
+    if (p::cqe_sw_owned(a.cqe, 0, log_cq)) e = a.cqe;
+    if (!e) usleep(5000);
+  }
+  ASSERT_NE(e, nullptr) << "no completion in the mapped CQ ring";
+  EXPECT_EQ(p::get(e, p::cqe64::opcode), p::cqe_opcode::REQ);
+  EXPECT_EQ(p::get(e, p::cqe64::qpn), a.qp.qpn);
+  EXPECT_EQ(memcmp(b.buf.data() + 1024, a.buf.data(), 4096), 0) << "the peer's buffer does not hold the data";
+  EXPECT_EQ(b.buf[1023], 0);
+  EXPECT_EQ(b.buf[1024 + 4096], 0);
+  EXPECT_GT(link.frames(), 0u);
 }
 
 // Bad input at the boundary, through the glue: random selectors (known and not), random lengths and
