@@ -4,14 +4,18 @@
 // Stop leaving nothing behind.
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <random>
 #include <vector>
 
 #include "dext/driverkit/dext_device.h"
 #include "dext/driverkit/driver_parts.h"
 #include "dext/driverkit/queue_memory.h"
 #include "dk_rig.h"
+#include "mlx5/emu/wire.h"
+#include "mlx5/prm/prm.h"
 
 namespace melon::dktest {
 namespace {
@@ -350,6 +354,257 @@ TEST_F(DextGlue, StopWithClientsStillOpenStopsThemFirst) {
     size_t n = sizeof pd;
     EXPECT_EQ(a.raw(uint32_t(Selector::alloc_pd), nullptr, 0, &pd, &n), kIOReturnBadArgument);
     a.port = b.port = IO_OBJECT_NULL;
+    EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+// The card reports a fatal firmware error: the service timer's health poll finds it, MelonState
+// turns fatal (what scripts/macos wait on), and Stop can only reset the function (FLR through the
+// PCIe capability in configuration space) before it frees the memory the card may still write.
+TEST_F(DextGlue, FatalFirmwareShowsAsMelonStateFatalAndStopResetsTheFunction) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    // A PD only: queues and MRs of a client still open when the device dies are not freed yet
+    // (UapiBackend drops them when their destroy command fails; docs/macos.md, known problems).
+    uapi::HandleResp held{};
+    ASSERT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &held), Status::ok);
+    d.card.device().inject_fatal(0x7);
+    std::string state;
+    for (int i = 0; i < 200 && (state = dkfake::string_property(d.service, "MelonState")) != "fatal"; i++)
+      usleep(50 * 1000);  // the core polls health every 2 s; the service timer runs every 500 ms
+    EXPECT_EQ(state, "fatal");
+    // The client learns it from its calls too.
+    uapi::HandleResp pd{};
+    EXPECT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::device_dead);
+    EXPECT_EQ(d.card.flrs_.load(), 0);
+    EXPECT_EQ(d.stop(), kIOReturnSuccess);
+    c.port = IO_OBJECT_NULL;  // stopped with the driver
+    EXPECT_EQ(d.card.flrs_.load(), 1) << "teardown of a fatal device must reset it before freeing";
+    EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+// One application per card, each card with its own driver, the two cards on one in-memory Ethernet
+// link: QPs connected through ExternalMethod, then an RDMA WRITE posted the way the mlx5 provider
+// posts it, into memory that reached the application through CopyClientMemoryForType (WQE in the
+// SQ ring, the doorbell record, the BlueFlame doorbell stored into the UAR window of BAR0). The
+// device reads the WQE and the client's pinned buffer through the DEXT's IODMACommand mappings, the
+// peer writes into its client's pinned buffer, and the completion lands in the mapped CQ ring.
+namespace p = mlx5::prm;
+
+struct Side {
+  Conn& c;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(65536);
+  uapi::UarResp uar{};
+  uapi::CreateCqResp cq{};
+  uapi::CreateQpResp qp{};
+  uapi::RegMrResp mr{};
+  uapi::PortAttr port{};
+  uapi::GidResp gid{};
+  uint8_t *uar_page = nullptr, *sq = nullptr, *qp_dbr = nullptr, *cqe = nullptr, *cq_dbr = nullptr;
+
+  void* map(uapi::MapKind kind, uint32_t handle) {
+    mach_vm_address_t a = 0;
+    mach_vm_size_t n = 0;
+    EXPECT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(kind, handle), mach_task_self(), &a, &n, kIOMapAnywhere),
+              kIOReturnSuccess);
+    return reinterpret_cast<void*>(uintptr_t(a));
+  }
+  void make() {
+    ASSERT_EQ(c.open(), Status::ok);
+    uapi::HandleResp pd{};
+    ASSERT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::ok);
+    ASSERT_EQ(c.call(Selector::alloc_uar, uapi::EmptyReq{}, &uar), Status::ok);
+    ASSERT_EQ(c.call(Selector::create_cq, uapi::CreateCqReq{63, 0, uar.handle, 0}, &cq), Status::ok);
+    uapi::CreateQpReq q{};
+    q.pd = pd.handle;
+    q.send_cq = q.recv_cq = cq.handle;
+    q.uar = uar.handle;
+    q.qp_type = uapi::kQpRc;
+    q.max_send_wr = q.max_recv_wr = 16;
+    q.max_send_sge = q.max_recv_sge = 1;
+    ASSERT_EQ(c.call(Selector::create_qp, q, &qp), Status::ok);
+    uapi::RegMrReq r{pd.handle, uapi::kAccessLocalWrite | uapi::kAccessRemoteWrite, uint64_t(uintptr_t(buf.data())),
+                     buf.size()};
+    ASSERT_EQ(c.call(Selector::reg_mr, r, &mr), Status::ok);
+    ASSERT_EQ(c.call(Selector::query_port, uapi::PortReq{1, 0}, &port), Status::ok);
+    ASSERT_EQ(c.call(Selector::query_gid, uapi::GidReq{1, 0}, &gid), Status::ok);
+    uar_page = static_cast<uint8_t*>(map(uapi::MapKind::uar, uar.handle));
+    sq = static_cast<uint8_t*>(map(uapi::MapKind::sq, qp.handle)) + qp.sq_offset;
+    qp_dbr = static_cast<uint8_t*>(map(uapi::MapKind::db_record, qp.handle)) + qp.dbr_offset;
+    cqe = static_cast<uint8_t*>(map(uapi::MapKind::cqe, cq.handle));
+    cq_dbr = static_cast<uint8_t*>(map(uapi::MapKind::db_record, cq.handle)) + cq.dbr_offset;
+  }
+  void connect(const Side& peer) {
+    uapi::EmptyResp e;
+    uapi::ModifyQpReq m{};
+    m.handle = qp.handle;
+    m.attr_mask = uapi::kQpState | uapi::kQpPkeyIndex | uapi::kQpPort | uapi::kQpAccessFlags;
+    m.qp_state = uapi::kStateInit;
+    m.port = 1;
+    m.access = uapi::kAccessRemoteWrite;
+    ASSERT_EQ(c.call(Selector::modify_qp, m, &e), Status::ok);
+    m = {};
+    m.handle = qp.handle;
+    m.attr_mask = uapi::kQpState | uapi::kQpAv | uapi::kQpPathMtu | uapi::kQpDestQpn | uapi::kQpRqPsn |
+                  uapi::kQpMaxDestRdAtomic | uapi::kQpMinRnrTimer;
+    m.qp_state = uapi::kStateRtr;
+    m.path_mtu = 3;  // 1024
+    m.dest_qpn = peer.qp.qpn;
+    m.rq_psn = 100;
+    m.max_dest_rd_atomic = 1;
+    m.min_rnr_timer = 12;
+    memcpy(m.av.dgid, peer.gid.gid, 16);
+    memcpy(m.av.dmac, peer.port.mac, 6);
+    m.av.hop_limit = 64;
+    m.av.port = 1;
+    ASSERT_EQ(c.call(Selector::modify_qp, m, &e), Status::ok);
+    m = {};
+    m.handle = qp.handle;
+    m.attr_mask = uapi::kQpState | uapi::kQpSqPsn | uapi::kQpTimeout | uapi::kQpRetryCnt | uapi::kQpRnrRetry |
+                  uapi::kQpMaxQpRdAtomic;
+    m.qp_state = uapi::kStateRts;
+    m.sq_psn = 100;
+    m.timeout = 14;
+    m.retry_cnt = 7;
+    m.rnr_retry = 7;
+    m.max_rd_atomic = 1;
+    ASSERT_EQ(c.call(Selector::modify_qp, m, &e), Status::ok);
+  }
+};
+
+TEST_F(DextGlue, TwoCardsExchangeAnRdmaWriteThroughTheDriversMappings) {
+  mlx5::emu::MemoryLink link;
+  dkfake::CardOptions oa, ob;
+  oa.wire = link.add_port(), oa.mac_last = 0x0a;
+  ob.wire = link.add_port(), ob.mac_last = 0x0b;
+  Driver da(oa), db(ob);
+  ASSERT_EQ(da.start_result, kIOReturnSuccess);
+  ASSERT_EQ(db.start_result, kIOReturnSuccess);
+  link.attach(oa.wire, &da.card.device());
+  link.attach(ob.wire, &db.card.device());
+  Conn ca(dkfake::service_port(da.service)), cb(dkfake::service_port(db.service));
+  Side a{ca}, b{cb};
+  a.make();
+  b.make();
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_NE(memcmp(a.gid.gid, b.gid.gid, 16), 0);
+  a.connect(b);
+  b.connect(a);
+  ASSERT_FALSE(HasFatalFailure());
+  for (size_t i = 0; i < 4096; i++) a.buf[i] = uint8_t(i * 7 + 1);
+
+  // The WQE: control, remote address, one data segment (PRM send WQE; rdma-core mlx5 post_send).
+  uint8_t w[64] = {};
+  p::wqe_raddr_seg::view(w + 16)
+      .set(p::wqe_raddr_seg::raddr, uint64_t(uintptr_t(b.buf.data())) + 1024)
+      .set(p::wqe_raddr_seg::rkey, b.mr.rkey);
+  p::wqe_data_seg::view(w + 32)
+      .set(p::wqe_data_seg::byte_count, 4096)
+      .set(p::wqe_data_seg::lkey, a.mr.lkey)
+      .set(p::wqe_data_seg::addr, uint64_t(uintptr_t(a.buf.data())));
+  p::wqe_ctrl_seg::view(w)
+      .set(p::wqe_ctrl_seg::opcode, p::wqe_opcode::RDMA_WRITE)
+      .set(p::wqe_ctrl_seg::wqe_index, 0)
+      .set(p::wqe_ctrl_seg::qpn, a.qp.qpn)
+      .set(p::wqe_ctrl_seg::ds, 3)
+      .set(p::wqe_ctrl_seg::ce, 2);
+  memcpy(a.sq, w, 64);
+  p::set(a.qp_dbr, p::qp_dbrec::snd_counter, 1);
+  ASSERT_TRUE(dkfake::mmio_store64(ca.port, a.uar_page + a.uar.db_offset, w));
+
+  const uint8_t* e = nullptr;
+  uint32_t log_cq = 0;
+  while ((1u << log_cq) < a.cq.cqe) log_cq++;
+  for (int i = 0; i < 400 && !e; i++) {
+    if (p::cqe_sw_owned(a.cqe, 0, log_cq)) e = a.cqe;
+    if (!e) usleep(5000);
+  }
+  ASSERT_NE(e, nullptr) << "no completion in the mapped CQ ring";
+  EXPECT_EQ(p::get(e, p::cqe64::opcode), p::cqe_opcode::REQ);
+  EXPECT_EQ(p::get(e, p::cqe64::qpn), a.qp.qpn);
+  EXPECT_EQ(memcmp(b.buf.data() + 1024, a.buf.data(), 4096), 0) << "the peer's buffer does not hold the data";
+  EXPECT_EQ(b.buf[1023], 0);
+  EXPECT_EQ(b.buf[1024 + 4096], 0);
+  EXPECT_GT(link.frames(), 0u);
+}
+
+// Bad input at the boundary, through the glue: random selectors (known and not), random lengths and
+// bytes, handles taken from earlier answers, random mapping types. Every answer must be one of the
+// server's statuses (or the glue's own refusal of an oversized structure), nothing may crash, and
+// the client's death must leave nothing behind.
+TEST_F(DextGlue, RandomRequestsGetKnownAnswersAndDeathCleansUp) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    std::vector<uint8_t> mem(64 * 1024);
+    {
+      Conn c;
+      ASSERT_EQ(c.open(), Status::ok);
+      std::mt19937 rng(13);
+      struct Sel {
+        uint32_t value, req;
+      };
+      std::vector<Sel> sels;
+#define MELON_SEL(name, value, req, resp) \
+  if (value != uint32_t(Selector::close)) sels.push_back({value, uapi::wire_size<uapi::req>});  // Close ends it
+      MELON_UAPI_SELECTORS(MELON_SEL)
+#undef MELON_SEL
+      std::vector<uint32_t> handles{0};
+      uint32_t answers[32] = {};
+      for (int i = 0; i < 3000; i++) {
+        Sel pick = sels[rng() % sels.size()];
+        uint32_t sel = rng() % 8 ? pick.value : uint32_t(rng());
+        uint8_t in[96];
+        for (auto& b : in) b = uint8_t(rng());
+        // Mostly plausible shapes: small reserved fields, real handles, the client's own memory.
+        uint32_t* w = reinterpret_cast<uint32_t*>(in);
+        for (int k = 0; k < 24; k++)
+          if (rng() % 3) w[k] = rng() % 2 ? handles[rng() % handles.size()] : rng() % 64;
+        if (sel == uint32_t(Selector::reg_mr) && rng() % 2) {
+          uapi::RegMrReq mr{handles[rng() % handles.size()], uint32_t(rng() % 16), uint64_t(uintptr_t(mem.data())),
+                            uint64_t(rng() % mem.size()) + 1};
+          memcpy(in, &mr, sizeof mr);
+        }
+        size_t len = rng() % 4 ? pick.req : rng() % 97;  // mostly the request's own size
+        uint8_t out[256];
+        size_t out_len = rng() % 4 ? sizeof out : rng() % 64;
+        kern_return_t kr = c.raw(sel, len ? in : nullptr, len, out, &out_len);
+        Status st;
+        ASSERT_TRUE(uapi::iokit::status_of_return(kr, &st)) << std::hex << kr << " selector " << sel;
+        ASSERT_LT(uint32_t(st), 32u);
+        answers[uint32_t(st)]++;
+        if (st == Status::ok && out_len >= 4) handles.push_back(*reinterpret_cast<uint32_t*>(out));
+        if (rng() % 16 == 0) {
+          mach_vm_address_t addr = 0;
+          mach_vm_size_t size = 0;
+          uint32_t type = uapi::map_type(uapi::MapKind(rng() % 7), handles[rng() % handles.size()]);
+          kr = IOConnectMapMemory64(c.port, rng() % 8 ? type : uint32_t(rng()), mach_task_self(), &addr, &size,
+                                    kIOMapAnywhere);
+          ASSERT_TRUE(kr == kIOReturnSuccess || uapi::iokit::status_of_return(kr, &st)) << std::hex << kr;
+        }
+      }
+      std::string hist;
+      for (uint32_t k = 0; k < 32; k++)
+        if (answers[k]) hist += std::string(uapi::status_name(Status(k))) + "=" + std::to_string(answers[k]) + " ";
+      EXPECT_GT(answers[uint32_t(Status::ok)], 50u) << "the sequence never got far: " << hist;
+      EXPECT_GT(answers[uint32_t(Status::bad_handle)] + answers[uint32_t(Status::invalid)], 50u) << hist;
+      dkfake::kill_connection(c.port);
+      c.port = IO_OBJECT_NULL;
+      auto* p = parts(d.service);
+      for (auto k : {mlx5::core::ObjKind::qp, mlx5::core::ObjKind::cq, mlx5::core::ObjKind::mr, mlx5::core::ObjKind::pd,
+                     mlx5::core::ObjKind::uar, mlx5::core::ObjKind::srq})
+        EXPECT_EQ(p->dev->hca().live(k), 0u) << int(k);
+      EXPECT_EQ(p->queues->live(), 0u);
+    }
+    EXPECT_EQ(d.stop(), kIOReturnSuccess);
     EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
   }
   expect_same(before, Ledger{});

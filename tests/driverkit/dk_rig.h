@@ -38,8 +38,8 @@ struct Conn {
   io_connect_t port = IO_OBJECT_NULL;
   kern_return_t open_result = kIOReturnError;
 
-  Conn() {
-    io_service_t s = IOServiceGetMatchingService(kIOMainPortDefault, IOServiceNameMatching(uapi::iokit::kServiceName));
+  Conn() : Conn(IOServiceGetMatchingService(kIOMainPortDefault, IOServiceNameMatching(uapi::iokit::kServiceName))) {}
+  explicit Conn(io_service_t s) {
     open_result = s ? IOServiceOpen(s, mach_task_self(), uapi::iokit::kUserClientType, &port) : kIOReturnNotFound;
     IOObjectRelease(s);
   }

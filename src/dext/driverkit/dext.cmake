@@ -24,7 +24,7 @@ endif()
 set(_gen ${CMAKE_CURRENT_BINARY_DIR}/iig)
 set(_dk_fw ${MELON_DK_SDK}/System/DriverKit/System/Library/Frameworks)
 set(_dk_flags -target ${MELON_DK_TARGET} -isysroot ${MELON_DK_SDK} -F${_dk_fw} -I${MELON_DK_SDK}/System/DriverKit/usr/include
-              -std=gnu++20 ${MELON_FREESTANDING_FLAGS} -I${_gen} -I${CMAKE_SOURCE_DIR}/src -DMLX_DEXT_ID="${MELON_MLX_DEXT_ID}")
+              -std=gnu++20 ${MELON_FREESTANDING_FLAGS} -I${_gen} -I${CMAKE_SOURCE_DIR}/src "-DMLX_DEXT_ID=\"${MELON_MLX_DEXT_ID}\"")
 
 # iig: each .iig gives <name>.h (what the glue includes) and <name>.iig.cpp (the RPC dispatch).
 set(_iig_outputs)
@@ -37,15 +37,16 @@ foreach(iig IN LISTS MELON_DEXT_IIG)
     COMMAND ${MELON_IIG} --def ${iig} --header ${_gen}/${n}.h --impl ${_gen}/${n}.iig.cpp --framework-name
             ${MELON_MLX_DEXT_NAME} -- -x c++ -std=gnu++20 -D__IIG=1 -isysroot ${MELON_DK_SDK} -F${_dk_fw}
     DEPENDS ${iig}
-    COMMENT "iig ${n}.iig")
+    COMMENT "iig ${n}.iig"
+    VERBATIM)
   list(APPEND _iig_outputs ${_gen}/${n}.h)
   list(APPEND _iig_impls ${_gen}/${n}.iig.cpp)
 endforeach()
 
-# Every source the dext is made of: the glue, iig's dispatch, and the freestanding layers.
-get_property(_fs_libs GLOBAL PROPERTY MELON_FREESTANDING_LIBS)
+# Every source the dext is made of: the glue, iig's dispatch, and the freestanding layers DextDevice
+# links (the same libraries tests/freestanding links without the C++ library).
 set(_dext_sources ${MELON_DEXT_GLUE_SOURCES} ${_iig_impls})
-foreach(lib IN LISTS _fs_libs)
+foreach(lib melon_dext_device melon_mlx5_core_uapi melon_mlx5_core melon_mlx5_prm melon_uapi)
   get_target_property(_srcs ${lib} SOURCES)
   get_target_property(_dir ${lib} SOURCE_DIR)
   foreach(s IN LISTS _srcs)
@@ -67,7 +68,8 @@ foreach(src IN LISTS _dext_sources)
     COMMAND ${MELON_DK_CXX} ${_dk_flags} -fsyntax-only ${src}
     COMMAND ${CMAKE_COMMAND} -E touch ${_stamp}
     DEPENDS ${src} ${_iig_outputs}
-    COMMENT "check-dext: ${src}")
+    COMMENT "check-dext: ${src}"
+    VERBATIM)
   list(APPEND _stamps ${_stamp})
 endforeach()
 add_custom_target(check-dext DEPENDS ${_stamps})
@@ -78,8 +80,8 @@ set(_objs)
 foreach(src IN LISTS _dext_sources)
   string(MAKE_C_IDENTIFIER ${src} _id)
   set(_o ${CMAKE_CURRENT_BINARY_DIR}/dext-objs/${_id}.o)
-  add_custom_command(OUTPUT ${_o} COMMAND ${MELON_DK_CXX} ${_dk_flags} -O2 -c ${src} -o ${_o} DEPENDS ${src}
-                                                                                               ${_iig_outputs})
+  add_custom_command(OUTPUT ${_o} COMMAND ${MELON_DK_CXX} ${_dk_flags} -O2 -c ${src} -o ${_o}
+                     DEPENDS ${src} ${_iig_outputs} VERBATIM)
   list(APPEND _objs ${_o})
 endforeach()
 add_custom_command(
@@ -89,7 +91,8 @@ add_custom_command(
           -framework PCIDriverKit ${_objs} -o ${_dext}/${MELON_MLX_DEXT_NAME}
   COMMAND ${CMAKE_COMMAND} -E copy ${CMAKE_CURRENT_SOURCE_DIR}/Info.plist ${_dext}/Info.plist
   DEPENDS ${_objs} ${CMAKE_CURRENT_SOURCE_DIR}/Info.plist
-  COMMENT "link ${MELON_MLX_DEXT_ID}.dext (${MELON_DK_TARGET})")
+  COMMENT "link ${MELON_MLX_DEXT_ID}.dext (${MELON_DK_TARGET})"
+  VERBATIM)
 add_custom_target(
   dext
   COMMAND ${CMAKE_COMMAND} -DBUNDLE=${_dext} -DENTITLEMENTS=${CMAKE_CURRENT_SOURCE_DIR}/MlxRDMA.entitlements -P

@@ -224,6 +224,7 @@ class Hca : private CmdWaitHooks, private VectorHandler {
   void route_async(uint8_t type, uint8_t sub, uint32_t number, bool srq_obj);
 
   void enter_fatal(FatalReason r, uint8_t syndrome);
+  bool fatal_syndrome_sensor();  // the health buffer says fatal: enter_fatal, true
   void notify_lost();
   void fence_bus_master();
   void log_health_buffer();

@@ -34,6 +34,22 @@ void Hca::log_health_buffer() {
           field(p::health_buffer::hw_id));
 }
 
+// Fatal when the firmware asks for recovery (rfr, Linux's fatal sensor) or reports a critical
+// syndrome (severity <= CRIT): either way it will not come back without a reset.
+bool Hca::fatal_syndrome_sensor() {
+  auto health = [&](const p::Field& f) {
+    p::Field abs = f;
+    abs.bit_off += p::initial_seg::health_buffer.bit_off;
+    return bar_field(*hal_, abs);
+  };
+  uint32_t synd = health(p::health_buffer::synd);
+  if (synd && (health(p::health_buffer::rfr) || health(p::health_buffer::severity) <= kSeverityCrit)) {
+    enter_fatal(FatalReason::fw_syndrome, uint8_t(synd));
+    return true;
+  }
+  return false;
+}
+
 bool Hca::health_check() {
   HcaState s = state();
   if (s == HcaState::fatal) return true;
@@ -51,13 +67,8 @@ bool Hca::health_check() {
     enter_fatal(FatalReason::nic_disabled, 0);
     return true;
   }
-  // Fatal when the firmware asks for recovery (rfr, Linux's fatal sensor) or reports a critical
-  // syndrome (severity <= CRIT): either way it will not come back without a reset.
   uint32_t synd = health(p::health_buffer::synd);
-  if (synd && (health(p::health_buffer::rfr) || health(p::health_buffer::severity) <= kSeverityCrit)) {
-    enter_fatal(FatalReason::fw_syndrome, uint8_t(synd));
-    return true;
-  }
+  if (fatal_syndrome_sensor()) return true;
   uint32_t count = bar_field(*hal_, p::initial_seg::health_counter);
   health_miss_ = count == health_count_ ? health_miss_ + 1 : 0;
   health_count_ = count;
@@ -111,7 +122,10 @@ void Hca::notify_lost() {
 bool Hca::cmd_device_dead() {
   if (state() == HcaState::fatal) return true;
   // A removed device reads all ones: do not wait out a long timeout for it.
-  return hal_->read32(0) == 0xffffffffu;
+  if (hal_->read32(0) == 0xffffffffu) return true;
+  // Nor for firmware that has declared itself dead: a command waiting in service() would otherwise
+  // hold off the health poll for the whole command timeout (the DEXT runs both on one queue).
+  return cmd_ready_ && fatal_syndrome_sensor();
 }
 
 // Also runs inside the page command that run_pending() issues from here: polling is reentrant

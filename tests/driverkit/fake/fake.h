@@ -7,6 +7,7 @@
 #include <DriverKit/standin.h>
 #include <PCIDriverKit/IOPCIDevice.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,8 @@ namespace melon::dkfake {
 
 struct CardOptions {
   uint16_t msix_vectors = 16;
+  uint8_t mac_last = 1;  // the port MAC's last byte (two cards on one link need different ones)
+  mlx5::emu::FramePort* wire = nullptr;  // the Ethernet port's link (src/mlx5/emu/wire.h), if any
   bool configure_msix = true;  // false: ConfigureInterrupts fails (the driver must cope)
 };
 
@@ -35,6 +38,8 @@ class Card {
   // IOVA mappings the fake IODMACommands hold now.
   size_t dma_mappings() const;
   bool no_msix_ = false;  // from CardOptions::configure_msix
+  // Function-level resets the driver started through configuration space (PCIe Device Control).
+  std::atomic<int> flrs_{0};
 
  private:
   mlx5::emu::TestHost host_;
@@ -62,6 +67,12 @@ IOUserClient* user_client_of(uint32_t connection);
 void kill_connection(uint32_t connection);
 // The BAR offset behind a device-memory mapping IOConnectMapMemory64 made (-1 if not one).
 long long device_offset_of(uint32_t connection, uint64_t address);
+// The CPU's 8-byte store to a device-memory mapping (a doorbell): the mapping is a plain page here,
+// so the test stores through this, and the bytes reach the card's BAR0 at the mapped offset.
+// Returns false if `address` is not inside such a mapping of `connection`.
+bool mmio_store64(uint32_t connection, void* address, const void* bytes8);
+// The io_service_t of a started driver (to open one of several).
+uint32_t service_port(IOService* driver);
 
 // os_log as captured.
 std::vector<std::string> log_lines();

@@ -75,8 +75,11 @@ Card::Card(const CardOptions& o) {
   emu::HostPorts ports;
   ports.dma = &host_;
   ports.irq = &host_;
+  ports.wire = o.wire;
   emu::DeviceConfig cfg;
   cfg.msix_vectors = o.msix_vectors;
+  cfg.mac[5] = o.mac_last;
+  cfg.node_guid = (cfg.node_guid & ~0xffull) | o.mac_last;
   dev_ = std::make_unique<emu::Device>(ports, cfg);
   pci_ = new IOPCIDevice;
   pci_->init();
@@ -134,7 +137,10 @@ void IOPCIDevice::ConfigurationRead16(uint64_t off, uint16_t* v) {
   *v = c && service_impl(this)->open ? uint16_t(c->device().config_read(uint32_t(off), 2)) : 0xffff;
 }
 void IOPCIDevice::ConfigurationWrite16(uint64_t off, uint16_t v) {
-  if (Card* c = card_of(this); c && service_impl(this)->open) c->device().config_write(uint32_t(off), 2, v);
+  Card* c = card_of(this);
+  if (!c || !service_impl(this)->open) return;
+  if (off == emu::kPciExpDevCtl && (v & emu::kPciExpDevCtlFlr)) c->flrs_++;
+  c->device().config_write(uint32_t(off), 2, v);
 }
 void IOPCIDevice::MemoryRead32(uint8_t idx, uint64_t off, uint32_t* v) {
   Card* c = card_of(this);
@@ -172,6 +178,7 @@ kern_return_t IOPCIDevice::_CopyDeviceMemoryWithIndex(uint64_t idx, IOMemoryDesc
   auto* md = new IOMemoryDescriptor;
   md->fake_device_ = true;
   md->fake_length_ = melon::mlx5::emu::kBar0Bytes;
+  md->fake_card_ = card_of(this);
   *memory = md;
   return kIOReturnSuccess;
 }
@@ -190,6 +197,7 @@ kern_return_t IOMemoryDescriptor::CreateSubMemoryDescriptor(uint64_t, uint64_t o
   md->fake_parent_ = of;
   of->retain();
   md->fake_device_ = of->fake_device_;
+  md->fake_card_ = of->fake_card_;
   md->fake_base_ = of->fake_base_ ? of->fake_base_ + offset : nullptr;
   md->fake_device_offset_ = of->fake_device_offset_ + offset;
   md->fake_length_ = length;

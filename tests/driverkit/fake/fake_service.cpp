@@ -472,4 +472,34 @@ long long device_offset_of(uint32_t connect, uint64_t addr) {
   if (it == c->second.maps.end() || !it->second.md->fake_device_) return -1;
   return (long long)it->second.md->fake_device_offset_;
 }
+
+bool mmio_store64(uint32_t connect, void* address, const void* bytes8) {
+  uint64_t a = uint64_t(uintptr_t(address));
+  Card* card = nullptr;
+  uint64_t off = 0;
+  {
+    std::lock_guard<std::mutex> l(g_reg_mu);
+    auto c = connections().find(connect);
+    if (c == connections().end()) return false;
+    for (auto& [base, m] : c->second.maps)
+      if (m.md->fake_device_ && a >= base && a + 8 <= base + m.len) {
+        card = static_cast<Card*>(m.md->fake_card_);
+        off = m.md->fake_device_offset_ + (a - base);
+      }
+  }
+  if (!card || off % 8) return false;
+  uint64_t v;
+  memcpy(&v, bytes8, 8);  // the bytes in memory order, as the store puts them on the bus
+  memcpy(address, bytes8, 8);
+  card->device().write64(off, v);
+  return true;
+}
+
+uint32_t service_port(IOService* driver) {
+  std::lock_guard<std::mutex> l(g_reg_mu);
+  for (auto& [port, s] : services())
+    if (s == driver) return port;
+  return 0;
+}
+
 }  // namespace melon::dkfake

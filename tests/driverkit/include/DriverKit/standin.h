@@ -181,6 +181,7 @@ class IOMemoryDescriptor : public OSObject {
   uint64_t fake_device_offset_ = 0;  // device memory: the offset into the BAR
   bool fake_device_ = false;
   IOMemoryDescriptor* fake_parent_ = nullptr;  // a sub-descriptor's parent (retained)
+  void* fake_card_ = nullptr;  // device memory: the fake card behind it
   void free() override;
 };
 
