@@ -157,12 +157,13 @@ void Mlx5Context::arm_cq(Mlx5Cq* cq, bool solicited) {
     ci = cq->ci & 0xffffff;
   }
   uint8_t cmd = solicited ? p::kCqArmSolicited : p::kCqArmNext;
+  uint32_t sn = cq->arm_sn.load(std::memory_order_relaxed) & 3;
   uint8_t rec[8] = {};
-  p::set(rec, d::arm_sn, cq->arm_sn & 3);
+  p::set(rec, d::arm_sn, sn);
   p::set(rec, d::arm_cmd, cmd);
   p::set(rec, d::arm_ci, ci);
   uint8_t db[8] = {};
-  p::set(db, u::sn, cq->arm_sn & 3);
+  p::set(db, u::sn, sn);
   p::set(db, u::cmd, cmd);
   p::set(db, u::ci, ci);
   p::set(db, u::cqn, cq->cqn);

@@ -87,13 +87,17 @@ verbs::ContextBase* Mlx5Device::open() {
     return nullptr;
   }
   auto* ctx = new Mlx5Context(this, std::move(t));
-  if (int rc = verbs::init_context(ctx, ctx, this)) {
-    delete ctx;
-    errno = rc;
-    return nullptr;
-  }
-  if (int rc = ctx->start()) {
-    ctx->close();
+  // The device's side first (nothing of the library's to undo if it fails), then the library's,
+  // then the event thread.
+  int rc = ctx->prepare();
+  if (!rc && (rc = verbs::init_context(ctx, ctx, this)) == 0) {
+    if ((rc = ctx->start_events())) {
+      ibv_close_device(ctx->ibv());  // undoes init_context, then calls close()
+      errno = rc;
+      return nullptr;
+    }
+  } else {
+    ctx->discard();
     errno = rc;
     return nullptr;
   }
@@ -106,7 +110,7 @@ verbs::ContextBase* Mlx5Device::open() {
   return ctx;
 }
 
-int Mlx5Context::start() {
+int Mlx5Context::prepare() {
   if (uapi::Status s = t_->call(uapi::Selector::query_device, uapi::EmptyReq{}, &attr_); s != uapi::Status::ok)
     return errno_of(s);
   dev_->set_guid(htobe64(attr_.node_guid));
@@ -119,8 +123,23 @@ int Mlx5Context::start() {
   if (uint64_t(uar_.db_offset) + 2 * uar_.bf_bytes + 8 > uar_map_.len) return EPROTO;
   bf_offset_ = uar_.db_offset;
   if (pipe2(stop_pipe_, O_CLOEXEC) != 0) return errno;
-  events_ = std::thread([this] { event_loop(); });
   return 0;
+}
+
+int Mlx5Context::start_events() {
+  try {
+    events_ = std::thread([this] { event_loop(); });
+  } catch (...) {
+    return EAGAIN;
+  }
+  return 0;
+}
+
+void Mlx5Context::discard() {
+  for (int& fd : stop_pipe_)
+    if (fd >= 0) ::close(fd), fd = -1;
+  free_map(uar_map_);
+  delete this;  // the transport goes with it: the daemon frees the UAR
 }
 
 int Mlx5Context::call_empty(uapi::Selector sel, uint32_t handle) {

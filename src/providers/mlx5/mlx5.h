@@ -72,7 +72,7 @@ struct Mlx5Cq : verbs::CqBase {
   uint32_t cqe_cnt = 0, log_cnt = 0;
   uint32_t* dbrec = nullptr;  // [0] consumer index, [1] arm word
   uint32_t ci = 0;  // consumer index
-  uint32_t arm_sn = 0;  // incremented per completion event (rdma-core mlx5_cq_event)
+  std::atomic<uint32_t> arm_sn{0};  // +1 per completion event (rdma-core mlx5_cq_event); read when arming
   std::atomic<int> users{0};
   std::mutex mu;
   ibv_wc cur{};  // the extended poll's current completion
@@ -110,7 +110,9 @@ struct Mlx5Qp : verbs::QpBase {
 class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
  public:
   Mlx5Context(Mlx5Device* dev, std::unique_ptr<Transport> t) : dev_(dev), t_(std::move(t)) {}
-  int start();  // UAR, device attributes, event thread
+  int prepare();  // device attributes, the UAR (before init_context: discard() undoes it)
+  int start_events();  // the event thread (after init_context)
+  void discard();  // a context that prepare() or init_context() failed for
   static Mlx5Context* from(ibv_context* c) { return static_cast<Mlx5Context*>(verbs::ContextBase::from(c)); }
   Transport& transport() { return *t_; }
 
