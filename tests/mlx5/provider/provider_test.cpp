@@ -441,6 +441,32 @@ TEST_F(Mlx5Provider, DirectVerbsReportTheMappedQueues) {
   EXPECT_EQ(poll_one(b_.cq).status, IBV_WC_SUCCESS);
   obj = {};
   EXPECT_EQ(init_obj(&obj, 1 << 6), EOPNOTSUPP);  // PD: not offered
+  // mlx5dv_create_cq / _qp with nothing mlx5-specific asked: the plain objects.
+  auto create_cq = reinterpret_cast<ibv_cq_ex* (*)(ibv_context*, ibv_cq_init_attr_ex*, mlx5dv_cq_init_attr*)>(
+      dlsym(h, "mlx5dv_create_cq"));
+  auto create_qp = reinterpret_cast<ibv_qp* (*)(ibv_context*, ibv_qp_init_attr_ex*, mlx5dv_qp_init_attr*)>(
+      dlsym(h, "mlx5dv_create_qp"));
+  ASSERT_TRUE(create_cq && create_qp);
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 8;
+  mlx5dv_cq_init_attr dca{};
+  ibv_cq_ex* cx = create_cq(ctx_, &ca, &dca);
+  ASSERT_NE(cx, nullptr);
+  dca.comp_mask = 1;  // CQE compression: not offered
+  errno = 0;
+  EXPECT_EQ(create_cq(ctx_, &ca, &dca), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_qp_init_attr_ex qa{};
+  qa.send_cq = qa.recv_cq = ibv_cq_ex_to_cq(cx);
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+  qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+  qa.pd = pd_;
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ibv_qp* dq2 = create_qp(ctx_, &qa, nullptr);
+  ASSERT_NE(dq2, nullptr);
+  EXPECT_EQ(ibv_destroy_qp(dq2), 0);
+  EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cx)), 0);
   dlclose(h);
 }
 
