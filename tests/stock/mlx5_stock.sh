@@ -93,6 +93,7 @@ ibv_devinfo)
   expect $'fw_ver:\t+14\\.32\\.1010'
   expect $'vendor_id:\t+0x02c9'
   expect $'vendor_part_id:\t+4117'
+  expect $'board_id:\t+MELON_MLX5'
   expect $'phys_port_cnt:\t+1'
   expect $'state:\t+PORT_ACTIVE \\(4\\)'
   expect $'link_layer:\t+Ethernet'

@@ -33,7 +33,8 @@ class Mlx5Device : public verbs::Device {
   std::string identity() const override { return "mlx5:" + where_; }
   const char* name() const override { return "mlx5_0"; }
   __be64 node_guid() const override { return guid_; }
-  const char* board_id() const override { return "MT_0000000008"; }  // ConnectX-4 Lx board id prefix
+  // The card's PSID is not in the uapi's DeviceAttr; name the provider instead of inventing one.
+  const char* board_id() const override { return "MELON_MLX5"; }
   verbs::ContextBase* open() override;
   const std::string& where() const { return where_; }
   void set_guid(__be64 g) { guid_ = g; }
