@@ -9,6 +9,16 @@
 // page. A map of kind `uar` whose MapResp::flags has kMapWatched is such a page; without the flag
 // (real MMIO) the client must never touch the block below.
 //
+// Several QPs and CQs may share one UAR page (rdma-core's shared bfreg), and a word the watcher
+// polls keeps only the last value written to it: QP A's doorbell at 0x800 overwritten by QP B's
+// before a scan would be lost, where MMIO would have delivered both. So the watcher also reads the
+// doorbell records of every QP and CQ bound to the page (the provider writes them before the UAR
+// doorbell, as rdma-core does): a QP whose send counter (record dword 1) moved is rung, a CQ whose
+// arm word (record dword 1: sn, cmd, ci) changed is armed with it, each once whichever way it was
+// seen. A CQ's record comes with the arm word at kCqArmNone, a value no arm writes; the provider
+// must leave it so until its first arm (rdma-core's create_cq clears it: on a watched page, don't),
+// or a first arm (sn 0, ci 0: all zero) would look like no arm at all.
+//
 // The watcher spins while doorbells come and sleeps when they stop. So that a doorbell written to a
 // sleeping device is not left lying, the page holds one more 64-byte block, at kUarWatchOffset (in
 // the range the PRM leaves reserved, below the BlueFlame buffers and above the EQ doorbells):
@@ -23,11 +33,10 @@
 //
 // The daemon sets `sleeping`, issues a full fence, reads `kick`, scans the doorbells once more and
 // only then sleeps on `kick` (with the value it read). Either the client's load sees `sleeping`, or
-// the daemon's scan sees the doorbell: the two fences order store-then-load on both sides. A kick
-// with no doorbell word changed (the same 8 bytes written again, e.g. after the WQE counter wrapped)
-// makes the daemon ring the page's send doorbells again, which is harmless: the device reads WQEs
-// only up to the doorbell record. CQ arm doorbells are forwarded only when their word changes (the
-// arm sequence number, PRM cq_uar_db.sn, changes after every event, as rdma-core's cq.c does it).
+// the daemon's scan sees the doorbell (and the doorbell record, stored before it): the two fences
+// order store-then-load on both sides. A kick that finds every word and record as before (the same
+// bytes written again: a QP reset to counter 0 posting the same first WQE) rings every QP of the
+// page, a no-op for those with nothing new.
 //
 // Freestanding: <stdint.h> and compiler builtins only (the provider, the daemon and the DEXT share it).
 #pragma once
@@ -37,6 +46,10 @@
 #include "uapi/abi.h"
 
 namespace melon::uapi {
+
+// A watched CQ's doorbell record arm word (dword 1, as stored) before the first arm: cmd 0xf, which
+// is no arm command (next 0, solicited 1).
+inline constexpr uint32_t kCqArmNone = 0xffffffffu;
 
 // Where the block sits in the UAR page; 64 bytes, one cache line of its own.
 inline constexpr uint32_t kUarWatchOffset = 0x400;

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <new>
@@ -190,6 +191,71 @@ TEST(EmudDataPathIpv6, SendAndWriteOverAnIpv6Wire) {
   }
   EXPECT_EQ(d.stop(), 0) << d.log();
   EXPECT_NE(d.log().find(" 0 bad ICRC"), std::string::npos) << d.log();
+}
+
+// Two QPs and two CQs on one UAR page, as a provider shares one page per context: doorbells
+// written to the same word while the watcher sleeps, one kick for all of them. Each QP is rung and
+// each CQ armed, though the page's doorbell words kept only the last of each (the watcher follows
+// the doorbell records).
+TEST_F(EmudDataPath, QpsAndCqsSharingAUarPageLoseNoDoorbell) {
+  {
+    Endpoint a1, a2, b1, b2;
+    a1.build(da.sock);
+    a2.build_shared(a1);
+    b1.build(db.sock);
+    b2.build_shared(b1);
+    ASSERT_FALSE(HasFatalFailure());
+    a1.connect(b1), b1.connect(a1), a2.connect(b2), b2.connect(a2);
+    ASSERT_FALSE(HasFatalFailure());
+    ASSERT_NE(a1.q.qpn, a2.q.qpn);
+    // Both of b's CQs armed for the first time (arm word 0: sn 0, next, ci 0), one kick.
+    ASSERT_TRUE(b1.wait_watcher_asleep());
+    b1.hold_kicks = b2.hold_kicks = true;
+    b1.arm_cq();
+    b2.arm_cq();
+    b1.kick();
+    b1.post_recv(uint64_t(uintptr_t(b1.buf)), 256);
+    b2.post_recv(uint64_t(uintptr_t(b2.buf)), 256);
+    // Both of a's QPs post, doorbells on the same BlueFlame word, one kick.
+    ASSERT_TRUE(a1.wait_watcher_asleep());
+    a1.hold_kicks = a2.hold_kicks = true;
+    fill(a1.buf, 100, 1), fill(a2.buf, 100, 2);
+    a1.bf_flip = a2.bf_flip = 0;
+    a1.post_send(p::wqe_opcode::SEND, uint64_t(uintptr_t(a1.buf)), 100, a1.lkey);
+    a2.post_send(p::wqe_opcode::SEND, uint64_t(uintptr_t(a2.buf)), 100, a2.lkey);
+    a1.kick();
+    for (Endpoint* e : {&a1, &a2}) {
+      const uint8_t* c = e->poll_cq();
+      ASSERT_NE(c, nullptr) << "QP " << e->q.qpn << ": its doorbell was lost";
+      EXPECT_EQ(cqe_field(c, p::cqe64::opcode), p::cqe_opcode::REQ);
+    }
+    for (Endpoint* e : {&b1, &b2}) ASSERT_NE(e->poll_cq(), nullptr);
+    EXPECT_EQ(memcmp(b1.buf, a1.buf, 100), 0);
+    EXPECT_EQ(memcmp(b2.buf, a2.buf, 100), 0);
+    // One event for each armed CQ, on the one client's eventfd.
+    std::vector<uint32_t> got;
+    pollfd pf{b1.c.event_fd(), POLLIN, 0};
+    for (auto until = std::chrono::steady_clock::now() + kPatience; got.size() < 2;) {
+      ASSERT_LT(std::chrono::steady_clock::now(), until) << "events seen: " << got.size();
+      if (poll(&pf, 1, 100) != 1) continue;
+      uint64_t n;
+      ASSERT_EQ(read(b1.c.event_fd(), &n, sizeof n), ssize_t(sizeof n));
+      uapi::EventResp ev{};
+      while (b1.c.call(Selector::get_event, uapi::EmptyReq{}, &ev) == Status::ok) {
+        EXPECT_EQ(ev.kind, uapi::kEventCompletion);
+        got.push_back(ev.handle);
+      }
+    }
+    std::sort(got.begin(), got.end());
+    std::vector<uint32_t> want{b1.cq, b2.cq};
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got, want);
+    // No second event for either: each arm was made once, whichever way the watcher saw it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    uapi::EventResp ev{};
+    EXPECT_EQ(b1.c.call(Selector::get_event, uapi::EmptyReq{}, &ev), Status::no_event);
+  }
+  stop_daemons();
 }
 
 // A SEND into a posted receive and an RDMA WRITE, across two daemons' wires: CQEs on both sides
@@ -416,46 +482,47 @@ TEST_F(EmudDataPath, MalformedWqeGetsLocalQpOpErrorCqe) {
   stop_daemons();
 }
 
-// A doorbell naming another client's QP, written to the caller's own UAR page, rings nothing: the
-// device takes doorbells only through the UAR the QP was created with.
-TEST_F(EmudDataPath, DoorbellThroughAnotherClientsUarRingsNothing) {
+// Doorbells naming another client's QP and CQ, written to the caller's own UAR page: the device
+// takes doorbells only through the UAR the object was created with, so it ignores (and counts)
+// every one, and the other client's QP and CQ go on as if nothing happened.
+TEST_F(EmudDataPath, DoorbellsNamingAnotherClientsObjectsAreIgnored) {
   {
     Endpoint a, b, x;
     pair(a, b, /*same_daemon=*/true);
     x.build(da.sock);
     ASSERT_FALSE(HasFatalFailure());
-    // a's WQE and doorbell record, but no doorbell on a's UAR.
+    for (uint32_t i = 0; i < 4; i++) {  // four different send doorbells naming a's QP
+      uint8_t w[8] = {};
+      p::wqe_ctrl_seg::view(w)
+          .set(p::wqe_ctrl_seg::opcode, p::wqe_opcode::RDMA_WRITE)
+          .set(p::wqe_ctrl_seg::wqe_index, i)
+          .set(p::wqe_ctrl_seg::qpn, a.q.qpn)
+          .set(p::wqe_ctrl_seg::ds, 3);
+      x.doorbell(x.db_offset + (i & 1) * x.bf_bytes, w);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    uint8_t arm[8] = {};  // and an arm of a's CQ
+    p::set(arm, p::cq_uar_db::cqn, a.cqn);
+    x.doorbell(p::kUarCqDoorbell, arm);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // a's CQ was not armed: its next completion raises no event; its QP starts at WQE 0.
     fill(a.buf, 256, 11);
-    uint8_t w[64] = {};
-    p::wqe_raddr_seg::view(w + 16)
-        .set(p::wqe_raddr_seg::raddr, uint64_t(uintptr_t(b.buf)))
-        .set(p::wqe_raddr_seg::rkey, b.rkey);
-    p::wqe_data_seg::view(w + 32)
-        .set(p::wqe_data_seg::byte_count, 256)
-        .set(p::wqe_data_seg::lkey, a.lkey)
-        .set(p::wqe_data_seg::addr, uint64_t(uintptr_t(a.buf)));
-    p::wqe_ctrl_seg::view(w)
-        .set(p::wqe_ctrl_seg::opcode, p::wqe_opcode::RDMA_WRITE)
-        .set(p::wqe_ctrl_seg::wqe_index, 0)
-        .set(p::wqe_ctrl_seg::qpn, a.q.qpn)
-        .set(p::wqe_ctrl_seg::ds, 3)
-        .set(p::wqe_ctrl_seg::ce, 2);
-    memcpy(a.sq_slot(0), w, 64);
-    a.sq_pi = 1;
-    p::set(a.qp_dbr, p::qp_dbrec::snd_counter, 1);
-    // x rings a's QPN on x's page, both BlueFlame buffers, a few times.
-    for (int i = 0; i < 4; i++) x.doorbell(x.db_offset + (i & 1) * x.bf_bytes, w);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_FALSE(a.cqe_ready());
-    EXPECT_NE(b.buf[0], a.buf[0]);
-    // a's own doorbell runs it.
-    a.doorbell(a.db_offset, w);
+    uint16_t idx = a.post_send(p::wqe_opcode::RDMA_WRITE, uint64_t(uintptr_t(a.buf)), 256, a.lkey,
+                               uint64_t(uintptr_t(b.buf)), b.rkey);
+    EXPECT_EQ(idx, 0);
     const uint8_t* e = a.poll_cq();
     ASSERT_NE(e, nullptr);
     EXPECT_EQ(cqe_field(e, p::cqe64::opcode), p::cqe_opcode::REQ);
+    EXPECT_EQ(cqe_field(e, p::cqe64::wqe_counter), 0u);
     EXPECT_EQ(memcmp(b.buf, a.buf, 256), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    uapi::EventResp ev{};
+    EXPECT_EQ(a.c.call(Selector::get_event, uapi::EmptyReq{}, &ev), Status::no_event);
   }
   stop_daemons();
+  // The device's own count, printed by the daemon at stop: the five doorbells, no more.
+  std::string log = da.log();
+  EXPECT_NE(log.find("; 5 doorbells ignored"), std::string::npos) << log;
 }
 
 // Garbage over a client's whole UAR page (doorbells, BlueFlame buffers, the watch block): the

@@ -112,6 +112,7 @@ inline uint32_t log2u(uint32_t v) {
 
 struct Endpoint {
   UapiClient c;
+  UapiClient* cl = &c;  // the connection its calls go through: its own, or the one it shares
   uapi::OpenResp open{};
   uint32_t pd = 0, uar = 0, cq = 0, qp = 0, mr = 0;
   // UAR page
@@ -138,8 +139,10 @@ struct Endpoint {
   uint8_t mac[6] = {};
   uint8_t path_mtu = 3;  // ibv_mtu: IBV_MTU_1024
 
+  bool owns_uar = true;
+
   ~Endpoint() {
-    if (uar_page) munmap(uar_page, 4096);
+    if (uar_page && owns_uar) munmap(uar_page, 4096);
     if (cq_ring) munmap(cq_ring, cq_ring_len);
     if (cq_dbr_map) munmap(cq_dbr_map, cq_dbr_len);
     if (qp_buf) munmap(qp_buf, qp_buf_len);
@@ -149,30 +152,44 @@ struct Endpoint {
 
   void* map(uapi::MapKind kind, uint32_t handle, uint64_t* len) {
     Status st;
-    void* m = c.map(kind, handle, len, &st);
+    void* m = cl->map(kind, handle, len, &st);
     EXPECT_EQ(st, Status::ok) << uapi::status_name(st);
     return m;
   }
 
-  // PD, UAR, CQ, RC QP (own RQ), MR over a buffer of `len` bytes; all mapped.
+  // A client of its own: PD, UAR, then the queues and MR (build_queues); all mapped.
   void build(const std::string& sock, size_t len = 64 * 1024) {
-    ASSERT_TRUE(c.connect(sock)) << strerror(errno);
-    ASSERT_EQ(c.open(&open), Status::ok);
+    ASSERT_TRUE(cl->connect(sock)) << strerror(errno);
+    ASSERT_EQ(cl->open(&open), Status::ok);
     uapi::HandleResp h{};
-    ASSERT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &h), Status::ok);
+    ASSERT_EQ(cl->call(Selector::alloc_pd, uapi::EmptyReq{}, &h), Status::ok);
     pd = h.handle;
     uapi::UarResp u{};
-    ASSERT_EQ(c.call(Selector::alloc_uar, uapi::EmptyReq{}, &u), Status::ok);
+    ASSERT_EQ(cl->call(Selector::alloc_uar, uapi::EmptyReq{}, &u), Status::ok);
     uar = u.handle, db_offset = u.db_offset, bf_bytes = u.bf_bytes;
     uapi::MapResp mr_{};
-    ASSERT_EQ(c.call(Selector::map, uapi::MapReq{uint32_t(uapi::MapKind::uar), uar}, &mr_), Status::ok);
+    ASSERT_EQ(cl->call(Selector::map, uapi::MapReq{uint32_t(uapi::MapKind::uar), uar}, &mr_), Status::ok);
     map_flags = mr_.flags;
     uint64_t l = 0;
     uar_page = static_cast<uint8_t*>(map(uapi::MapKind::uar, uar, &l));
     ASSERT_NE(uar_page, nullptr);
     ASSERT_EQ(l, 4096u);
+    build_queues(len);
+  }
+
+  // Another CQ and QP of `owner`'s client, on its PD and its UAR page (as a provider's QPs share
+  // one UAR page per context).
+  void build_shared(Endpoint& owner, size_t len = 64 * 1024) {
+    cl = owner.cl;
+    pd = owner.pd, uar = owner.uar, uar_page = owner.uar_page, owns_uar = false;
+    db_offset = owner.db_offset, bf_bytes = owner.bf_bytes, map_flags = owner.map_flags;
+    build_queues(len);
+  }
+
+  // CQ, RC QP (own RQ), MR over a buffer of `len` bytes; all mapped.
+  void build_queues(size_t len) {
     uapi::CreateCqResp cr{};
-    ASSERT_EQ(c.call(Selector::create_cq, uapi::CreateCqReq{63, 0, uar, 0}, &cr), Status::ok);
+    ASSERT_EQ(cl->call(Selector::create_cq, uapi::CreateCqReq{63, 0, uar, 0}, &cr), Status::ok);
     cq = cr.handle, cqn = cr.cqn, log_cq = log2u(cr.cqe);
     ASSERT_EQ(cr.cqe_bytes, p::kCqeBytes);
     cq_ring = static_cast<uint8_t*>(map(uapi::MapKind::cqe, cq, &cq_ring_len));
@@ -184,7 +201,7 @@ struct Endpoint {
     qr.pd = pd, qr.send_cq = qr.recv_cq = cq, qr.uar = uar, qr.qp_type = uapi::kQpRc;
     qr.max_send_wr = qr.max_recv_wr = 16;
     qr.max_send_sge = qr.max_recv_sge = 1;
-    ASSERT_EQ(c.call(Selector::create_qp, qr, &q), Status::ok);
+    ASSERT_EQ(cl->call(Selector::create_qp, qr, &q), Status::ok);
     qp = q.handle;
     qp_buf = static_cast<uint8_t*>(map(uapi::MapKind::sq, qp, &qp_buf_len));
     qp_dbr_map = static_cast<uint8_t*>(map(uapi::MapKind::db_record, qp, &qp_dbr_len));
@@ -195,13 +212,13 @@ struct Endpoint {
     memset(buf, 0, len);
     uapi::RegMrResp m{};
     uint32_t access = uapi::kAccessLocalWrite | uapi::kAccessRemoteWrite | uapi::kAccessRemoteRead;
-    ASSERT_EQ(c.call(Selector::reg_mr, uapi::RegMrReq{pd, access, uint64_t(uintptr_t(buf)), len}, &m), Status::ok);
+    ASSERT_EQ(cl->call(Selector::reg_mr, uapi::RegMrReq{pd, access, uint64_t(uintptr_t(buf)), len}, &m), Status::ok);
     mr = m.handle, lkey = m.lkey, rkey = m.rkey;
     uapi::GidResp g{};
-    ASSERT_EQ(c.call(Selector::query_gid, uapi::GidReq{1, 0}, &g), Status::ok);
+    ASSERT_EQ(cl->call(Selector::query_gid, uapi::GidReq{1, 0}, &g), Status::ok);
     memcpy(gid, g.gid, 16);
     uapi::PortAttr pa{};
-    ASSERT_EQ(c.call(Selector::query_port, uapi::PortReq{1, 0}, &pa), Status::ok);
+    ASSERT_EQ(cl->call(Selector::query_port, uapi::PortReq{1, 0}, &pa), Status::ok);
     memcpy(mac, pa.mac, 6);
   }
 
@@ -209,7 +226,7 @@ struct Endpoint {
     m.handle = qp;
     m.attr_mask = mask;
     uapi::EmptyResp e;
-    return c.call(Selector::modify_qp, m, &e);
+    return cl->call(Selector::modify_qp, m, &e);
   }
 
   // RESET -> INIT -> RTR -> RTS towards `peer` (IBA 10.3.1's required attributes).
@@ -240,16 +257,29 @@ struct Endpoint {
   uint8_t* sq_slot(uint32_t i) { return qp_buf + q.sq_offset + 64 * (i % q.sq_wqe_cnt); }
   uint8_t* rq_slot(uint32_t i) { return qp_buf + q.rq_stride * (i % q.rq_wqe_cnt); }
 
-  // The MMIO store: 8 bytes in memory order, one aligned 64-bit store, then the wake-up handshake.
+  // The MMIO store: 8 bytes in memory order, one aligned 64-bit store, then (unless a test holds
+  // it back) the wake-up handshake.
+  bool hold_kicks = false;
   void doorbell(uint32_t off, const uint8_t bytes[8]) {
     uint64_t v;
     memcpy(&v, bytes, 8);
     __atomic_store_n(reinterpret_cast<uint64_t*>(uar_page + off), v, __ATOMIC_RELEASE);
     uapi::UarWatch* w = uapi::uar_watch(uar_page);
-    if (uapi::uar_watch_sleeping(w)) {
-      uapi::uar_watch_kick(w);
-      syscall(SYS_futex, &w->kick, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+    if (!hold_kicks && uapi::uar_watch_sleeping(w)) kick();
+  }
+  void kick() {
+    uapi::UarWatch* w = uapi::uar_watch(uar_page);
+    uapi::uar_watch_kick(w);
+    syscall(SYS_futex, &w->kick, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  }
+  // Waits until the page's watcher says it sleeps.
+  bool wait_watcher_asleep() {
+    uapi::UarWatch* w = uapi::uar_watch(uar_page);
+    for (auto until = std::chrono::steady_clock::now() + kPatience; !__atomic_load_n(&w->sleeping, __ATOMIC_ACQUIRE);) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      usleep(1000);
     }
+    return true;
   }
 
   // Writes one WQE (ctrl + optional raddr + one data segment) at the SQ's producer index, the
@@ -317,22 +347,22 @@ struct Endpoint {
   }
 
   // Request an event for the next completion: arm word in the record, then the UAR CQ doorbell.
+  // The record's arm word is stored whole (it replaces uapi::kCqArmNone), as rdma-core does.
   void arm_cq() {
-    p::set(cq_dbr, p::cq_dbrec::arm_sn, arm_sn & 3);
-    p::set(cq_dbr, p::cq_dbrec::arm_cmd, p::kCqArmNext);
-    p::set(cq_dbr, p::cq_dbrec::arm_ci, cq_ci & 0xffffff);
     uint8_t db[8] = {};
     p::set(db, p::cq_uar_db::sn, arm_sn & 3);
     p::set(db, p::cq_uar_db::cmd, p::kCqArmNext);
     p::set(db, p::cq_uar_db::ci, cq_ci & 0xffffff);
     p::set(db, p::cq_uar_db::cqn, cqn);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
+    uint32_t arm;
+    memcpy(&arm, db, 4);
+    __atomic_store_n(reinterpret_cast<uint32_t*>(cq_dbr + 4), arm, __ATOMIC_RELEASE);
     doorbell(p::kUarCqDoorbell, db);
   }
 
   uint8_t qp_state() {
     uapi::QpAttr a{};
-    EXPECT_EQ(c.call(Selector::query_qp, uapi::HandleReq{qp, 0}, &a), Status::ok);
+    EXPECT_EQ(cl->call(Selector::query_qp, uapi::HandleReq{qp, 0}, &a), Status::ok);
     return a.state;
   }
 };

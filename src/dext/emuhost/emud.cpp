@@ -31,7 +31,6 @@
 #include "mlx5/emu/test_host.h"
 #include "mlx5/emu/wire.h"
 #include "mlx5/prm/doorbell.h"
-#include "roce/ip_udp.h"
 #include "mlx5/core/uapi_backend.h"
 #include "uapi/server.h"
 
@@ -106,6 +105,12 @@ class Platform final : public mlx5::core::QueuePlatform {
     release(it->second);
     uars_.erase(it);
   }
+
+  void doorbell_bind(const mlx5::core::Uar& u, uint8_t kind, uint32_t number, void* dbr) override {
+    watcher_.bind(u.bar_off, kind, number, static_cast<uint8_t*>(dbr));
+  }
+  void doorbell_unbind(uint8_t kind, uint32_t number) override { watcher_.unbind(kind, number); }
+  void doorbell_rewind(uint8_t kind, uint32_t number) override { watcher_.rewind(kind, number); }
 
   int pin_client(void* host, uint64_t addr, uint64_t len, bool writable, uint64_t* iova, uint64_t* token) override {
     const Conn* c = static_cast<const Conn*>(host);
@@ -224,7 +229,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   }
   chmod(opt.socket.c_str(), 0666);
   // The port's wire: RoCEv2 over UDP 4791 at the wire address (the soft provider and rxe speak it).
-  mlx5::emu::UdpWire wire(gid, roce::kRoceV2Port);
+  mlx5::emu::UdpWire wire(gid);  // port 4791
   if (int e = wire.open(); e != 0) {
     errno = e;
     *why = errstr(("cannot bind the wire " + opt.wire + " port 4791").c_str());
@@ -254,7 +259,11 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   wire.attach(dev.get());
   std::atomic<bool> wire_stop{false};
   std::thread wire_rx([&] {
-    while (!wire_stop) wire.poll(100);  // frames to the device; its worker runs them
+    // Frames to the device, run on this thread (as the watcher runs doorbells): no hand-off to the
+    // device's worker, which keeps the timers.
+    while (!wire_stop)
+      if (wire.poll(100))
+        while (dev->service()) {}
   });
   auto stop_wire = [&] {
     wire_stop = true;
@@ -389,13 +398,16 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   watcher.stop();
   UarWatcher::Stats ws = watcher.stats();
   fprintf(stderr,
-          "melon-emud: stopped; doorbells: %llu forwarded, %llu kicks, %llu sleeps, %llu found without a kick\n",
-          (unsigned long long)ws.forwarded, (unsigned long long)ws.kicks, (unsigned long long)ws.sleeps,
-          (unsigned long long)ws.unkicked);
+          "melon-emud: stopped; doorbells: %llu forwarded (%llu from doorbell records), %llu kicks, %llu sleeps, "
+          "%llu found without a kick\n",
+          (unsigned long long)ws.forwarded, (unsigned long long)ws.from_records, (unsigned long long)ws.kicks,
+          (unsigned long long)ws.sleeps, (unsigned long long)ws.unkicked);
   mlx5::emu::Device::Stats ds = dev->stats();
-  fprintf(stderr, "melon-emud: frames %llu sent, %llu received, %llu dropped; %llu bad ICRC on the wire\n",
+  fprintf(stderr,
+          "melon-emud: device: frames %llu sent, %llu received, %llu dropped; %llu doorbells ignored; %llu bad ICRC "
+          "on the wire\n",
           (unsigned long long)ds.frames_tx, (unsigned long long)ds.frames_rx, (unsigned long long)ds.frames_dropped,
-          (unsigned long long)wire.bad_icrc());
+          (unsigned long long)ds.doorbells_ignored, (unsigned long long)wire.bad_icrc());
   mlx5::core::Err te = hca.teardown();
   stop_wire();
   dev->stop_worker();

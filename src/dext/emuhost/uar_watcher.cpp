@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "mlx5/prm/doorbell.h"
+#include "mlx5/prm/wqe.h"
 #include "uapi/doorbell.h"
 
 namespace melon::dext {
@@ -25,7 +26,39 @@ uint64_t now_ns() {
 constexpr uint64_t kSleepNs = 200'000'000;
 
 // One 8-byte doorbell as the client stored it (one aligned 64-bit store in rdma-core's qp.c/cq.c).
-uint64_t load_word(const uint8_t* p) { return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_RELAXED); }
+uint64_t load_word(const uint8_t* p) { return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_ACQUIRE); }
+// Dword 1 of a doorbell record (QP: send counter; CQ: arm word), as stored.
+uint32_t load_record(const uint8_t* dbr) {
+  return __atomic_load_n(reinterpret_cast<const uint32_t*>(dbr + 4), __ATOMIC_ACQUIRE);
+}
+// An arm word (as stored) without its two reserved top bits, so a record written field by field
+// over uapi::kCqArmNone compares equal to the UAR doorbell's arm word.
+uint32_t arm_bits(uint32_t as_stored) {
+  uint8_t b[4];
+  memcpy(b, &as_stored, 4);
+  b[0] &= 0x3f;
+  memcpy(&as_stored, b, 4);
+  return as_stored;
+}
+
+// The doorbells a record change stands for: a send doorbell naming the QP (the device takes only
+// the QPN from it and reads WQEs up to the record), and a CQ arm doorbell: the record's arm word,
+// then the CQN (the same 8 bytes rdma-core's mlx5_arm_cq writes to the UAR).
+uint64_t send_doorbell(uint32_t qpn) {
+  uint8_t b[8] = {};
+  mlx5::prm::set(b, mlx5::prm::wqe_ctrl_seg::qpn, qpn);
+  uint64_t v;
+  memcpy(&v, b, 8);
+  return v;
+}
+uint64_t arm_doorbell(uint32_t arm_word_as_stored, uint32_t cqn) {
+  uint8_t b[8] = {};
+  memcpy(b, &arm_word_as_stored, 4);
+  mlx5::prm::set(b, mlx5::prm::cq_uar_db::cqn, cqn);
+  uint64_t v;
+  memcpy(&v, b, 8);
+  return v;
+}
 
 long futex_wake(uint32_t* addr) { return syscall(SYS_futex, addr, FUTEX_WAKE, 1, nullptr, nullptr, 0); }
 
@@ -67,6 +100,36 @@ void UarWatcher::add(uint8_t* page, uint64_t bar_off, const uint32_t bf_in_page[
   wake_thread();  // a sleeping watcher must sleep on this page's kick word too
 }
 
+void UarWatcher::bind(uint64_t bar_off, uint8_t kind, uint32_t number, uint8_t* dbr) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (kind == kCq) __atomic_store_n(reinterpret_cast<uint32_t*>(dbr + 4), uapi::kCqArmNone, __ATOMIC_RELEASE);
+    for (Page& p : pages_)
+      if (p.bar_off == bar_off)
+        p.bound.push_back(Bound{kind, number, dbr, kind == kCq ? arm_bits(uapi::kCqArmNone) : load_record(dbr), false});
+  }
+  wake_thread();
+}
+
+void UarWatcher::unbind(uint8_t kind, uint32_t number) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (Page& p : pages_)
+    for (size_t i = 0; i < p.bound.size(); i++)
+      if (p.bound[i].kind == kind && p.bound[i].number == number) p.bound.erase(p.bound.begin() + long(i--));
+}
+
+void UarWatcher::rewind(uint8_t kind, uint32_t number) {
+  std::lock_guard<std::mutex> g(mu_);
+  for (Page& p : pages_)
+    if (Bound* b = find(p, kind, number)) b->last = 0, b->rewound = true;
+}
+
+UarWatcher::Bound* UarWatcher::find(Page& p, uint8_t kind, uint32_t number) {
+  for (Bound& b : p.bound)
+    if (b.kind == kind && b.number == number) return &b;
+  return nullptr;
+}
+
 void UarWatcher::remove(uint8_t* page) {
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -91,24 +154,67 @@ bool UarWatcher::scan_page(Page& p) {
   uint32_t k = __atomic_load_n(&w->kick, __ATOMIC_SEQ_CST);
   bool kicked = k != p.kick;
   p.kick = k;
+  if (kicked) stats_.kicks++;
   bool changed = false;
   for (int i = 0; i < kWords; i++) {
     uint64_t v = load_word(p.va + p.off[i]);
     if (v == p.last[i]) continue;
     p.last[i] = v;
+    uint8_t b[8];
+    memcpy(b, &v, 8);
+    // The object it names, if bound here, counts as rung (armed) with its record as it is now; an
+    // arm already made from the record is not made twice. Anything else goes to the device as
+    // written: it judges (and ignores) foreign and garbage doorbells.
+    if (i == 0) {
+      if (Bound* c = find(p, kCq, uint32_t(mlx5::prm::get(b, mlx5::prm::cq_uar_db::cqn)))) {
+        uint32_t arm;
+        memcpy(&arm, b, 4);
+        if (arm_bits(arm) == c->last) continue;
+        c->last = arm_bits(arm);
+      }
+    } else if (Bound* q = find(p, kQp, uint32_t(mlx5::prm::get(b, mlx5::prm::wqe_ctrl_seg::qpn)))) {
+      q->last = load_record(q->dbr);
+      q->rewound = false;
+    }
     dev_.write64(p.bar_off + p.off[i], v);  // memory order in, memory order out (Device::write64)
     stats_.forwarded++;
     changed = true;
   }
-  if (kicked) {
-    stats_.kicks++;
-    // The same doorbell written again is invisible to the comparison: ring the send doorbells once
-    // more (the device reads WQEs only up to the doorbell record, so a repeat is a no-op).
-    if (!changed)
-      for (int i = 1; i < kWords; i++)
-        if (p.last[i]) dev_.write64(p.bar_off + p.off[i], p.last[i]);
+  changed |= scan_records(p);
+  if (kicked && !changed) {
+    // A kick, and every word and record reads as before: the same bytes were written again (a QP
+    // reset to counter 0 posting the same first WQE). Ring every QP of the page; the device reads
+    // WQEs only up to each record, so a ring with nothing new is a no-op.
+    for (Bound& b : p.bound)
+      if (b.kind == kQp) dev_.write64(p.bar_off + p.off[1], send_doorbell(b.number));
   }
   return changed || kicked;
+}
+
+// QPs whose send counter moved and CQs whose arm word changed since last rung: the doorbells a
+// busier UAR page overwrote before this scan saw them.
+bool UarWatcher::scan_records(Page& p) {
+  bool any = false;
+  for (Bound& b : p.bound) {
+    uint32_t r = load_record(b.dbr);
+    if (b.kind == kCq) {
+      if (r == uapi::kCqArmNone) continue;
+      r = arm_bits(r);
+    } else if (b.rewound) {
+      if (r != 0) continue;  // the client has not cleared it yet
+      b.rewound = false;
+    }
+    if (r == b.last) continue;
+    b.last = r;
+    if (b.kind == kQp)
+      dev_.write64(p.bar_off + p.off[1], send_doorbell(b.number));
+    else
+      dev_.write64(p.bar_off + p.off[0], arm_doorbell(r, b.number));
+    stats_.forwarded++;
+    stats_.from_records++;
+    any = true;
+  }
+  return any;
 }
 
 bool UarWatcher::scan_locked() {
@@ -133,6 +239,9 @@ void UarWatcher::run() {
       any = scan_locked();
     }
     if (any) {
+      // Run the doorbells now, on this thread that is awake anyway, rather than hand them to the
+      // device's worker (one thread wake-up less per post; the device is locked inside).
+      while (dev_.service()) {}
       last_work = now_ns();
       continue;
     }

@@ -2,7 +2,9 @@
 // between them and the emulated device's BAR0. It compares each page's doorbell words (the CQ arm
 // doorbell and the two BlueFlame buffers' first 8 bytes) with the values it saw last and writes each
 // new one to the device at the same offset of the object's own UAR page, so the device checks, as
-// hardware does, that a doorbell comes through the UAR its QP or CQ was created with.
+// hardware does, that a doorbell comes through the UAR its QP or CQ was created with. Because a
+// polled word keeps only its last value, it also follows the doorbell records of the QPs and CQs
+// bound to each page and rings (arms) any whose record moved (uapi/doorbell.h).
 //
 // It polls while doorbells come, then sleeps on the pages' futex words after the handshake of
 // uapi/doorbell.h (sleeping flag, fence, one more scan), so a client posting to a sleeping device
@@ -36,9 +38,19 @@ class UarWatcher {
   void add(uint8_t* page, uint64_t bar_off, const uint32_t bf_in_page[2]);
   // Stops watching `page`; when this returns the thread no longer touches it (it may be unmapped).
   void remove(uint8_t* page);
+  // A CQ (kind 1) or QP (kind 2) rings through the UAR page at BAR0 `bar_off`; its doorbell record
+  // is at `dbr` (the daemon's mapping) until unbind() returns. A CQ's arm word is set to
+  // uapi::kCqArmNone here.
+  void bind(uint64_t bar_off, uint8_t kind, uint32_t number, uint8_t* dbr);
+  void unbind(uint8_t kind, uint32_t number);
+  // The QP went to RESET: the client clears its record and counts from 0 again, so the first post
+  // after it may write the very words and record the watcher saw before. Until the record reads 0
+  // it is not followed; from then on 0 is the baseline.
+  void rewind(uint8_t kind, uint32_t number);
 
   struct Stats {
     uint64_t forwarded = 0;  // doorbells written to BAR0
+    uint64_t from_records = 0;  // of which a doorbell record's change stood for (the UAR word was overwritten)
     uint64_t kicks = 0;  // futex kicks seen
     uint64_t sleeps = 0;  // times the watcher went to sleep
     uint64_t unkicked = 0;  // doorbells found after a sleep no kick ended (a client that did not kick)
@@ -47,16 +59,27 @@ class UarWatcher {
 
  private:
   static constexpr int kWords = 3;  // CQ arm doorbell, BlueFlame buffer 0, BlueFlame buffer 1
+  static constexpr uint8_t kCq = 1, kQp = 2;
+  struct Bound {
+    uint8_t kind;
+    uint32_t number;
+    uint8_t* dbr;
+    uint32_t last;  // record dword 1 (as stored) last rung or armed with
+    bool rewound;  // QP reset: waiting for the client to clear the record
+  };
   struct Page {
     uint8_t* va;
     uint64_t bar_off;
     uint32_t off[kWords];
     uint64_t last[kWords];
     uint32_t kick;
+    std::vector<Bound> bound;
   };
   void run();
   bool scan_locked();
   bool scan_page(Page& p);
+  bool scan_records(Page& p);
+  Bound* find(Page& p, uint8_t kind, uint32_t number);
   void set_sleeping_locked(uint32_t v);
   void wake_thread();
 

@@ -248,6 +248,7 @@ Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) 
     return s;
   }
   route_add(1, q->cq->cqn, spec.event_tag);
+  plat_.doorbell_bind(*cp.uar, 1, q->cq->cqn, static_cast<uint8_t*>(q->mem.va) + q->ring_bytes);
   r->cqn = q->cq->cqn;
   r->cqe = 1u << spec.log_size;
   r->cqe_bytes = 64;
@@ -261,6 +262,7 @@ Status UapiBackend::destroy_cq(void* o) {
   uint32_t cqn = q->cq->cqn;
   if (Status s = status_of(hca_.destroy_cq(q->cq)); s != Status::ok) return s;
   route_del(1, cqn);
+  plat_.doorbell_unbind(1, cqn);
   free_queue(q);
   return Status::ok;
 }
@@ -340,6 +342,7 @@ Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) 
     return s;
   }
   route_add(2, q->qp->qpn, spec.event_tag);
+  plat_.doorbell_bind(*qp.uar, 2, q->qp->qpn, static_cast<uint8_t*>(q->mem.va) + q->ring_bytes);
   r->qpn = q->qp->qpn;
   r->sq_wqe_cnt = 1u << spec.log_sq_size;
   r->rq_wqe_cnt = spec.srq ? 0 : 1u << spec.log_rq_size;
@@ -396,7 +399,9 @@ Status UapiBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
   if (m & kQpMinRnrTimer) a.min_rnr_timer = rq.min_rnr_timer;
   if (m & kQpRetryCnt) a.retry_cnt = rq.retry_cnt;
   if (m & kQpRnrRetry) a.rnr_retry = rq.rnr_retry;
-  return status_of(hca_.modify_qp(q->qp, core_transition(t), a));
+  Status s = status_of(hca_.modify_qp(q->qp, core_transition(t), a));
+  if (s == Status::ok && t == Transition::to_rst) plat_.doorbell_rewind(2, q->qp->qpn);
+  return s;
 }
 
 Status UapiBackend::query_qp(void* o, uapi::QpAttr* r) {
@@ -436,6 +441,7 @@ Status UapiBackend::destroy_qp(void* o) {
   uint32_t n = q->qp->qpn;
   if (Status s = status_of(hca_.destroy_qp(q->qp)); s != Status::ok) return s;
   route_del(2, n);
+  plat_.doorbell_unbind(2, n);
   free_queue(q);
   return Status::ok;
 }

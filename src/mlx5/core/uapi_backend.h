@@ -35,6 +35,13 @@ class QueuePlatform {
   virtual void unpin_client(uint64_t) {}
   // An event was queued: the host should call UapiBackend::drain_events() soon.
   virtual void events_pending() {}
+  // A CQ (kind 1) or QP (kind 2) now rings through this UAR, and its doorbell record is at `dbr`
+  // (host view) until unbind. Hosts whose UAR pages are memory, not MMIO, watch the records too.
+  virtual void doorbell_bind(const Uar&, uint8_t, uint32_t, void*) {}
+  virtual void doorbell_unbind(uint8_t, uint32_t) {}
+  // The QP went to RESET: its counters (and its doorbell record, which the client clears) start
+  // over at 0.
+  virtual void doorbell_rewind(uint8_t, uint32_t) {}
 
  protected:
   ~QueuePlatform() = default;

@@ -167,7 +167,11 @@ void Mlx5Context::arm_cq(Mlx5Cq* cq, bool solicited) {
   p::set(db, u::cmd, cmd);
   p::set(db, u::ci, ci);
   p::set(db, u::cqn, cq->cqn);
-  memcpy(&cq->dbrec[1], rec + 4, 4);  // the arm word is the record's second dword
+  // The arm word is the record's second dword, written as one 32-bit store (the daemon of an
+  // emulated card follows it: docs/uapi.md "Doorbells").
+  uint32_t word;
+  memcpy(&word, rec + 4, 4);
+  __atomic_store_n(&cq->dbrec[1], word, __ATOMIC_RELAXED);
   std::atomic_thread_fence(std::memory_order_release);  // the record before the doorbell
   uint64_t v;
   memcpy(&v, db, 8);
