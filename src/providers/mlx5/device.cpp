@@ -332,6 +332,7 @@ ibv_mr* Mlx5Context::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova
     return nullptr;
   }
   uapi::RegMrReq rq{reinterpret_cast<Mlx5Pd*>(pd)->handle, known, uint64_t(uintptr_t(addr)), uint64_t(length)};
+  if (getenv("MELON_MLX5_DEBUG")) fprintf(stderr, "melondma mlx5: reg_mr %p+%zu access %#x\n", addr, length, access);
   uapi::RegMrResp rp{};
   if (uapi::Status s = t_->call(uapi::Selector::reg_mr, rq, &rp); s != uapi::Status::ok) {
     errno = errno_of(s);

@@ -109,8 +109,9 @@ class Mlx5Provider : public ::testing::Test {
     if (!s.ch) s.ch = ibv_create_comp_channel(ctx_);
     if (!s.cq) s.cq = ibv_create_cq(ctx_, 64, nullptr, s.ch, 0);
     if (!s.mr)
-      s.mr = ibv_reg_mr(pd_, s.buf.data(), kBuf,
-                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+      s.mr = ibv_reg_mr(
+          pd_, s.buf.data(), kBuf,
+          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
     EXPECT_NE(s.cq, nullptr);
     EXPECT_NE(s.mr, nullptr);
     ibv_qp_init_attr_ex at{};
@@ -134,7 +135,8 @@ class Mlx5Provider : public ::testing::Test {
     ibv_qp_attr at{};
     at.qp_state = IBV_QPS_INIT;
     at.port_num = 1;
-    at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
+    at.qp_access_flags =
+        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
     ASSERT_EQ(ibv_modify_qp(s.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
     at = {};
     at.qp_state = IBV_QPS_RTR;
@@ -307,6 +309,42 @@ TEST_F(Mlx5Provider, RcSendWriteAndReadMoveTheBytes) {
   EXPECT_EQ(s.opcode, IBV_WC_RDMA_READ);
   EXPECT_EQ(s.byte_len, 1500u);
   EXPECT_EQ(std::memcmp(a_.buf.data() + 40000, b_.buf.data() + 30000, 1500), 0);
+}
+
+TEST_F(Mlx5Provider, AtomicsReturnTheOldValueAndUpdateTheTarget) {
+  pair();
+  uint64_t v = 40;
+  std::memcpy(b_.buf.data() + 512, &v, 8);
+  ibv_sge sg{addr(a_, 64), 8, a_.mr->lkey};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.sg_list = &sg;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic.remote_addr = addr(b_, 512);
+  wr.wr.atomic.rkey = b_.mr->rkey;
+  wr.wr.atomic.compare_add = 2;
+  ibv_send_wr* bad;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  ibv_wc s = poll_one(a_.cq);
+  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(s.opcode, IBV_WC_FETCH_ADD);
+  uint64_t old = 0, now = 0;
+  std::memcpy(&old, a_.buf.data() + 64, 8);
+  std::memcpy(&now, b_.buf.data() + 512, 8);
+  EXPECT_EQ(old, 40u);
+  EXPECT_EQ(now, 42u);
+  wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  wr.wr.atomic.compare_add = 42;
+  wr.wr.atomic.swap = 7;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  s = poll_one(a_.cq);
+  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(s.opcode, IBV_WC_COMP_SWAP);
+  std::memcpy(&old, a_.buf.data() + 64, 8);
+  std::memcpy(&now, b_.buf.data() + 512, 8);
+  EXPECT_EQ(old, 42u);
+  EXPECT_EQ(now, 7u);
 }
 
 TEST_F(Mlx5Provider, InlineSendWithImmediateArrives) {
