@@ -24,9 +24,6 @@ namespace melon::mlx5prov {
 
 class Mlx5Context;
 
-// Where the device is: $MELON_EMUD_SOCKET, else melon-emud's default socket (docs/uapi.md).
-std::string device_socket();
-
 class Mlx5Device : public verbs::Device {
  public:
   explicit Mlx5Device(std::string where) : where_(std::move(where)) {}

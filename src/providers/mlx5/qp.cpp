@@ -1,6 +1,6 @@
 // mlx5 provider: QP and SRQ control (create, modify, query, destroy) through the uapi; the queues
 // themselves are mapped here and written by post.cpp.
-#include <endian.h>
+#include "providers/mlx5/byte_order.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
