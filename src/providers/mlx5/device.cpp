@@ -61,11 +61,15 @@ verbs::ContextBase* Mlx5Device::open() {
     errno = err;
     return nullptr;
   }
-  auto* ctx = new Mlx5Context(this, std::move(t));
+  return open_context(this, std::move(t));
+}
+
+verbs::ContextBase* open_context(Mlx5Device* dev, std::unique_ptr<Transport> t) {
+  auto* ctx = new Mlx5Context(dev, std::move(t));
   // The device's side first (nothing of the library's to undo if it fails), then the library's,
   // then the event thread.
   int rc = ctx->prepare();
-  if (!rc && (rc = verbs::init_context(ctx, ctx, this)) == 0) {
+  if (!rc && (rc = verbs::init_context(ctx, ctx, dev)) == 0) {
     if ((rc = ctx->start_events())) {
       ibv_close_device(ctx->ibv());  // undoes init_context, then calls close()
       errno = rc;

@@ -175,6 +175,10 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   std::thread events_;
 };
 
+// A context of `dev` over an opened transport (Mlx5Device::open; tests hand in their own transport).
+// nullptr with errno set when the device's answers do not add up (EPROTO) or a call fails.
+verbs::ContextBase* open_context(Mlx5Device* dev, std::unique_ptr<Transport> t);
+
 // The uapi form of an address vector; false when it is not a RoCE one (no GRH, bad flow label).
 bool to_address(const ibv_ah_attr& ah, uapi::AddressReq* av);
 
