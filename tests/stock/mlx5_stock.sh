@@ -5,9 +5,10 @@
 #
 # Each test starts its own daemons (the fixture): "A" on socket $dir/a.sock with its wire on
 # 127.0.0.14, and for tests with mlx5_0 on both sides "B" on $dir/b.sock, wire 127.0.0.15. Each
-# process finds its daemon through MELON_EMUD_SOCKET. The soft peer is soft0 on 127.0.0.2 (the
-# address tests/stock/stock_tools.sh uses; the ctest RESOURCE_LOCK keeps them apart). At the end
-# every daemon is stopped with SIGTERM and must exit 0: the core found nothing leaked.
+# process finds its daemon through MELON_EMUD_SOCKET. The soft peer is soft0 on 127.0.0.12 (an
+# address no other test binds, so a concurrent run of tests/stock/stock_tools.sh cannot take its
+# port 4791). At the end every daemon is stopped with SIGTERM and must exit 0: the core found
+# nothing leaked.
 #
 # Test names: <tool>_<server>_<client>, server and client one of mlx5 (daemon A), mlx5b (daemon B)
 # or soft; and ibv_devinfo, ibv_devices, ibv_devices_no_daemon.
@@ -23,7 +24,7 @@ dir=$(mktemp -d)
 out=$dir/out
 out2=$dir/out2
 cat > "$dir/soft.cfg" <<CFG
-device soft0 127.0.0.2
+device soft0 127.0.0.12
 CFG
 export MELON_SOFT_CONFIG=$dir/soft.cfg
 pids=()
@@ -93,6 +94,7 @@ ibv_devinfo)
   expect $'fw_ver:\t+14\\.32\\.1010'
   expect $'vendor_id:\t+0x02c9'
   expect $'vendor_part_id:\t+4117'
+  expect $'board_id:\t+MELON_MLX5'
   expect $'phys_port_cnt:\t+1'
   expect $'state:\t+PORT_ACTIVE \\(4\\)'
   expect $'link_layer:\t+Ethernet'

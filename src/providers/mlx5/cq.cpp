@@ -3,7 +3,7 @@
 // an ibv_wc (successful requester and responder CQEs, error CQEs by syndrome), then publishes the
 // consumer index in the doorbell record. Arming writes the arm word to the doorbell record and the
 // UAR's CQ doorbell.
-#include <endian.h>
+#include "providers/mlx5/byte_order.h"
 #include <errno.h>
 #include <string.h>
 
@@ -27,7 +27,7 @@ inline uint32_t cqe_get(const uint8_t* cqe, const p::Field& f) {
   memcpy(&w, cqe + f.bit_off / 32 * 4, 4);
   uint32_t shift = 32 - f.bit_off % 32 - f.bit_width;
   uint32_t mask = f.bit_width == 32 ? ~0u : (1u << f.bit_width) - 1;
-  return (be32toh(w) >> shift) & mask;
+  return (from_be32(w) >> shift) & mask;
 }
 
 inline uint8_t* cqe_at(Mlx5Cq* cq, uint32_t ci) { return cq->ring + size_t(ci & (cq->cqe_cnt - 1)) * p::kCqeBytes; }
@@ -87,7 +87,7 @@ int poll_one(Mlx5Cq* cq, ibv_wc* wc) {
       uint32_t imm = cqe_get(cqe, q::imm_inval_pkey);
       if (opcode == p::cqe_opcode::RESP_WR_IMM || opcode == p::cqe_opcode::RESP_SEND_IMM) {
         wc->wc_flags |= IBV_WC_WITH_IMM;
-        wc->imm_data = htobe32(imm);  // network order, as ibv_wc carries it
+        wc->imm_data = to_be32(imm);  // network order, as ibv_wc carries it
       } else if (opcode == p::cqe_opcode::RESP_SEND_INV) {
         wc->wc_flags |= IBV_WC_WITH_INV;
         wc->invalidated_rkey = imm;
@@ -123,7 +123,7 @@ int poll_one(Mlx5Cq* cq, ibv_wc* wc) {
 
 inline void update_ci(Mlx5Cq* cq) {
   std::atomic_thread_fence(std::memory_order_release);  // the CQEs are consumed before the device may reuse them
-  cq->dbrec[0] = htobe32(cq->ci & 0xffffff);
+  cq->dbrec[0] = to_be32(cq->ci & 0xffffff);
 }
 
 }  // namespace
@@ -138,7 +138,7 @@ int mlx5_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     if (r == 0) break;
     if (r > 0) got++;
   }
-  if (got || cq->ci != be32toh(cq->dbrec[0])) update_ci(cq);
+  if (got || cq->ci != from_be32(cq->dbrec[0])) update_ci(cq);
   return got;
 }
 
@@ -157,16 +157,21 @@ void Mlx5Context::arm_cq(Mlx5Cq* cq, bool solicited) {
     ci = cq->ci & 0xffffff;
   }
   uint8_t cmd = solicited ? p::kCqArmSolicited : p::kCqArmNext;
+  uint32_t sn = cq->arm_sn.load(std::memory_order_relaxed) & 3;
   uint8_t rec[8] = {};
-  p::set(rec, d::arm_sn, cq->arm_sn & 3);
+  p::set(rec, d::arm_sn, sn);
   p::set(rec, d::arm_cmd, cmd);
   p::set(rec, d::arm_ci, ci);
   uint8_t db[8] = {};
-  p::set(db, u::sn, cq->arm_sn & 3);
+  p::set(db, u::sn, sn);
   p::set(db, u::cmd, cmd);
   p::set(db, u::ci, ci);
   p::set(db, u::cqn, cq->cqn);
-  memcpy(&cq->dbrec[1], rec + 4, 4);  // the arm word is the record's second dword
+  // The arm word is the record's second dword, written as one 32-bit store (the daemon of an
+  // emulated card follows it: docs/uapi.md "Doorbells").
+  uint32_t word;
+  memcpy(&word, rec + 4, 4);
+  __atomic_store_n(&cq->dbrec[1], word, __ATOMIC_RELAXED);
   std::atomic_thread_fence(std::memory_order_release);  // the record before the doorbell
   uint64_t v;
   memcpy(&v, db, 8);

@@ -1,14 +1,11 @@
 // mlx5 provider: discovery, context (UAR, event thread), device/port/GID queries, PD, MR, AH.
-#include <endian.h>
+#include "providers/mlx5/byte_order.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "providers/mlx5/mlx5.h"
@@ -18,30 +15,13 @@ namespace melon::mlx5prov {
 
 namespace {
 
-constexpr const char* kDefaultSocket = "/run/melondma/mlx5_0.sock";  // docs/uapi.md
-
-// A daemon answers on `path` (a connect, no Open: it costs the daemon nothing).
-bool reachable(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  if (path.size() >= sizeof a.sun_path) return false;
-  memcpy(a.sun_path, path.c_str(), path.size() + 1);
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
 class Mlx5Provider : public verbs::Provider {
  public:
   const char* name() const override { return "mlx5"; }
   std::vector<std::unique_ptr<verbs::Device>> discover() override {
     std::vector<std::unique_ptr<verbs::Device>> out;
-    std::string path = device_socket();
-    if (path.empty() || !reachable(path)) return out;
+    std::string path = device_location();
+    if (path.empty() || !device_present(path)) return out;
     auto dev = std::make_unique<Mlx5Device>(path);
     dev->set_guid(guid_of(path));
     out.push_back(std::move(dev));
@@ -58,7 +38,7 @@ class Mlx5Provider : public verbs::Provider {
     __be64 g = 0;
     if (std::unique_ptr<Transport> t = open_transport(path.c_str(), &err)) {
       uapi::DeviceAttr a{};
-      if (t->call(uapi::Selector::query_device, uapi::EmptyReq{}, &a) == uapi::Status::ok) g = htobe64(a.node_guid);
+      if (t->call(uapi::Selector::query_device, uapi::EmptyReq{}, &a) == uapi::Status::ok) g = to_be64(a.node_guid);
     }
     if (g) guids_[path] = g;
     return g;
@@ -71,11 +51,6 @@ class Mlx5Provider : public verbs::Provider {
 
 MELON_VERBS_PROVIDER(Mlx5Provider)
 
-std::string device_socket() {
-  const char* e = getenv("MELON_EMUD_SOCKET");
-  return e ? e : kDefaultSocket;
-}
-
 // ---- device and context -------------------------------------------------------------------------
 
 verbs::ContextBase* Mlx5Device::open() {
@@ -86,14 +61,22 @@ verbs::ContextBase* Mlx5Device::open() {
     errno = err;
     return nullptr;
   }
-  auto* ctx = new Mlx5Context(this, std::move(t));
-  if (int rc = verbs::init_context(ctx, ctx, this)) {
-    delete ctx;
-    errno = rc;
-    return nullptr;
-  }
-  if (int rc = ctx->start()) {
-    ctx->close();
+  return open_context(this, std::move(t));
+}
+
+verbs::ContextBase* open_context(Mlx5Device* dev, std::unique_ptr<Transport> t) {
+  auto* ctx = new Mlx5Context(dev, std::move(t));
+  // The device's side first (nothing of the library's to undo if it fails), then the library's,
+  // then the event thread.
+  int rc = ctx->prepare();
+  if (!rc && (rc = verbs::init_context(ctx, ctx, dev)) == 0) {
+    if ((rc = ctx->start_events())) {
+      ibv_close_device(ctx->ibv());  // undoes init_context, then calls close()
+      errno = rc;
+      return nullptr;
+    }
+  } else {
+    ctx->discard();
     errno = rc;
     return nullptr;
   }
@@ -106,10 +89,10 @@ verbs::ContextBase* Mlx5Device::open() {
   return ctx;
 }
 
-int Mlx5Context::start() {
+int Mlx5Context::prepare() {
   if (uapi::Status s = t_->call(uapi::Selector::query_device, uapi::EmptyReq{}, &attr_); s != uapi::Status::ok)
     return errno_of(s);
-  dev_->set_guid(htobe64(attr_.node_guid));
+  dev_->set_guid(to_be64(attr_.node_guid));
   // One UAR per context: every QP's send doorbells and every CQ's arm doorbells go to it.
   if (uapi::Status s = t_->call(uapi::Selector::alloc_uar, uapi::EmptyReq{}, &uar_); s != uapi::Status::ok)
     return errno_of(s);
@@ -118,9 +101,25 @@ int Mlx5Context::start() {
   if (!uar_map_.addr) return errno_of(st);
   if (uint64_t(uar_.db_offset) + 2 * uar_.bf_bytes + 8 > uar_map_.len) return EPROTO;
   bf_offset_ = uar_.db_offset;
-  if (pipe2(stop_pipe_, O_CLOEXEC) != 0) return errno;
-  events_ = std::thread([this] { event_loop(); });
+  if (pipe(stop_pipe_) != 0) return errno;
+  for (int fd : stop_pipe_) fcntl(fd, F_SETFD, FD_CLOEXEC);
   return 0;
+}
+
+int Mlx5Context::start_events() {
+  try {
+    events_ = std::thread([this] { event_loop(); });
+  } catch (...) {
+    return EAGAIN;
+  }
+  return 0;
+}
+
+void Mlx5Context::discard() {
+  for (int& fd : stop_pipe_)
+    if (fd >= 0) ::close(fd), fd = -1;
+  free_map(uar_map_);
+  delete this;  // the transport goes with it: the daemon frees the UAR
 }
 
 int Mlx5Context::call_empty(uapi::Selector sel, uint32_t handle) {
@@ -207,8 +206,8 @@ int Mlx5Context::query_device_ex(ibv_device_attr_ex* ex) {
   const uapi::DeviceAttr& d = attr_;
   snprintf(a.fw_ver, sizeof a.fw_ver, "%u.%u.%04u", unsigned(d.fw_ver >> 32), unsigned(d.fw_ver >> 16) & 0xffff,
            unsigned(d.fw_ver & 0xffff));
-  a.node_guid = htobe64(d.node_guid);
-  a.sys_image_guid = htobe64(d.sys_image_guid);
+  a.node_guid = to_be64(d.node_guid);
+  a.sys_image_guid = to_be64(d.sys_image_guid);
   a.max_mr_size = d.max_mr_size;
   a.page_size_cap = d.page_size_cap;
   a.vendor_id = d.vendor_id;
@@ -313,6 +312,7 @@ ibv_mr* Mlx5Context::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova
     return nullptr;
   }
   uapi::RegMrReq rq{reinterpret_cast<Mlx5Pd*>(pd)->handle, known, uint64_t(uintptr_t(addr)), uint64_t(length)};
+  if (getenv("MELON_MLX5_DEBUG")) fprintf(stderr, "melondma mlx5: reg_mr %p+%zu access %#x\n", addr, length, access);
   uapi::RegMrResp rp{};
   if (uapi::Status s = t_->call(uapi::Selector::reg_mr, rq, &rp); s != uapi::Status::ok) {
     errno = errno_of(s);

@@ -26,6 +26,14 @@ struct mlx5dv_context {
   uint64_t comp_mask;  // in: the optional fields asked for; out: those filled (none)
 };
 
+// mlx5dv_create_cq / mlx5dv_create_qp extras: only their comp_mask is read (0: nothing extra asked).
+struct mlx5dv_cq_init_attr {
+  uint64_t comp_mask;
+};
+struct mlx5dv_qp_init_attr {
+  uint64_t comp_mask;
+};
+
 struct mlx5dv_qp {
   uint32_t* dbrec;  // __be32[2]: receive, send
   struct {

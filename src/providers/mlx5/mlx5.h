@@ -24,16 +24,14 @@ namespace melon::mlx5prov {
 
 class Mlx5Context;
 
-// Where the device is: $MELON_EMUD_SOCKET, else melon-emud's default socket (docs/uapi.md).
-std::string device_socket();
-
 class Mlx5Device : public verbs::Device {
  public:
   explicit Mlx5Device(std::string where) : where_(std::move(where)) {}
   std::string identity() const override { return "mlx5:" + where_; }
   const char* name() const override { return "mlx5_0"; }
   __be64 node_guid() const override { return guid_; }
-  const char* board_id() const override { return "MT_0000000008"; }  // ConnectX-4 Lx board id prefix
+  // The card's PSID is not in the uapi's DeviceAttr; name the provider instead of inventing one.
+  const char* board_id() const override { return "MELON_MLX5"; }
   verbs::ContextBase* open() override;
   const std::string& where() const { return where_; }
   void set_guid(__be64 g) { guid_ = g; }
@@ -72,7 +70,7 @@ struct Mlx5Cq : verbs::CqBase {
   uint32_t cqe_cnt = 0, log_cnt = 0;
   uint32_t* dbrec = nullptr;  // [0] consumer index, [1] arm word
   uint32_t ci = 0;  // consumer index
-  uint32_t arm_sn = 0;  // incremented per completion event (rdma-core mlx5_cq_event)
+  std::atomic<uint32_t> arm_sn{0};  // +1 per completion event (rdma-core mlx5_cq_event); read when arming
   std::atomic<int> users{0};
   std::mutex mu;
   ibv_wc cur{};  // the extended poll's current completion
@@ -110,7 +108,9 @@ struct Mlx5Qp : verbs::QpBase {
 class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
  public:
   Mlx5Context(Mlx5Device* dev, std::unique_ptr<Transport> t) : dev_(dev), t_(std::move(t)) {}
-  int start();  // UAR, device attributes, event thread
+  int prepare();  // device attributes, the UAR (before init_context: discard() undoes it)
+  int start_events();  // the event thread (after init_context)
+  void discard();  // a context that prepare() or init_context() failed for
   static Mlx5Context* from(ibv_context* c) { return static_cast<Mlx5Context*>(verbs::ContextBase::from(c)); }
   Transport& transport() { return *t_; }
 
@@ -174,6 +174,10 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   int stop_pipe_[2] = {-1, -1};
   std::thread events_;
 };
+
+// A context of `dev` over an opened transport (Mlx5Device::open; tests hand in their own transport).
+// nullptr with errno set when the device's answers do not add up (EPROTO) or a call fails.
+verbs::ContextBase* open_context(Mlx5Device* dev, std::unique_ptr<Transport> t);
 
 // The uapi form of an address vector; false when it is not a RoCE one (no GRH, bad flow label).
 bool to_address(const ibv_ah_attr& ah, uapi::AddressReq* av);

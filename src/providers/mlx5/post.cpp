@@ -1,7 +1,7 @@
 // mlx5 provider: the posting verbs. Each writes its WQEs (wqe.cpp), then publishes the producer
 // counter in the doorbell record; sends then ring the UAR doorbell with the last WQE's first 8
 // bytes (PRM "Send Doorbell"; rdma-core qp.c post_send_db). No call into the driver.
-#include <endian.h>
+#include "providers/mlx5/byte_order.h"
 #include <errno.h>
 #include <string.h>
 
@@ -58,7 +58,7 @@ int mlx5_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   if (err && bad) *bad = wr;
   if (n) {
     std::atomic_thread_fence(std::memory_order_release);
-    qp->dbrec[mlx5::prm::kRcvDbrIndex] = htobe32(qp->rq.head & 0xffff);
+    qp->dbrec[mlx5::prm::kRcvDbrIndex] = to_be32(qp->rq.head & 0xffff);
   }
   return err;
 }
@@ -73,7 +73,7 @@ int mlx5_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   if (err && bad) *bad = wr;
   if (n) {
     std::atomic_thread_fence(std::memory_order_release);
-    srq->dbrec[0] = htobe32(srq->q.counter & 0xffff);
+    srq->dbrec[0] = to_be32(srq->q.counter & 0xffff);
   }
   return err;
 }

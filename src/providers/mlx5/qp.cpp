@@ -1,6 +1,6 @@
 // mlx5 provider: QP and SRQ control (create, modify, query, destroy) through the uapi; the queues
 // themselves are mapped here and written by post.cpp.
-#include <endian.h>
+#include "providers/mlx5/byte_order.h"
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +178,9 @@ int Mlx5Context::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   rq.max_dest_rd_atomic = a->max_dest_rd_atomic;
   if ((mask & IBV_QP_AV) && !to_address(a->ah_attr, &rq.av)) return EINVAL;
   uapi::EmptyResp none;
+  if (getenv("MELON_MLX5_DEBUG"))
+    fprintf(stderr, "melondma mlx5: modify_qp %#x mask %#x state %u access %#x rd %u dest_rd %u\n", ibqp->qp_num,
+            unsigned(mask), unsigned(a->qp_state), a->qp_access_flags, a->max_rd_atomic, a->max_dest_rd_atomic);
   if (uapi::Status s = t_->call(uapi::Selector::modify_qp, rq, &none); s != uapi::Status::ok) {
     if (getenv("MELON_MLX5_DEBUG"))
       fprintf(stderr, "melondma mlx5: modify_qp %#x mask %#x -> state %u: uapi status %u\n", ibqp->qp_num,

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include <memory>
+#include <string>
 
 #include "uapi/abi.h"
 
@@ -43,5 +44,10 @@ class Transport {
 // The platform's transport to the device behind `where` (Linux: melon-emud's socket path), opened
 // (uapi Open done). nullptr with *err (an errno value) when it cannot be reached.
 std::unique_ptr<Transport> open_transport(const char* where, int* err);
+
+// Discovery, per platform: where the device is (Linux: $MELON_EMUD_SOCKET, else melon-emud's
+// default socket), and whether something answers there now, cheaply (no Open).
+std::string device_location();
+bool device_present(const std::string& where);
 
 }  // namespace melon::mlx5prov

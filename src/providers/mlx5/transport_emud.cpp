@@ -2,7 +2,12 @@
 // eventfd. The daemon serves one device, so `where` is its socket path.
 #include <errno.h>
 #include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -106,6 +111,26 @@ class EmudTransport : public Transport {
 };
 
 }  // namespace
+
+std::string device_location() {
+  const char* e = getenv("MELON_EMUD_SOCKET");
+  return e ? e : "/run/melondma/mlx5_0.sock";  // melon-emud's default (docs/uapi.md)
+}
+
+// A daemon answers on `where`: a connect without Open costs it nothing.
+bool device_present(const std::string& where) {
+  struct stat st;
+  if (stat(where.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (where.size() >= sizeof a.sun_path) return false;
+  memcpy(a.sun_path, where.c_str(), where.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
 
 std::unique_ptr<Transport> open_transport(const char* where, int* err) {
   auto t = std::make_unique<EmudTransport>();

@@ -3,7 +3,7 @@
 // offset is still written once, in prm.
 #include "providers/mlx5/wqe.h"
 
-#include <endian.h>
+#include "providers/mlx5/byte_order.h"
 #include <errno.h>
 #include <string.h>
 
@@ -31,11 +31,11 @@ static_assert(same_word(c::qpn, c::ds) && same_word(c::signature, c::se) && same
 static_assert(word_of(c::imm) == 3 && c::imm.bit_width == 32);
 
 inline void be32_at(uint8_t* base, uint32_t word, uint32_t v) {
-  uint32_t b = htobe32(v);
+  uint32_t b = to_be32(v);
   memcpy(base + 4 * word, &b, 4);
 }
 inline void be64_at(uint8_t* base, uint32_t byte, uint64_t v) {
-  uint64_t b = htobe64(v);
+  uint64_t b = to_be64(v);
   memcpy(base + byte, &b, 8);
 }
 
@@ -125,7 +125,7 @@ int write_send_wqe(SendQueue& sq, const ibv_send_wr& wr, const uint8_t* av) {
   be32_at(ctrl, word_of(c::opcode), dw(c::wqe_index, sq.cur_post & 0xffff) | dw(c::opcode, op->wqe_opcode));
   be32_at(ctrl, word_of(c::ds), dw(c::qpn, sq.qpn) | dw(c::ds, ds));
   be32_at(ctrl, word_of(c::fm), ctrl_flags(sq, wr.send_flags));
-  uint32_t imm = op->imm == 1 ? wr.imm_data : op->imm == 2 ? htobe32(wr.invalidate_rkey) : 0;  // imm_data is BE
+  uint32_t imm = op->imm == 1 ? wr.imm_data : op->imm == 2 ? to_be32(wr.invalidate_rkey) : 0;  // imm_data is BE
   memcpy(ctrl + 12, &imm, 4);
   uint8_t* seg = advance(sq, ctrl, kSeg);
 
@@ -223,7 +223,7 @@ void srq_init(SrqQueue& q) {
   for (uint32_t i = 0; i < q.wqe_cnt; i++) {
     uint8_t* w = q.buf + size_t(i) * q.stride;
     memset(w, 0, 16);
-    uint16_t next = htobe16(uint16_t((i + 1) & (q.wqe_cnt - 1)));
+    uint16_t next = to_be16(uint16_t((i + 1) & (q.wqe_cnt - 1)));
     memcpy(w + 2, &next, 2);  // next_wqe_index (rdma-core struct mlx5_wqe_srq_next_seg)
   }
   q.head = 0;
@@ -239,14 +239,14 @@ int write_srq_wqe(SrqQueue& q, const ibv_recv_wr& wr) {
   q.wrid[q.head] = wr.wr_id;
   uint16_t next;
   memcpy(&next, w + 2, 2);
-  q.head = be16toh(next) & (q.wqe_cnt - 1);
+  q.head = from_be16(next) & (q.wqe_cnt - 1);
   q.counter++;
   return 0;
 }
 
 void srq_free(SrqQueue& q, uint32_t index) {
   uint8_t* t = q.buf + size_t(q.tail) * q.stride;
-  uint16_t next = htobe16(uint16_t(index));
+  uint16_t next = to_be16(uint16_t(index));
   memcpy(t + 2, &next, 2);
   q.tail = index & (q.wqe_cnt - 1);
 }

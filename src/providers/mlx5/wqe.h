@@ -17,7 +17,7 @@
 //     QP's maximum ENOMEM; a full queue ENOMEM; an opcode out of range EINVAL.
 #pragma once
 
-#include <endian.h>
+#include "providers/mlx5/byte_order.h"
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <string.h>
@@ -58,7 +58,7 @@ uint32_t send_wqe_ds(const SendQueue& sq, const ibv_send_wr& wr, int* err);
 // 8 bytes. Returns the value written (the transport's kick carries it).
 inline uint64_t ring_send_doorbell(const SendQueue& sq, uint32_t* dbrec_snd, volatile uint64_t* uar_reg) {
   std::atomic_thread_fence(std::memory_order_release);
-  *dbrec_snd = htobe32(sq.cur_post & 0xffff);
+  *dbrec_snd = to_be32(sq.cur_post & 0xffff);
   std::atomic_thread_fence(std::memory_order_release);
   uint64_t v;
   memcpy(&v, sq.last_ctrl, 8);

@@ -49,6 +49,8 @@ TEST(Mlx5DvLayout, QpCqSrqAndObjMatchRdmaCore) {
   SAME(mlx5dv_obj, ah);
   SAME(mlx5dv_obj, pd);
   EXPECT_EQ(sizeof(ours::mlx5dv_obj), sizeof(::mlx5dv_obj));
+  SAME(mlx5dv_cq_init_attr, comp_mask);
+  SAME(mlx5dv_qp_init_attr, comp_mask);
   SAME(mlx5dv_context, version);
   SAME(mlx5dv_context, flags);
   SAME(mlx5dv_context, comp_mask);

@@ -109,8 +109,9 @@ class Mlx5Provider : public ::testing::Test {
     if (!s.ch) s.ch = ibv_create_comp_channel(ctx_);
     if (!s.cq) s.cq = ibv_create_cq(ctx_, 64, nullptr, s.ch, 0);
     if (!s.mr)
-      s.mr = ibv_reg_mr(pd_, s.buf.data(), kBuf,
-                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+      s.mr = ibv_reg_mr(
+          pd_, s.buf.data(), kBuf,
+          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
     EXPECT_NE(s.cq, nullptr);
     EXPECT_NE(s.mr, nullptr);
     ibv_qp_init_attr_ex at{};
@@ -134,7 +135,8 @@ class Mlx5Provider : public ::testing::Test {
     ibv_qp_attr at{};
     at.qp_state = IBV_QPS_INIT;
     at.port_num = 1;
-    at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
+    at.qp_access_flags =
+        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
     ASSERT_EQ(ibv_modify_qp(s.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
     at = {};
     at.qp_state = IBV_QPS_RTR;
@@ -309,6 +311,42 @@ TEST_F(Mlx5Provider, RcSendWriteAndReadMoveTheBytes) {
   EXPECT_EQ(std::memcmp(a_.buf.data() + 40000, b_.buf.data() + 30000, 1500), 0);
 }
 
+TEST_F(Mlx5Provider, AtomicsReturnTheOldValueAndUpdateTheTarget) {
+  pair();
+  uint64_t v = 40;
+  std::memcpy(b_.buf.data() + 512, &v, 8);
+  ibv_sge sg{addr(a_, 64), 8, a_.mr->lkey};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.sg_list = &sg;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic.remote_addr = addr(b_, 512);
+  wr.wr.atomic.rkey = b_.mr->rkey;
+  wr.wr.atomic.compare_add = 2;
+  ibv_send_wr* bad;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  ibv_wc s = poll_one(a_.cq);
+  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(s.opcode, IBV_WC_FETCH_ADD);
+  uint64_t old = 0, now = 0;
+  std::memcpy(&old, a_.buf.data() + 64, 8);
+  std::memcpy(&now, b_.buf.data() + 512, 8);
+  EXPECT_EQ(old, 40u);
+  EXPECT_EQ(now, 42u);
+  wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+  wr.wr.atomic.compare_add = 42;
+  wr.wr.atomic.swap = 7;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  s = poll_one(a_.cq);
+  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(s.opcode, IBV_WC_COMP_SWAP);
+  std::memcpy(&old, a_.buf.data() + 64, 8);
+  std::memcpy(&now, b_.buf.data() + 512, 8);
+  EXPECT_EQ(old, 42u);
+  EXPECT_EQ(now, 7u);
+}
+
 TEST_F(Mlx5Provider, InlineSendWithImmediateArrives) {
   pair();
   std::memcpy(a_.buf.data(), "inline-payload", 14);
@@ -441,7 +479,141 @@ TEST_F(Mlx5Provider, DirectVerbsReportTheMappedQueues) {
   EXPECT_EQ(poll_one(b_.cq).status, IBV_WC_SUCCESS);
   obj = {};
   EXPECT_EQ(init_obj(&obj, 1 << 6), EOPNOTSUPP);  // PD: not offered
+  // mlx5dv_create_cq / _qp with nothing mlx5-specific asked: the plain objects.
+  auto create_cq = reinterpret_cast<ibv_cq_ex* (*)(ibv_context*, ibv_cq_init_attr_ex*, mlx5dv_cq_init_attr*)>(
+      dlsym(h, "mlx5dv_create_cq"));
+  auto create_qp = reinterpret_cast<ibv_qp* (*)(ibv_context*, ibv_qp_init_attr_ex*, mlx5dv_qp_init_attr*)>(
+      dlsym(h, "mlx5dv_create_qp"));
+  ASSERT_TRUE(create_cq && create_qp);
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 8;
+  mlx5dv_cq_init_attr dca{};
+  ibv_cq_ex* cx = create_cq(ctx_, &ca, &dca);
+  ASSERT_NE(cx, nullptr);
+  dca.comp_mask = 1;  // CQE compression: not offered
+  errno = 0;
+  EXPECT_EQ(create_cq(ctx_, &ca, &dca), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_qp_init_attr_ex qa{};
+  qa.send_cq = qa.recv_cq = ibv_cq_ex_to_cq(cx);
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+  qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+  qa.pd = pd_;
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ibv_qp* dq2 = create_qp(ctx_, &qa, nullptr);
+  ASSERT_NE(dq2, nullptr);
+  EXPECT_EQ(ibv_destroy_qp(dq2), 0);
+  EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cx)), 0);
   dlclose(h);
+}
+
+TEST_F(Mlx5Provider, SrqTakesReceivesInOrderAndSignalsItsLimit) {
+  b_.mr = ibv_reg_mr(pd_, b_.buf.data(), kBuf, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(b_.mr, nullptr);
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 16;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &sa);
+  ASSERT_NE(srq, nullptr);
+  for (uint64_t i = 0; i < 8; i++) {
+    ibv_sge sg{addr(b_, 1024 * i), 1024, b_.mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = 100 + i;
+    wr.sg_list = &sg;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad;
+    ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+  }
+  ibv_srq_attr lim{};
+  lim.srq_limit = 6;
+  ASSERT_EQ(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT), 0);
+  ASSERT_NE(make_qp(a_), nullptr);
+  b_.cq = ibv_create_cq(ctx_, 64, nullptr, nullptr, 0);
+  ibv_qp_init_attr_ex at{};
+  at.send_cq = at.recv_cq = b_.cq;
+  at.srq = srq;
+  at.qp_type = IBV_QPT_RC;
+  at.cap.max_send_wr = 4;
+  at.cap.max_send_sge = 1;
+  at.pd = pd_;
+  at.comp_mask = IBV_QP_INIT_ATTR_PD;
+  b_.qp = ibv_create_qp_ex(ctx_, &at);
+  ASSERT_NE(b_.qp, nullptr);
+  connect(a_, b_);
+  connect(b_, a_);
+  for (int i = 0; i < 3; i++)
+    ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_, 64 * i), 64, 0, 0, IBV_SEND_SIGNALED, i), 0);
+  std::vector<uint64_t> got;
+  for (int i = 0; i < 3; i++) {
+    EXPECT_EQ(poll_one(a_.cq).status, IBV_WC_SUCCESS);
+    ibv_wc r = poll_one(b_.cq);
+    EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(r.qp_num, b_.qp->qp_num);
+    got.push_back(r.wr_id);
+  }
+  EXPECT_EQ(got, (std::vector<uint64_t>{100, 101, 102}));  // the SRQ's WQEs, in order
+  // 8 - 3 < 6: the limit event (IBA 10.2.9.3: once per arming), on the async fd.
+  pollfd p{ctx_->async_fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "no async event";
+  ibv_async_event ev{};
+  ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+  EXPECT_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(ev.element.srq, srq);
+  ibv_ack_async_event(&ev);
+  ibv_srq_attr q{};
+  ASSERT_EQ(ibv_query_srq(srq, &q), 0);
+  EXPECT_EQ(q.max_wr, 31u);  // 16 + 1 rounded up to 32 WQEs, one the free list's sentinel
+  EXPECT_EQ(ibv_destroy_srq(srq), EBUSY);  // b_'s QP uses it
+  ASSERT_EQ(ibv_destroy_qp(b_.qp), 0);
+  b_.qp = nullptr;
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+}
+
+TEST_F(Mlx5Provider, UdSendArrivesWithItsGrhAndSource) {
+  ASSERT_NE(make_qp(a_, IBV_QPT_UD), nullptr);
+  ASSERT_NE(make_qp(b_, IBV_QPT_UD), nullptr);
+  for (Side* s : {&a_, &b_}) {
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_INIT;
+    at.port_num = 1;
+    at.qkey = 0x11111111;
+    ASSERT_EQ(ibv_modify_qp(s->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+    at.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(ibv_modify_qp(s->qp, &at, IBV_QP_STATE), 0);
+    at.qp_state = IBV_QPS_RTS;
+    at.sq_psn = 7;
+    ASSERT_EQ(ibv_modify_qp(s->qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  }
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.port_num = 1;
+  std::memcpy(ah.grh.dgid.raw, gid_, 16);
+  ah.grh.hop_limit = 64;
+  ibv_ah* h = ibv_create_ah(pd_, &ah);
+  ASSERT_NE(h, nullptr);
+  std::memcpy(a_.buf.data(), "datagram", 8);
+  ASSERT_EQ(post_recv(b_, addr(b_), 40 + 64, 3), 0);  // 40 bytes for the GRH first
+  ibv_sge sg{addr(a_), 8, a_.mr->lkey};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sg;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = h;
+  wr.wr.ud.remote_qpn = b_.qp->qp_num;
+  wr.wr.ud.remote_qkey = 0x11111111;
+  ibv_send_wr* bad;
+  ASSERT_EQ(ibv_post_send(a_.qp, &wr, &bad), 0);
+  EXPECT_EQ(poll_one(a_.cq).status, IBV_WC_SUCCESS);
+  ibv_wc r = poll_one(b_.cq);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r.wr_id, 3u);
+  EXPECT_EQ(r.byte_len, 40u + 8);
+  EXPECT_EQ(r.src_qp, a_.qp->qp_num);
+  EXPECT_TRUE(r.wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(std::memcmp(b_.buf.data() + 40, "datagram", 8), 0);
+  EXPECT_EQ(ibv_destroy_ah(h), 0);
 }
 
 }  // namespace

@@ -40,10 +40,39 @@ MELON_DV_EXPORT int mlx5dv_query_device(struct ibv_context* ctx, struct mlx5dv_c
   return 0;
 }
 
-MELON_DV_NULL(struct ibv_cq_ex*, mlx5dv_create_cq,
-              (struct ibv_context*, struct ibv_cq_init_attr_ex*, struct mlx5dv_cq_init_attr*))
-MELON_DV_NULL(struct ibv_qp*, mlx5dv_create_qp,
-              (struct ibv_context*, struct ibv_qp_init_attr_ex*, struct mlx5dv_qp_init_attr*))
+namespace {
+// An mlx5 context (one whose provider answers the direct-verbs query), else nullptr with errno set.
+verbs_context* mlx5_context(ibv_context* ctx) {
+  melon::verbs::ContextOps* ops = ops_of(ctx);
+  mlx5dv_context probe{};
+  if (!ops || ops->direct(mp::kDvQueryDevice, nullptr, &probe) != 0) {
+    errno = ops ? EOPNOTSUPP : EINVAL;
+    return nullptr;
+  }
+  return &melon::verbs::ContextBase::from(ctx)->vctx;
+}
+}  // namespace
+
+// The plain creation verbs when nothing mlx5-specific is asked for (no CQE compression or size,
+// no DC, no creation flags, no mlx5 send ops): called through the context's own slots, as the
+// inline ibv_create_*_ex wrappers do.
+MELON_DV_EXPORT struct ibv_cq_ex* mlx5dv_create_cq(struct ibv_context* ctx, struct ibv_cq_init_attr_ex* attr,
+                                                   struct mlx5dv_cq_init_attr* mlx5_attr) {
+  verbs_context* v = mlx5_context(ctx);
+  if (!v) return nullptr;
+  if (!attr) return errno = EINVAL, nullptr;
+  if (mlx5_attr && mlx5_attr->comp_mask) return errno = EOPNOTSUPP, nullptr;
+  return v->create_cq_ex(ctx, attr);
+}
+
+MELON_DV_EXPORT struct ibv_qp* mlx5dv_create_qp(struct ibv_context* ctx, struct ibv_qp_init_attr_ex* attr,
+                                                struct mlx5dv_qp_init_attr* mlx5_attr) {
+  verbs_context* v = mlx5_context(ctx);
+  if (!v) return nullptr;
+  if (!attr) return errno = EINVAL, nullptr;
+  if (mlx5_attr && mlx5_attr->comp_mask) return errno = EOPNOTSUPP, nullptr;
+  return v->create_qp_ex(ctx, attr);
+}
 
 namespace {
 // rdma-core's mlx5dv_init_obj: every object the type bits name, in order; the first failure ends it.
