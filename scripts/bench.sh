@@ -143,11 +143,14 @@ for s in $sections; do
       r=$(pair ib_send_lat -s 8 -n 5000 | awk '$1 == 8 {print $6}') # t_avg: half a round trip
       echo "U:$addrA:11111" > "$tmp/feed" # -F (busy recvfrom on a non-blocking socket) needs a feed file
       in_ns $nsA sockperf server -f "$tmp/feed" -F r --nonblocked > /dev/null 2>&1 &
+      sockperf_pid=$!
       sleep 0.5
       # sockperf's smallest message is 14 bytes (its own header); it too reports half a round trip.
       u=$(in_ns $nsB sockperf ping-pong -f "$tmp/feed" -m 14 -t 5 -F r --nonblocked 2>&1 |
         sed 's/\x1b\[[0-9;]*m//g' | awk -F'avg-latency=' '/avg-latency=/{split($2, a, " "); print a[1]}')
-      kill %% 2> /dev/null || true
+      # By pid: a busy-polling server left behind would take a core from every later run.
+      kill "$sockperf_pid" 2> /dev/null || true
+      wait "$sockperf_pid" 2> /dev/null || true
       row "loopback: send_lat 8 B vs sockperf UDP (busy)" "${r:-0}" "${u:-0}" us "<=" 1.3
       ;;
   esac

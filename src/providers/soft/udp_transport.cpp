@@ -376,6 +376,7 @@ int UdpTransport::receive_batch(size_t sock) {
 #endif
   if (n <= 0) return 0;
   batch_now_ = now_ns();
+  engine_.begin_batch();  // one ACK per QP for the whole batch (Engine::begin_batch)
   for (int i = 0; i < n; ++i) {
     msghdr& h = rx_msgs_[i].msg_hdr;
     const uint8_t* buf = rx_buf_.data() + size_t(i) * rx_buf_size_;
@@ -403,6 +404,7 @@ int UdpTransport::receive_batch(size_t sock) {
     // A GRO buffer holds packets of `seg` bytes back to back, the last one possibly shorter.
     for (size_t off = 0; off < len; off += seg) rx_packet(k, rx_from_[i], buf + off, std::min(seg, len - off));
   }
+  engine_.end_batch();
   stats_.rx_engine_dropped.store(engine_.dropped_packets(), std::memory_order_relaxed);
   engine_.tick();
   batch_now_ = 0;
@@ -450,6 +452,20 @@ void UdpTransport::run() {
       std::lock_guard<std::mutex> g(mu_);
       deadline = engine_.next_deadline();
       armed_deadline_ = deadline;
+      // The engine's retransmission counters, copied out at most every millisecond (a sum over
+      // QPs); while they may be stale the wait is capped so they catch up.
+      const uint64_t now = now_ns();
+      if (now - totals_at_ >= 1000000) {
+        const rc::QpCounters t = engine_.totals();
+        stats_.retransmits.store(t.retransmits, std::memory_order_relaxed);
+        stats_.timeouts.store(t.timeouts, std::memory_order_relaxed);
+        stats_.acks_coalesced.store(t.acks_coalesced, std::memory_order_relaxed);
+        totals_stale_ = false;
+        totals_at_ = now;
+      } else {
+        totals_stale_ = true;
+      }
+      if (totals_stale_) deadline = std::min(deadline, totals_at_ + 1000000);
     }
     timespec ts{}, *tsp = nullptr;
     if (deadline != UINT64_MAX) {

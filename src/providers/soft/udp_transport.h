@@ -115,6 +115,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   uint64_t poll_interval_ns_ = 2000;  // MELON_SOFT_POLL_NS overrides (benchmarks)
   uint64_t armed_deadline_ = UINT64_MAX;
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
+  uint64_t totals_at_ = 0;  // when the engine's counter totals were last copied out (progress thread)
+  bool totals_stale_ = false;
   CounterFile counters_;
   TransportStats& stats_;  // in counters_
 
