@@ -103,6 +103,10 @@ tcp_bw() {  # MB/s of one iperf3 TCP stream B -> A
 rows=()
 row() {  # row <case> <soft> <baseline> <unit> <goal-op> <goal>
   local ratio ok
+  if python3 -c "import sys; sys.exit(0 if float('$2') > 0 else 1)"; then :; else
+    rows+=("$(printf '%-46s no result from the soft RoCE run (timed out or failed)' "$1")")
+    return
+  fi
   ratio=$(python3 -c "print(f'{$2 / $3:.3f}' if $3 else 'n/a')")
   ok=$(python3 -c "print(('yes' if $2 / $3 $5 $6 else 'no') if $3 else 'n/a')")
   rows+=("$(printf '%-46s %11.2f %11.2f %-5s %7s  %s %-4s %s' "$1" "$2" "$3" "$4" "$ratio" "$5" "$6" "$ok")")
