@@ -64,6 +64,7 @@ UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemor
                            const rc::EngineConfig& config, uint16_t port, const char* counter_name)
     : port_(port),
       engine_(rc::Host{memory, *this, *this, events}, config),
+      name_(counter_name ? counter_name : "?"),
       counters_(counter_name),
       stats_(counters_.counters()) {
   for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1, {}, 0});
@@ -167,11 +168,28 @@ int UdpTransport::start(std::string* why) {
 }
 
 void UdpTransport::stop() {
-  if (running_.exchange(false)) {
+  const bool was_running = running_.exchange(false);
+  if (was_running) {
     wake();
     thread_.join();
   }
   drain();
+  // MELON_SOFT_STATS=1: the final counters on stderr (the counter file goes with the process), so a
+  // benchmark can show the losses and retries of each run.
+  if (const char* e = getenv("MELON_SOFT_STATS"); was_running && e && !strcmp(e, "1")) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      const rc::QpCounters t = engine_.totals();
+      stats_.retransmits = t.retransmits;
+      stats_.timeouts = t.timeouts;
+      stats_.acks_coalesced = t.acks_coalesced;
+    }
+    std::string line = "melondma soft: " + name_ + " counters:";
+#define MELON_SOFT_COUNTER_TEXT(name, text) line += " " #name " " + std::to_string(stats_.name.load());
+    MELON_SOFT_COUNTERS(MELON_SOFT_COUNTER_TEXT)
+#undef MELON_SOFT_COUNTER_TEXT
+    fprintf(stderr, "%s\n", line.c_str());
+  }
   for (Socket& k : socks_) {
     if (k.fd >= 0) close(k.fd);
     k.fd = -1;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -143,6 +144,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
   uint64_t totals_at_ = 0;  // when the engine's counter totals were last copied out (progress thread)
   bool totals_stale_ = false;
+  std::string name_;
   CounterFile counters_;
   TransportStats& stats_;  // in counters_
 
