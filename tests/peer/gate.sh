@@ -64,6 +64,7 @@ declare -A XFAIL=()
 # ---------------------------------------------------------------------------------------------------
 rows=()       # "tool|direction|result|seconds|note"
 failures=0
+retried=0
 checks_failed=()
 check() {  # check <what> <condition...>: one check of the current exchange
   local what=$1; shift
@@ -149,8 +150,23 @@ run_case() {
   echo; echo "=== $label, $(dir_label "$how"), MTU $mtu"
   checks_failed=()
   "$fn" "$how" "$@"
+  # One retry: the guest is a TCG qemu sharing two cores with the host side, so a row can miss a
+  # timing window once. A row that passes only on its retry is reported as RETRIED with what failed
+  # first (in the table and in the summary's last lines), never silently as PASS.
+  local first=""
+  if [ ${#checks_failed[@]} -gt 0 ] && [ "${PEER_GATE_RETRIES:-1}" -gt 0 ]; then
+    first="first attempt: ${checks_failed[*]}"
+    echo "rxe0 counters after the first attempt: $(counters)"
+    echo "=== $label ($how): failed once, retrying"
+    checks_failed=()
+    "$fn" "$how" "$@"
+  fi
   local secs=$((SECONDS - t)) result=PASS note=${checks_failed[*]:-}
+  if [ ${#checks_failed[@]} -eq 0 ] && [ -n "$first" ]; then
+    result=RETRIED note=$first; retried=$((retried + 1))
+  fi
   if [ ${#checks_failed[@]} -gt 0 ]; then
+    note="$note${first:+ ($first)}"
     echo "rxe0 counters after the failure: $(counters)"
     local x=${XFAIL["$label $how $mtu"]:-${XFAIL["$label $how *"]:-}}
     if [ -n "$x" ]; then result=XFAIL; note="expected failure (known bug: $x): $note"
@@ -343,6 +359,11 @@ for r in "${rows[@]}"; do
   [ -n "$note" ] && [ "$res" != PASS ] && printf '    %s\n' "$note"
   [ -n "$results" ] && printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$provider" "$tool" "$(dir_label "$how")" "$mtu" "$res" "$secs" >> "$results"
 done
-echo "gate: ${total} s in all, $failures failure(s)"
+# The rows that did not simply pass, again, last: a truncated log still shows them.
+for r in "${rows[@]}"; do
+  IFS='|' read -r tool how res secs note <<<"$r"
+  [ "$res" = PASS ] || printf '%s: %s (%s): %s\n' "$res" "$tool" "$how" "$note"
+done
+echo "gate: ${total} s in all, $failures failure(s), $retried row(s) passed only on a retry"
 [ "$failures" -eq 0 ] && exit 0
 exit 1
