@@ -9,6 +9,8 @@
 #   multi-QP        ib_write_bw 64 KiB -q 4       vs the same with -q 1       goal >= 1.6
 #   latency         ib_send_lat 8 B (busy-poll)   vs sockperf UDP ping-pong   goal <= 1.3
 #                                                    (busy-poll, 14 B)
+# Beside each row: receive-buffer drops / retransmissions / refused sends counted by the soft
+# processes of that row (MELON_SOFT_STATS=1); loss we cause ourselves, 0 on an idle loopback.
 #
 # As root, each case runs in network namespaces it creates and removes (loopback cases in a private
 # namespace so other runs on 127.0.0.x cannot clash; the veth case in two namespaces joined by a veth
@@ -19,7 +21,9 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/build/release}
 sections=${MELON_BENCH:-veth lo rate multi lat}
-export LD_LIBRARY_PATH=$build/lib MELON_SOFT_AUTO=0
+# MELON_SOFT_STATS=1: each soft process prints its transport counters at exit (rx_buffer_drops,
+# retransmits, tx_errors: loss we cause ourselves, which should be 0 on loopback).
+export LD_LIBRARY_PATH=$build/lib MELON_SOFT_AUTO=0 MELON_SOFT_STATS=1
 for t in ib_write_bw ib_send_lat iperf3 sockperf; do
   command -v $t > /dev/null || { echo "bench: $t is not installed (./melon deps)"; exit 1; }
 done
@@ -83,6 +87,7 @@ pair() {  # pair <tool> <args...>: perftest server at A, client at B; prints the
     grep -q "Couldn't connect" "$tmp/client" || break
   done
   wait $spid || true
+  grep -h 'melondma soft: .* counters:' "$tmp/server" "$tmp/client" >> "$tmp/stats" || true
   cat "$tmp/client"
 }
 write_bw() {  # write_bw <args...>: average MB/s of ib_write_bw
@@ -102,10 +107,19 @@ tcp_bw() {  # MB/s of one iperf3 TCP stream B -> A
 
 rows=()
 row() {  # row <case> <soft> <baseline> <unit> <goal-op> <goal>
-  local ratio ok
+  local ratio ok loss
+  # Receive-buffer drops / retransmissions / refused sends of the soft runs behind this row.
+  loss=$(awk '{ for (i = 1; i < NF; i++) { if ($i == "rx_buffer_drops") d += $(i + 1)
+    if ($i == "retransmits") r += $(i + 1); if ($i == "tx_errors") e += $(i + 1) } }
+    END { printf "%d/%d/%d", d, r, e }' "$tmp/stats" 2> /dev/null || echo "?")
+  rm -f "$tmp/stats"
+  if python3 -c "import sys; sys.exit(0 if float('$2') > 0 else 1)"; then :; else
+    rows+=("$(printf '%-46s no result from the soft RoCE run (timed out or failed)' "$1")")
+    return
+  fi
   ratio=$(python3 -c "print(f'{$2 / $3:.3f}' if $3 else 'n/a')")
   ok=$(python3 -c "print(('yes' if $2 / $3 $5 $6 else 'no') if $3 else 'n/a')")
-  rows+=("$(printf '%-46s %11.2f %11.2f %-5s %7s  %s %-4s %s' "$1" "$2" "$3" "$4" "$ratio" "$5" "$6" "$ok")")
+  rows+=("$(printf '%-46s %11.2f %11.2f %-5s %7s  %s %-4s %-4s %s' "$1" "$2" "$3" "$4" "$ratio" "$5" "$6" "$ok" "$loss")")
 }
 skip() { rows+=("$(printf '%-46s skipped: %s' "$1" "$2")"); }
 
@@ -143,17 +157,20 @@ for s in $sections; do
       r=$(pair ib_send_lat -s 8 -n 5000 | awk '$1 == 8 {print $6}') # t_avg: half a round trip
       echo "U:$addrA:11111" > "$tmp/feed" # -F (busy recvfrom on a non-blocking socket) needs a feed file
       in_ns $nsA sockperf server -f "$tmp/feed" -F r --nonblocked > /dev/null 2>&1 &
+      sockperf_pid=$!
       sleep 0.5
       # sockperf's smallest message is 14 bytes (its own header); it too reports half a round trip.
       u=$(in_ns $nsB sockperf ping-pong -f "$tmp/feed" -m 14 -t 5 -F r --nonblocked 2>&1 |
         sed 's/\x1b\[[0-9;]*m//g' | awk -F'avg-latency=' '/avg-latency=/{split($2, a, " "); print a[1]}')
-      kill %% 2> /dev/null || true
+      # By pid: a busy-polling server left behind would take a core from every later run.
+      kill "$sockperf_pid" 2> /dev/null || true
+      wait "$sockperf_pid" 2> /dev/null || true
       row "loopback: send_lat 8 B vs sockperf UDP (busy)" "${r:-0}" "${u:-0}" us "<=" 1.3
       ;;
   esac
 done
 
-printf '%-46s %11s %11s %-5s %7s  %s\n' "case" "soft RoCE" "baseline" "unit" "ratio" "goal met"
+printf '%-46s %11s %11s %-5s %7s  %-13s %s\n' "case" "soft RoCE" "baseline" "unit" "ratio" "goal met" "drops/retx/txerr"
 for r in "${rows[@]}"; do echo "$r"; done
 echo "rerun: ./melon bench   (machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
   "load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -124,7 +124,9 @@ int Engine::query_qp(uint32_t qpn, QpAttr* attr, QpInit* init) const {
 int Engine::destroy_qp(uint32_t qpn) {
   EngineImpl& e = *impl_;
   if (!e.find(qpn)) return EINVAL;
-  e.slots_[qpn & EngineImpl::kQpnSlotMask].reset();
+  std::unique_ptr<Qp>& slot = e.slots_[qpn & EngineImpl::kQpnSlotMask];
+  add_counters(e.retired_, slot->counters);
+  slot.reset();
   --e.nqps_;
   return 0;
 }
@@ -221,6 +223,16 @@ void Engine::receive(const IpUdp& ip, const uint8_t* roce, size_t len) {
   e.schedule(*qp);
 }
 
+void Engine::begin_batch() { impl_->in_batch_ = true; }
+
+void Engine::end_batch() {
+  EngineImpl& e = *impl_;
+  e.in_batch_ = false;
+  for (uint32_t qpn : e.ack_owed_)
+    if (Qp* qp = e.find(qpn)) e.flush_ack(*qp);  // gone or reset since: nothing owed
+  e.ack_owed_.clear();
+}
+
 void Engine::tick() {
   EngineImpl& e = *impl_;
   uint64_t now = e.now();
@@ -244,6 +256,27 @@ const QpCounters* Engine::counters(uint32_t qpn) const {
 }
 
 uint64_t Engine::dropped_packets() const { return impl_->dropped_; }
+
+void add_counters(QpCounters& sum, const QpCounters& c) {
+  sum.tx_packets += c.tx_packets;
+  sum.rx_packets += c.rx_packets;
+  sum.retransmits += c.retransmits;
+  sum.timeouts += c.timeouts;
+  sum.rnr_naks_sent += c.rnr_naks_sent;
+  sum.rnr_naks_received += c.rnr_naks_received;
+  sum.seq_naks_sent += c.seq_naks_sent;
+  sum.seq_naks_received += c.seq_naks_received;
+  sum.duplicates += c.duplicates;
+  sum.dropped += c.dropped;
+  sum.acks_coalesced += c.acks_coalesced;
+}
+
+QpCounters Engine::totals() const {
+  QpCounters sum = impl_->retired_;
+  for (const auto& qp : impl_->slots_)
+    if (qp) add_counters(sum, qp->counters);
+  return sum;
+}
 
 const char* qp_state_name(QpState s) {
   static const char* const names[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};

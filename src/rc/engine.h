@@ -98,7 +98,9 @@ struct QpAttr {
 struct QpCounters {
   uint64_t tx_packets = 0, rx_packets = 0, retransmits = 0, timeouts = 0, rnr_naks_sent = 0, rnr_naks_received = 0,
            seq_naks_sent = 0, seq_naks_received = 0, duplicates = 0, dropped = 0;
+  uint64_t acks_coalesced = 0;  // AckReq'd packets answered by a later packet's ACK (Engine::end_batch)
 };
+void add_counters(QpCounters& sum, const QpCounters& c);
 
 struct EngineConfig {
   // QPNs: with random_qpn, each is drawn from the host's random source (unpredictable to anyone who
@@ -142,12 +144,21 @@ class Engine {
   // Malformed or unexpected packets are dropped and counted; never an error to the caller.
   void receive(const roce::IpUdp& ip, const uint8_t* roce, size_t len);
 
+  // A receive batch: the packets a host read in one go, passed to receive() between these two.
+  // Inside it the responder coalesces ACKs: one ACK per QP for its newest AckReq'd SEND/WRITE
+  // packet, sent by end_batch() (or before that QP's next NAK, READ response or atomic ACK, which
+  // are never delayed). Outside a batch every AckReq'd packet is answered at once.
+  void begin_batch();
+  void end_batch();
+
   // Fire due timers (retransmit, RNR back-off) and push out anything the window now allows.
   void tick();
   // When tick() next has work, or UINT64_MAX.
   uint64_t next_deadline() const;
 
   const QpCounters* counters(uint32_t qpn) const;
+  // Every QP's counters summed, destroyed QPs included (O(QPs): for statistics, not per packet).
+  QpCounters totals() const;
   uint64_t dropped_packets() const;  // packets no QP took (bad opcode, unknown QP, bad state)
 
  private:

@@ -53,6 +53,9 @@ class EngineImpl {
   uint64_t earliest_deadline();  // engine.cpp: the heap's top, exact
   uint32_t next_srqn_ = 1;
   uint64_t dropped_ = 0;
+  QpCounters retired_;  // counters of destroyed QPs (Engine::totals)
+  bool in_batch_ = false;  // between begin_batch and end_batch
+  std::vector<uint32_t> ack_owed_;  // QPNs with resp.ack_pending set in this batch
 
   uint64_t now() { return host_.clock.now(); }
 
@@ -97,7 +100,9 @@ class EngineImpl {
   void respond(Qp& qp, const roce::Packet& p, Outcome o);  // acts on the outcome table's row
   void take_recv_wqe(Qp& qp);
   uint32_t recv_pd(const Qp& qp) const;  // the PD receive WQEs are checked in (the SRQ's, if any)
-  void send_ack(Qp& qp, uint8_t syndrome, uint32_t psn);
+  void send_ack(Qp& qp, uint8_t syndrome, uint32_t psn);  // sends an owed coalesced ACK first
+  void flush_ack(Qp& qp);  // the ACK owed from a receive batch, if any
+  void write_ack(Qp& qp, uint8_t syndrome, uint32_t psn, uint32_t msn);
 
   // shared
   void fill_tx_common(const Qp& qp, TxPacket& tx, uint8_t opcode, uint32_t psn) const;

@@ -82,6 +82,10 @@ struct ResponderState {
   uint32_t write_offset = 0;
   uint32_t write_total = 0;  // the RETH DMA length
   bool uc_drop = false;  // UC: dropping until the next FIRST/ONLY
+  // An ACK owed inside a receive batch (Engine::begin_batch): for the newest AckReq'd packet, with
+  // the MSN as it was then; sent at end_batch or before any other response of this QP.
+  bool ack_pending = false;
+  uint32_t ack_psn = 0, ack_msn = 0;
   // READ/atomic replay cache (IBA 9.7.5.1.2, "responder resources"): max_dest_rd_atomic entries.
   std::vector<Resource> resources;
   uint32_t res_next = 0;

@@ -156,7 +156,7 @@ void EngineImpl::to_sq_error(Qp& qp) {
 void EngineImpl::to_error(Qp& qp) {
   qp.state = QpState::err;
   qp.attr.qp_state = QpState::err;
-  qp.resp.in_send = qp.resp.in_write = false;
+  qp.resp.in_send = qp.resp.in_write = qp.resp.ack_pending = false;  // ERR sends nothing
   flush_sq(qp);
   flush_rq(qp);
 }
@@ -171,6 +171,7 @@ void EngineImpl::reset(Qp& qp) {
   qp.sqd_notify = false;
   qp.rq.clear();
   qp.resp.in_send = qp.resp.in_write = qp.resp.have_wqe = qp.resp.nak_sent = qp.resp.uc_drop = false;
+  qp.resp.ack_pending = false;
   qp.resp.rmsn = 0;
   for (auto& r : qp.resp.resources) r.valid = false;
 }

@@ -37,13 +37,26 @@ bool recv_wqe_writable(const RecvWqe& w, HostMemory& mem, uint32_t pd) {
   return true;
 }
 
-void EngineImpl::send_ack(Qp& qp, uint8_t syndrome, uint32_t psn) {
+void EngineImpl::write_ack(Qp& qp, uint8_t syndrome, uint32_t psn, uint32_t msn) {
   TxPacket tx;
   fill_tx_common(qp, tx, make_opcode(Transport::rc, kAcknowledge), psn);
   tx.pkt.aeth.syndrome = syndrome;
-  tx.pkt.aeth.msn = qp.resp.rmsn & kPsnMask;
+  tx.pkt.aeth.msn = msn & kPsnMask;
   ++qp.counters.tx_packets;
   link_.transmit(tx);
+}
+
+// Responses of one QP leave in PSN order: an ACK still owed from this batch goes before a NAK, a
+// READ response or an atomic ACK (which are never delayed).
+void EngineImpl::flush_ack(Qp& qp) {
+  if (!qp.resp.ack_pending) return;
+  qp.resp.ack_pending = false;
+  write_ack(qp, syndrome_ack(), qp.resp.ack_psn, qp.resp.ack_msn);
+}
+
+void EngineImpl::send_ack(Qp& qp, uint8_t syndrome, uint32_t psn) {
+  flush_ack(qp);
+  write_ack(qp, syndrome, psn, qp.resp.rmsn);
 }
 
 bool EngineImpl::push_recv_wc(Qp& qp, const Wc& wc) {
@@ -61,6 +74,7 @@ namespace {
 // MIDDLE/LAST, not FIRST/ONLY, as Linux rxe and ConnectX do.
 void send_read_responses(EngineImpl& e, Qp& qp, uint32_t rkey, uint64_t va, uint32_t len, uint32_t psn0, uint32_t first,
                          uint32_t total) {
+  e.flush_ack(qp);
   uint32_t n = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
   for (uint32_t k = 0; k < n; ++k) {
     uint32_t i = first + k;
@@ -83,6 +97,7 @@ void send_read_responses(EngineImpl& e, Qp& qp, uint32_t rkey, uint64_t va, uint
 uint32_t read_packets(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
 
 void send_atomic_ack(EngineImpl& e, Qp& qp, uint32_t psn, uint64_t orig) {
+  e.flush_ack(qp);
   TxPacket tx;
   e.fill_tx_common(qp, tx, make_opcode(Transport::rc, kAtomicAcknowledge), psn);
   tx.pkt.aeth.syndrome = syndrome_ack();
@@ -422,7 +437,18 @@ void EngineImpl::acknowledge(Qp& qp, const Packet& p) {
       if (!push_recv_wc(qp, wc)) return;
     }
   }
-  if (qp.init.type == QpType::rc && p.bth.ack_req) send_ack(qp, syndrome_ack(), p.bth.psn);
+  if (qp.init.type != QpType::rc || !p.bth.ack_req) return;
+  // IBA 9.7.5.1: an ACK acknowledges its PSN and every earlier one, and a responder may coalesce
+  // them; so inside a receive batch one ACK for the newest AckReq'd packet answers them all, sent
+  // when the batch ends, well within the requester's timeout. NAKs are never held back (send_ack).
+  if (!in_batch_) return send_ack(qp, syndrome_ack(), p.bth.psn);
+  if (r.ack_pending)
+    ++qp.counters.acks_coalesced;
+  else
+    ack_owed_.push_back(qp.qpn);
+  r.ack_pending = true;
+  r.ack_psn = p.bth.psn;
+  r.ack_msn = r.rmsn;
 }
 
 void EngineImpl::on_request(Qp& qp, const IpUdp& ip, const Packet& p) {

@@ -85,6 +85,11 @@ class Sim {
   // Problems the simulator itself detected (corrupted frame accepted, engine spinning, ...).
   const std::vector<std::string>& errors() const { return errors_; }
 
+  // Receive batches, as a host that reads its socket in batches does: with a non-zero value, frames
+  // reaching one node within rx_batch_ns of the first (and before any timer is due) are passed to
+  // its engine between Engine::begin_batch and end_batch. 0: one frame at a time.
+  uint64_t rx_batch_ns = 0;
+
   // Called for every transmitted frame before faults apply; return false to drop it.
   std::function<bool(const WireFrame&)> on_transmit;
   // Called for every frame that passed read_frame, just before Engine::receive.

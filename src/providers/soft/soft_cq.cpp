@@ -160,7 +160,7 @@ int SoftContext::destroy_cq(ibv_cq* cq) {
 
 int SoftSrq::post(ibv_recv_wr* wr, ibv_recv_wr** bad) {
   static_assert(sizeof(ibv_sge) == sizeof(rc::Sge), "ibv_sge and rc::Sge share a layout");
-  return hub->transport().with_engine([&](rc::Engine& e) {
+  return hub->transport().post_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::RecvWr r;
       r.wr_id = wr->wr_id;

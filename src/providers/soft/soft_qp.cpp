@@ -375,7 +375,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
 
 int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->hub->transport().with_engine([&](rc::Engine& e) {
+  return qp->hub->transport().post_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::SendWr w;
       w.wr_id = wr->wr_id;
@@ -430,7 +430,7 @@ int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
 
 int soft_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->hub->transport().with_engine([&](rc::Engine& e) {
+  return qp->hub->transport().post_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::RecvWr r;
       r.wr_id = wr->wr_id;

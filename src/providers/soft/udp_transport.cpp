@@ -64,17 +64,33 @@ UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemor
                            const rc::EngineConfig& config, uint16_t port, const char* counter_name)
     : port_(port),
       engine_(rc::Host{memory, *this, *this, events}, config),
+      name_(counter_name ? counter_name : "?"),
       counters_(counter_name),
       stats_(counters_.counters()) {
   for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1, {}, 0});
   window_ = std::max<uint32_t>(config.max_inflight_packets, 64);
   if (const char* e = getenv("MELON_SOFT_POLL_NS")) poll_interval_ns_ = strtoull(e, nullptr, 10);
-  // A whole window's packets can be queued by one engine call (a large post, or an ACK opening the
-  // window): all of them go out in one flush.
-  tx_.resize(window_);
-  tx_msg_.resize(window_);
-  tx_mmsg_.resize(window_);
-  tx_iov_.resize(size_t(window_) * 4 + kMaxIovPerPkt);
+  stage_.reset(new TxBatch(window_));
+  gso_.reset(new std::atomic<bool>[socks_.size()]);
+  for (size_t i = 0; i < socks_.size(); ++i) gso_[i] = false;
+}
+
+// A whole window's packets can be queued by one engine call (a large post, or an ACK opening the
+// window): all of them fit one batch, and go out in one sendmmsg per socket.
+UdpTransport::TxBatch::TxBatch(uint32_t window)
+    : slots(window), msgs(window), iov(size_t(window) * 4 + kMaxIovPerPkt), mmsg(window) {}
+
+uint8_t* UdpTransport::TxBatch::copy(const uint8_t* p, size_t n) {
+  constexpr size_t kChunk = 64 << 10;  // > the largest packet payload (path MTU 4096)
+  if (chunk_off + n > kChunk) {
+    ++chunk;
+    chunk_off = 0;
+  }
+  if (chunk == chunks.size()) chunks.emplace_back(new uint8_t[kChunk]);
+  uint8_t* d = chunks[chunk].get() + chunk_off;
+  memcpy(d, p, n);
+  chunk_off += n;
+  return d;
 }
 
 UdpTransport::~UdpTransport() { stop(); }
@@ -107,6 +123,7 @@ int UdpTransport::start(std::string* why) {
     if (fd >= 0) {
       k.fd = fd;
       k.offloads = enable_offloads(fd);
+      gso_[size_t(&k - socks_.data())] = k.offloads.gso;
 #if defined(__linux__)
       if (!k.offloads.gso || !k.offloads.gro) stats_.offload_fallbacks++;
 #endif
@@ -151,9 +168,27 @@ int UdpTransport::start(std::string* why) {
 }
 
 void UdpTransport::stop() {
-  if (running_.exchange(false)) {
+  const bool was_running = running_.exchange(false);
+  if (was_running) {
     wake();
     thread_.join();
+  }
+  drain();
+  // MELON_SOFT_STATS=1: the final counters on stderr (the counter file goes with the process), so a
+  // benchmark can show the losses and retries of each run.
+  if (const char* e = getenv("MELON_SOFT_STATS"); was_running && e && !strcmp(e, "1")) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      const rc::QpCounters t = engine_.totals();
+      stats_.retransmits = t.retransmits;
+      stats_.timeouts = t.timeouts;
+      stats_.acks_coalesced = t.acks_coalesced;
+    }
+    std::string line = "melondma soft: " + name_ + " counters:";
+#define MELON_SOFT_COUNTER_TEXT(name, text) line += " " #name " " + std::to_string(stats_.name.load());
+    MELON_SOFT_COUNTERS(MELON_SOFT_COUNTER_TEXT)
+#undef MELON_SOFT_COUNTER_TEXT
+    fprintf(stderr, "%s\n", line.c_str());
   }
   for (Socket& k : socks_) {
     if (k.fd >= 0) close(k.fd);
@@ -179,10 +214,16 @@ void UdpTransport::wake() {
   if (wake_wr_ >= 0) (void)!write(wake_wr_, &c, 1);
 }
 
-void UdpTransport::tx_reserve(int niov) {
-  if (tx_count_ == int(tx_.size()) || tx_msg_count_ == int(tx_msg_.size()) ||
-      tx_iov_count_ + niov > int(tx_iov_.size()))
-    flush_tx();
+void UdpTransport::handoff() {
+  if (!stage_->nmsgs) return;
+  std::lock_guard<std::mutex> g(q_mu_);
+  sendq_.push_back(std::move(stage_));
+  if (spare_.empty()) {
+    stage_.reset(new TxBatch(window_));
+  } else {
+    stage_ = std::move(spare_.back());
+    spare_.pop_back();
+  }
 }
 
 void UdpTransport::transmit(const rc::TxPacket& p) {
@@ -192,7 +233,8 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
     return;
   }
   const int niov = p.niov + 2;
-  tx_reserve(niov);
+  if (stage_->full(niov)) handoff();
+  TxBatch& b = *stage_;
   const Socket& k = socks_[sock];
   uint32_t payload = 0;
   for (int i = 0; i < p.niov; ++i) payload += p.iov[i].len;
@@ -200,10 +242,10 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
 
   // Join the message before when it goes to the same place and this packet can be its next GSO
   // segment: every segment but the last has the segment size, the last may be shorter.
-  TxMsg* m = tx_msg_count_ ? &tx_msg_[tx_msg_count_ - 1] : nullptr;
-  const bool join = m && k.offloads.gso && m->open && m->sock == sock && len <= m->seg && m->npkts < kMaxGsoSegments &&
-                    size_t(m->npkts + 1) * m->seg <= kMaxGsoBytes && m->niov + niov <= kMaxIovPerMsg &&
-                    !memcmp(m->dgid, p.av->dgid, 16);
+  TxMsg* m = b.nmsgs ? &b.msgs[b.nmsgs - 1] : nullptr;
+  const bool join = m && gso_[sock].load(std::memory_order_relaxed) && m->open && m->sock == sock && len <= m->seg &&
+                    m->npkts < kMaxGsoSegments && size_t(m->npkts + 1) * m->seg <= kMaxGsoBytes &&
+                    m->niov + niov <= kMaxIovPerMsg && !memcmp(m->dgid, p.av->dgid, 16);
 
   // The ICRC covers IP and UDP as the kernel will send them: from this socket's address and port (a
   // socket has one source port, so the engine's entropy port in tx_ip() is replaced), DF set (see
@@ -217,41 +259,79 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   ip.dport = kRoceV2Port;
   ip.ip_id = join ? uint16_t(m->npkts) : 0;
   ip.df = true;
-  TxSlot& s = tx_[tx_count_++];
+  TxSlot& s = b.slots[b.nslots++];
   write_payload_frame(ip, p.pkt, p.iov, p.niov, s.frame);
-  iovec* v = &tx_iov_[tx_iov_count_];
+  iovec* v = &b.iov[b.n_iov];
   int n = 0;
   v[n++] = {s.frame.transport, s.frame.transport_len};
-  for (int i = 0; i < p.niov; ++i) v[n++] = {p.iov[i].ptr, p.iov[i].len};
+  // RC payloads are sent from registered memory: their WQE completes only when the ACK comes,
+  // after the send. UC and UD sends complete when handed over (and inline data lives in the WQE),
+  // so the application may reuse the buffer before this batch leaves: those are copied.
+  const bool copy = (p.pkt.bth.opcode >> 5) != 0;  // IBA 9.2: the top three bits are the transport
+  for (int i = 0; i < p.niov; ++i) v[n++] = {copy ? b.copy(p.iov[i].ptr, p.iov[i].len) : p.iov[i].ptr, p.iov[i].len};
   v[n++] = {s.frame.tail, s.frame.tail_len};
-  tx_iov_count_ += n;
+  b.n_iov += n;
   if (join) {
     m->niov += n;
     ++m->npkts;
     if (len < m->seg) m->open = false;
   } else {
-    m = &tx_msg_[tx_msg_count_++];
+    m = &b.msgs[b.nmsgs++];
     m->sock = sock;
     memcpy(m->dgid, p.av->dgid, 16);
-    m->first_iov = tx_iov_count_ - n;
+    m->first_iov = b.n_iov - n;
     m->niov = n;
     m->npkts = 1;
     m->seg = len;
     m->open = true;
     m->to_len = to_sockaddr(p.av->dgid, kRoceV2Port, &m->to);
   }
-  // The payload iovecs point into registered memory that may change after this call returns;
-  // sending before the engine lock is released keeps the gather exact (flush_tx in after_engine_call).
 }
 
-void UdpTransport::flush_tx() {
-  for (int i = 0; i < tx_msg_count_; ++i) {
-    TxMsg& m = tx_msg_[i];
-    msghdr& h = tx_mmsg_[i].msg_hdr;
-    memset(&tx_mmsg_[i], 0, sizeof(mmsghdr));
+void UdpTransport::drain() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    handoff();
+  }
+  send_queued(true);
+}
+
+void UdpTransport::send_queued(bool wait) {
+  // One sender at a time keeps the packets in queue order. A thread that finds another sending
+  // leaves its batches to it: that thread looks at the queue again after letting go.
+  for (;;) {
+    if (wait)
+      tx_mu_.lock();
+    else if (!tx_mu_.try_lock())
+      return;
+    for (;;) {
+      std::unique_ptr<TxBatch> b;
+      {
+        std::lock_guard<std::mutex> g(q_mu_);
+        if (sendq_.empty()) break;
+        b = std::move(sendq_.front());
+        sendq_.pop_front();
+      }
+      send_batch(*b);
+      b->clear();
+      std::lock_guard<std::mutex> g(q_mu_);
+      spare_.push_back(std::move(b));
+    }
+    tx_mu_.unlock();
+    std::lock_guard<std::mutex> g(q_mu_);
+    if (sendq_.empty()) return;
+    wait = false;  // queued after our last look: send it unless someone else now is
+  }
+}
+
+void UdpTransport::send_batch(TxBatch& b) {
+  for (int i = 0; i < b.nmsgs; ++i) {
+    TxMsg& m = b.msgs[i];
+    msghdr& h = b.mmsg[i].msg_hdr;
+    memset(&b.mmsg[i], 0, sizeof(mmsghdr));
     h.msg_name = &m.to;
     h.msg_namelen = m.to_len;
-    h.msg_iov = &tx_iov_[m.first_iov];
+    h.msg_iov = &b.iov[m.first_iov];
     h.msg_iovlen = m.niov;
 #if defined(__linux__)
     if (m.npkts > 1) {  // one send, cut by the kernel into datagrams of m.seg bytes
@@ -268,41 +348,37 @@ void UdpTransport::flush_tx() {
   }
   // Consecutive messages from the same socket go out in one sendmmsg.
   int off = 0;
-  while (off < tx_msg_count_) {
-    const size_t sock = tx_msg_[off].sock;
+  while (off < b.nmsgs) {
+    const size_t sock = b.msgs[off].sock;
     int end = off + 1;
-    while (end < tx_msg_count_ && tx_msg_[end].sock == sock) ++end;
-    Socket& k = socks_[sock];
+    while (end < b.nmsgs && b.msgs[end].sock == sock) ++end;
+    const int fd = socks_[sock].fd;
 #if defined(__linux__)
-    int r = sendmmsg(k.fd, tx_mmsg_.data() + off, unsigned(end - off), 0);
+    int r = sendmmsg(fd, b.mmsg.data() + off, unsigned(end - off), 0);
 #else
-    int r = sendmsg(k.fd, &tx_mmsg_[off].msg_hdr, 0) < 0 ? -1 : 1;
+    int r = sendmsg(fd, &b.mmsg[off].msg_hdr, 0) < 0 ? -1 : 1;
 #endif
     if (r < 0) {
       if (errno == EINTR) continue;
-      const TxMsg& m = tx_msg_[off];
+      const TxMsg& m = b.msgs[off];
       // A kernel that refuses this GSO send (EIO: no checksum offload on the route; EINVAL: a limit
       // we do not know of) gets one datagram per packet from now on; these packets are lost and
       // the transport retries them. Anything else (ENOBUFS, EAGAIN, no route) loses the packets.
-      if (m.npkts > 1 && (errno == EIO || errno == EINVAL) && k.offloads.gso) {
-        k.offloads.gso = false;
-        stats_.offload_fallbacks++;
-      }
+      if (m.npkts > 1 && (errno == EIO || errno == EINVAL) && gso_[sock].exchange(false)) stats_.offload_fallbacks++;
       stats_.tx_errors += uint64_t(m.npkts);
       ++off;
       continue;
     }
     for (int j = off; j < off + r; ++j) {
-      stats_.tx_packets += uint64_t(tx_msg_[j].npkts);
-      if (tx_msg_[j].npkts > 1) stats_.tx_gso_sends++;
+      stats_.tx_packets += uint64_t(b.msgs[j].npkts);
+      if (b.msgs[j].npkts > 1) stats_.tx_gso_sends++;
     }
     off += r;
   }
-  tx_count_ = tx_msg_count_ = tx_iov_count_ = 0;
 }
 
 void UdpTransport::after_engine_call() {
-  flush_tx();
+  handoff();
   uint64_t d = engine_.next_deadline();
   if (d < armed_deadline_) wake();
 }
@@ -352,8 +428,9 @@ void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, cons
 }
 
 int UdpTransport::receive_batch(size_t sock) {
-  // Called with mu_ held: the receive buffers are shared with poll_progress(), and taking the
-  // datagrams under the lock keeps them in arrival order whoever reads them.
+  // Called with rx_mu_ held: the receive buffers are shared with poll_progress(), and reading and
+  // processing under that lock keeps packets in arrival order whoever reads them. The engine lock
+  // is taken only after recvmmsg returns.
   Socket& k = socks_[sock];
   const int nmsg = int(rx_msgs_.size());
   for (int i = 0; i < nmsg; ++i) {
@@ -374,8 +451,13 @@ int UdpTransport::receive_batch(size_t sock) {
   }
   if (n == 0) n = -1;
 #endif
-  if (n <= 0) return 0;
+  if (n <= 0) {
+    rx_hint_.store(false, std::memory_order_relaxed);
+    return 0;
+  }
+  std::lock_guard<std::mutex> g(mu_);
   batch_now_ = now_ns();
+  engine_.begin_batch();  // one ACK per QP for the whole batch (Engine::begin_batch)
   for (int i = 0; i < n; ++i) {
     msghdr& h = rx_msgs_[i].msg_hdr;
     const uint8_t* buf = rx_buf_.data() + size_t(i) * rx_buf_size_;
@@ -403,10 +485,11 @@ int UdpTransport::receive_batch(size_t sock) {
     // A GRO buffer holds packets of `seg` bytes back to back, the last one possibly shorter.
     for (size_t off = 0; off < len; off += seg) rx_packet(k, rx_from_[i], buf + off, std::min(seg, len - off));
   }
+  engine_.end_batch();
   stats_.rx_engine_dropped.store(engine_.dropped_packets(), std::memory_order_relaxed);
   engine_.tick();
   batch_now_ = 0;
-  flush_tx();
+  after_engine_call();
   if (n < nmsg) rx_hint_.store(false, std::memory_order_relaxed);  // drained (for now)
   return n;
 }
@@ -422,15 +505,12 @@ bool UdpTransport::poll_progress() {
     if (now - last_poll_rx_.load(std::memory_order_relaxed) < poll_interval_ns_) return false;
     last_poll_rx_.store(now, std::memory_order_relaxed);
   }
-  if (!mu_.try_lock()) return false;  // the progress thread is at it already
+  if (!rx_mu_.try_lock()) return false;  // the progress thread is at it already
   int got = 0;
   for (size_t s = 0; s < socks_.size(); ++s)
     if (socks_[s].fd >= 0) got += receive_batch(s);
-  if (engine_.next_deadline() <= now_ns()) {
-    engine_.tick();
-    flush_tx();
-  }
-  mu_.unlock();
+  rx_mu_.unlock();
+  send_queued(false);
   return got > 0;
 }
 
@@ -450,6 +530,20 @@ void UdpTransport::run() {
       std::lock_guard<std::mutex> g(mu_);
       deadline = engine_.next_deadline();
       armed_deadline_ = deadline;
+      // The engine's retransmission counters, copied out at most every millisecond (a sum over
+      // QPs); while they may be stale the wait is capped so they catch up.
+      const uint64_t now = now_ns();
+      if (now - totals_at_ >= 1000000) {
+        const rc::QpCounters t = engine_.totals();
+        stats_.retransmits.store(t.retransmits, std::memory_order_relaxed);
+        stats_.timeouts.store(t.timeouts, std::memory_order_relaxed);
+        stats_.acks_coalesced.store(t.acks_coalesced, std::memory_order_relaxed);
+        totals_stale_ = false;
+        totals_at_ = now;
+      } else {
+        totals_stale_ = true;
+      }
+      if (totals_stale_) deadline = std::min(deadline, totals_at_ + 1000000);
     }
     timespec ts{}, *tsp = nullptr;
     if (deadline != UINT64_MAX) {
@@ -474,15 +568,23 @@ void UdpTransport::run() {
       if (!(fds[s].revents & POLLIN)) continue;
       rx_hint_.store(true, std::memory_order_relaxed);
       for (int i = 0; i < 16; ++i) {  // drain a burst, but look at timers in between
-        std::lock_guard<std::mutex> g(mu_);
-        if (receive_batch(which[s]) < int(rx_msgs_.size())) break;
+        int n;
+        {
+          std::lock_guard<std::mutex> g(rx_mu_);
+          n = receive_batch(which[s]);
+        }
+        send_queued(false);
+        if (n < int(rx_msgs_.size())) break;
       }
     }
-    std::lock_guard<std::mutex> g(mu_);
-    if (engine_.next_deadline() <= now_ns()) {
-      engine_.tick();
-      flush_tx();
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (engine_.next_deadline() <= now_ns()) {
+        engine_.tick();
+        after_engine_call();
+      }
     }
+    send_queued(false);
   }
 }
 

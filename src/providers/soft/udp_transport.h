@@ -10,8 +10,11 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <deque>
+#include <memory>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -54,17 +57,23 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   void stop();
   size_t bound() const;
 
-  // Runs `f(engine)` under the engine lock, then sends what it queued and wakes the progress
-  // thread if a timer moved earlier.
+  // Runs `f(engine)` under the engine lock, wakes the progress thread if a timer moved earlier,
+  // and once the lock is released sends what it queued; returns after everything queued so far
+  // has been handed to the kernel (the control path: after destroy/modify nothing of the QP is
+  // still waiting to be sent).
   template <typename F>
   auto with_engine(F&& f) {
-    std::lock_guard<std::mutex> g(mu_);
-    struct Flush {
-      UdpTransport* t;
-      ~Flush() { t->after_engine_call(); }
-    } flush{this};
-    return f(engine_);
+    return call(std::forward<F>(f), true);
   }
+  // The same for posting: never waits for another thread's send. When another thread is sending,
+  // it sends these packets too before it lets go (send_queued).
+  template <typename F>
+  auto post_engine(F&& f) {
+    return call(std::forward<F>(f), false);
+  }
+  // Hands every queued packet to the kernel before returning (dereg_mr: nothing queued may point
+  // into memory about to be released).
+  void drain();
 
   // Receive and process whatever has arrived, from the caller's thread (an application polling
   // an empty CQ), so a busy-polling process needs no thread hand-off. False if nothing came or
@@ -74,13 +83,31 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
 
+  // Locks, in the order they may nest: rx_mu_ (receive buffers, recvmmsg) -> mu_ (the engine and
+  // the batch being filled) -> q_mu_ (the send queue, held for pointer moves only). tx_mu_ (the
+  // one thread sending) -> q_mu_. No thread makes a syscall while holding mu_, so a post waits at
+  // most for engine work, never for a recvmmsg or a sendmmsg.
  private:
+  template <typename F>
+  auto call(F&& f, bool wait) {
+    struct Send {
+      UdpTransport* t;
+      bool wait;
+      ~Send() { t->send_queued(wait); }  // after the engine lock is released
+    } send{this, wait};
+    std::lock_guard<std::mutex> g(mu_);
+    struct Flush {
+      UdpTransport* t;
+      ~Flush() { t->after_engine_call(); }
+    } flush{this};
+    return f(engine_);
+  }
+
   void transmit(const rc::TxPacket& p) override;
   uint64_t now() override { return batch_now_ ? batch_now_ : now_ns(); }
-  void flush_tx();
-  void after_engine_call();
+  void after_engine_call();  // with mu_ held: queue the batch, wake the progress thread if needed
   void run();
-  int receive_batch(size_t sock);  // with mu_ held
+  int receive_batch(size_t sock);  // with rx_mu_ held (takes mu_ to process)
   void wake();
   size_t socket_for(const uint8_t sgid[16]) const;
 
@@ -104,7 +131,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::vector<Socket> socks_;
   uint16_t port_;
   int wake_rd_ = -1, wake_wr_ = -1;
-  std::mutex mu_;
+  std::mutex rx_mu_, mu_, q_mu_, tx_mu_;
   rc::Engine engine_;
   std::thread thread_;
   std::atomic<bool> running_{false};
@@ -115,10 +142,14 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   uint64_t poll_interval_ns_ = 2000;  // MELON_SOFT_POLL_NS overrides (benchmarks)
   uint64_t armed_deadline_ = UINT64_MAX;
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
+  uint64_t totals_at_ = 0;  // when the engine's counter totals were last copied out (progress thread)
+  bool totals_stale_ = false;
+  std::string name_;
   CounterFile counters_;
   TransportStats& stats_;  // in counters_
 
-  // Transmit batch (guarded by mu_), sized to the requester window.
+  // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
+  // the send queue, and whichever thread holds tx_mu_ sends queued batches in order.
   struct TxSlot {
     roce::PayloadFrame frame;  // transport headers, pad + ICRC around the payload
   };
@@ -133,16 +164,31 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     socklen_t to_len;
     alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(uint16_t))];
   };
-  void tx_reserve(int niov);
-  std::vector<TxSlot> tx_;
-  int tx_count_ = 0;
-  std::vector<TxMsg> tx_msg_;
-  int tx_msg_count_ = 0;
-  std::vector<iovec> tx_iov_;
-  int tx_iov_count_ = 0;
-  std::vector<mmsghdr> tx_mmsg_;
+  struct TxBatch {
+    explicit TxBatch(uint32_t window);
+    bool full(int niov) const {
+      return nslots == int(slots.size()) || nmsgs == int(msgs.size()) || n_iov + niov > int(iov.size());
+    }
+    // A copy of `n` bytes that lives as long as the batch.
+    uint8_t* copy(const uint8_t* p, size_t n);
+    void clear() { nslots = nmsgs = n_iov = 0, chunk = chunk_off = 0; }
+    std::vector<TxSlot> slots;
+    std::vector<TxMsg> msgs;
+    std::vector<iovec> iov;
+    std::vector<mmsghdr> mmsg;
+    int nslots = 0, nmsgs = 0, n_iov = 0;
+    std::vector<std::unique_ptr<uint8_t[]>> chunks;
+    size_t chunk = 0, chunk_off = 0;
+  };
+  void handoff();  // with mu_ held: stage_ joins the send queue
+  void send_queued(bool wait);
+  void send_batch(TxBatch& b);  // with tx_mu_ held
+  std::unique_ptr<TxBatch> stage_;  // guarded by mu_
+  std::deque<std::unique_ptr<TxBatch>> sendq_;  // guarded by q_mu_
+  std::vector<std::unique_ptr<TxBatch>> spare_;  // guarded by q_mu_
+  std::unique_ptr<std::atomic<bool>[]> gso_;  // per socket: cleared by the sender if the kernel refuses
 
-  // Receive batch (guarded by mu_), sized to the window; set up once in start().
+  // Receive batch (guarded by rx_mu_), sized to the window; set up once in start().
   void rx_setup();
   void rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len);
   size_t rx_buf_size_ = kRxBuf;
