@@ -5,7 +5,7 @@
 // stand-in (tests/driverkit), where it reaches the DEXT glue in-process over the emulated card.
 //
 // Doorbells need no kick: the UAR page is mapped from BAR0, so the store reaches the card. No event
-// fd yet: completion and async events are read with get_event (docs/macos.md, "Events").
+// fd yet: the provider then asks get_event on a timer (docs/macos.md, "Events").
 // Discovery (device_location/device_present) is a registry match on the driver's service name.
 #include <IOKit/IOKitLib.h>
 #include <errno.h>
