@@ -369,10 +369,15 @@ TEST_F(DextGlue, FatalFirmwareShowsAsMelonStateFatalAndStopResetsTheFunction) {
     ASSERT_EQ(d.start_result, kIOReturnSuccess);
     Conn c;
     ASSERT_EQ(c.open(), Status::ok);
-    // A PD only: queues and MRs of a client still open when the device dies are not freed yet
-    // (UapiBackend drops them when their destroy command fails; docs/macos.md, known problems).
-    uapi::HandleResp held{};
-    ASSERT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &held), Status::ok);
+    // The client holds a CQ, a QP, an SRQ and an MR when the device dies: their destroys cannot
+    // reach the firmware, so their IOBufferMemoryDescriptors and IODMACommands stay until the FLR,
+    // then go (UapiBackend::release_dead()).
+    std::vector<uint8_t> buf(16384);
+    Objects o;
+    make_objects(c, &o, buf.data(), buf.size());
+    uapi::CreateSrqResp srq{};
+    ASSERT_EQ(c.call(Selector::create_srq, uapi::CreateSrqReq{o.pd, 8, 1, 0}, &srq), Status::ok);
+    const long held_objects = dkfake::live_objects();
     d.card.device().inject_fatal(0x7);
     std::string state;
     for (int i = 0; i < 200 && (state = dkfake::string_property(d.service, "MelonState")) != "fatal"; i++)
@@ -382,6 +387,11 @@ TEST_F(DextGlue, FatalFirmwareShowsAsMelonStateFatalAndStopResetsTheFunction) {
     uapi::HandleResp pd{};
     EXPECT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::device_dead);
     EXPECT_EQ(d.card.flrs_.load(), 0);
+    // The client's destroys succeed for it, but nothing the device may write is freed before the FLR.
+    uapi::EmptyResp e;
+    EXPECT_EQ(c.call(Selector::destroy_qp, uapi::HandleReq{o.qp, 0}, &e), Status::ok);
+    EXPECT_EQ(c.call(Selector::destroy_qp, uapi::HandleReq{o.qp, 0}, &e), Status::bad_handle);
+    EXPECT_EQ(dkfake::live_objects(), held_objects) << "queue memory freed while the device may write it";
     EXPECT_EQ(d.stop(), kIOReturnSuccess);
     c.port = IO_OBJECT_NULL;  // stopped with the driver
     EXPECT_EQ(d.card.flrs_.load(), 1) << "teardown of a fatal device must reset it before freeing";

@@ -3,6 +3,7 @@
 // without the entitlement, one RC QP pair taken to RTS through the transport's calls, mappings,
 // and what the transport reports once the driver is gone.
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dext/driverkit/dext_device.h"
@@ -158,6 +159,39 @@ TEST_F(IokitTransport, CallsAfterTheDriverStopsAreDeviceDead) {
   ASSERT_EQ(d.stop(), kIOReturnSuccess);
   uapi::HandleResp pd{};
   EXPECT_EQ(t->call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::device_dead);
+}
+
+// Discovery as the provider's device list runs it: the location is the driver's service name
+// ($MELON_IOKIT_SERVICE overrides), present only while a started driver has registered it, and
+// looking costs no connection (no entitlement needed).
+TEST_F(IokitTransport, DiscoveryFindsTheServiceOnlyWhileADriverServesIt) {
+  unsetenv("MELON_IOKIT_SERVICE");
+  const std::string where = mlx5prov::device_location();
+  EXPECT_EQ(where, uapi::iokit::kServiceName);
+  EXPECT_FALSE(mlx5prov::device_present(where)) << "no driver started yet";
+  {
+    dkfake::Card card;
+    card.device().surprise_remove();  // Start fails: the service is never registered
+    kern_return_t r = kIOReturnSuccess;
+    IOService* drv = dkfake::start_driver(card, &r);
+    ASSERT_NE(drv, nullptr);
+    EXPECT_NE(r, kIOReturnSuccess);
+    EXPECT_FALSE(mlx5prov::device_present(where)) << "an orphaned card is not a device";
+    drv->release();
+  }
+  Driver d;
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  EXPECT_TRUE(mlx5prov::device_present(where));
+  dkfake::set_task_entitlements({});
+  EXPECT_TRUE(mlx5prov::device_present(where)) << "discovery must not open a connection";
+  EXPECT_FALSE(mlx5prov::device_present("NoSuchDriver"));
+  EXPECT_FALSE(mlx5prov::device_present(""));
+  setenv("MELON_IOKIT_SERVICE", "NoSuchDriver", 1);
+  EXPECT_EQ(mlx5prov::device_location(), "NoSuchDriver");
+  EXPECT_FALSE(mlx5prov::device_present(mlx5prov::device_location()));
+  unsetenv("MELON_IOKIT_SERVICE");
+  ASSERT_EQ(d.stop(), kIOReturnSuccess);
+  EXPECT_FALSE(mlx5prov::device_present(where)) << "still found after Stop";
 }
 
 }  // namespace

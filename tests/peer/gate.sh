@@ -79,7 +79,7 @@ provider_setup() {
       OUR_ENV=(LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_EMUD_SOCKET="$sock")
       # perftest gives each end the PEER's outstanding reads as max_rd_atomic; rxe offers 128, and a
       # ConnectX takes at most 16 (mlx5_ib refuses more with EINVAL, as mlx5_0 does): READ and
-      # atomic rows tell both ends -o 16.
+      # atomic rows tell both ends -o 16 (Mlx5Provider.OutstandingReadsBeyondTheDevicesLimitAreEinval).
       OUR_DEV=mlx5_0 OUR_GID=0 OUR_GID_LL='' OUR_GID_ULA='' OUR_ACTIVE_MTU=4096 OUR_READS='-o 16'
       OUR_WHAT="MelonDMA mlx5 provider on melon-emud, wire $PEER_HOST_ADDR ($libdir)"
       ;;

@@ -80,8 +80,12 @@ core::Err DextDevice::stop() {
     core::HalLock l(hal_, lock_);
     if (srv_ && srv_->clients()) return core::Err::busy;  // MlxUserClient::Stop detaches first
     if (backend_) backend_->drain_events(*srv_);
-    release_server();
+    if (srv_) srv_->~Server();
+    srv_ = nullptr;
     if (hca_.state() != core::HcaState::detached) e = hca_.teardown();
+    // Queues and MRs whose destroy met a dead device are freed only now that teardown has reset it.
+    if (backend_) backend_->release_dead();
+    release_server();
     state_ = DextState::stopped;
   }
   hca_.detach();

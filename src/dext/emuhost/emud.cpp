@@ -409,6 +409,9 @@ int run_emud(const EmudOptions& opt, std::string* why) {
           (unsigned long long)ds.frames_tx, (unsigned long long)ds.frames_rx, (unsigned long long)ds.frames_dropped,
           (unsigned long long)ds.doorbells_ignored, (unsigned long long)wire.bad_icrc());
   mlx5::core::Err te = hca.teardown();
+  // Queues and pins of objects destroyed while the device was fatal: the teardown reset it, so the
+  // device no longer writes them (the watcher stopped reading their doorbell records at the destroy).
+  backend.release_dead();
   stop_wire();
   dev->stop_worker();
   hca.detach();

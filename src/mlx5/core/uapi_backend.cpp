@@ -37,6 +37,8 @@ struct UapiBackend::Queue {
   c::Qp* qp = nullptr;
   uint8_t bound_kind = 0;  // doorbell_bind()'s kind and number, undone when the memory goes
   uint32_t bound_number = 0;
+  Queue* next_dead = nullptr;  // on dead_queues_ once destroyed while the device was dead
+  uint64_t dead_resets = 0;  // the core's reset count when it was parked
 };
 
 namespace {
@@ -54,6 +56,7 @@ UapiBackend::UapiBackend(c::Hca& hca, QueuePlatform& plat) : hca_(hca), plat_(pl
 }
 
 UapiBackend::~UapiBackend() {
+  release_dead();  // a host that forgot to is still safe: nothing goes while the device is fatal
   hca_.set_device_sink(nullptr);
   if (routes_) hca_.hal().mem_free(routes_, sizeof(Route) * kRoutes);
   if (pending_) hca_.hal().mem_free(pending_, sizeof(Pending) * kPending);
@@ -139,7 +142,14 @@ Status UapiBackend::alloc_pd(void** out) {
   return s;
 }
 
-Status UapiBackend::dealloc_pd(void* o) { return status_of(hca_.free_pd(static_cast<c::Pd*>(o))); }
+// After a fatal error a destroy that cannot reach the firmware still succeeds for the client (as
+// Linux mlx5 destroys do in internal-error state): the handle goes, and what the device might still
+// write is kept until release_dead(). A PD or UAR holds no memory the device writes; their core
+// records go with the function reset.
+Status UapiBackend::dealloc_pd(void* o) {
+  Status s = status_of(hca_.free_pd(static_cast<c::Pd*>(o)));
+  return s != Status::ok && dead(s) ? Status::ok : s;
+}
 
 Status UapiBackend::alloc_uar(Created* cr, UarResp* r) {
   c::Uar* u = nullptr;
@@ -161,13 +171,18 @@ Status UapiBackend::free_uar(void* o) {
   c::Uar* u = static_cast<c::Uar*>(o);
   c::Uar copy = *u;
   Status s = status_of(hca_.free_uar(u));
+  // Dead: the queues that rang through it were unbound when they were parked, so the page goes now.
+  if (s != Status::ok && dead(s)) s = Status::ok;
   if (s == Status::ok) plat_.uar_unmap(copy);
   return s;
 }
 
-struct MrObj {
+struct UapiBackend::MrObj {
   c::Mr* mr;
   uint64_t pin;
+  uint64_t pinned_len;  // page-rounded, counted in pinned_
+  MrObj* next_dead;
+  uint64_t dead_resets;
 };
 
 Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out, RegMrResp* r) {
@@ -189,6 +204,8 @@ Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out,
     return s;
   }
   m->pin = pin;
+  m->pinned_len = end - first;
+  m->next_dead = nullptr;
   pinned_ += end - first;
   r->lkey = r->rkey = m->mr->mkey;
   *out = m;
@@ -197,13 +214,24 @@ Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out,
 
 Status UapiBackend::dereg_mr(void* o) {
   MrObj* m = static_cast<MrObj*>(o);
-  uint64_t len = round_up(m->mr->va + m->mr->len, 4096) - (m->mr->va & ~0xfffull);
   Status s = status_of(hca_.destroy_mr(m->mr));
+  if (s != Status::ok && dead(s)) {
+    // The mkey may still be in use by the device: the pin stays until the reset.
+    m->dead_resets = hca_.stats().resets;
+    m->next_dead = dead_mrs_;
+    dead_mrs_ = m;
+    ndead_++;
+    return Status::ok;
+  }
   if (s != Status::ok) return s;
-  plat_.unpin_client(m->pin);
-  pinned_ -= len;
-  hca_.hal().mem_free(m, sizeof(MrObj));
+  free_mr(m);
   return Status::ok;
+}
+
+void UapiBackend::free_mr(MrObj* m) {
+  plat_.unpin_client(m->pin);
+  pinned_ -= m->pinned_len;
+  hca_.hal().mem_free(m, sizeof(MrObj));
 }
 
 // ---- Queues ------------------------------------------------------------------------------------
@@ -226,6 +254,50 @@ void UapiBackend::free_queue(Queue* q) {
   queue_bytes_ -= q->mem.size;
   plat_.queue_free(q->mem);
   hca_.hal().mem_free(q, sizeof(Queue));
+}
+
+// Destroyed while the device is fatal: no more events for it and no more doorbells forwarded from
+// its record (the memory stays, so unbinding now is safe), but the device may still DMA into the
+// ring until the function reset, after which release_dead() frees it.
+void UapiBackend::park_queue(Queue* q, uint8_t route_kind, uint32_t number) {
+  route_del(route_kind, number);
+  if (q->bound_kind) plat_.doorbell_unbind(q->bound_kind, q->bound_number);
+  q->bound_kind = 0;
+  q->cq = nullptr, q->srq = nullptr, q->qp = nullptr;  // the core drops its records at the reset
+  q->dead_resets = hca_.stats().resets;
+  q->next_dead = dead_queues_;
+  dead_queues_ = q;
+  ndead_++;
+}
+
+// Only what a function reset has since made safe: parked before the core's latest reset, and the
+// device not fatal again.
+uint32_t UapiBackend::release_dead() {
+  if (fatal()) return 0;
+  uint64_t resets = hca_.stats().resets;
+  uint32_t n = 0;
+  for (Queue** pq = &dead_queues_; *pq;) {
+    Queue* q = *pq;
+    if (q->dead_resets == resets) {
+      pq = &q->next_dead;
+      continue;
+    }
+    *pq = q->next_dead;
+    free_queue(q);
+    n++;
+  }
+  for (MrObj** pm = &dead_mrs_; *pm;) {
+    MrObj* m = *pm;
+    if (m->dead_resets == resets) {
+      pm = &m->next_dead;
+      continue;
+    }
+    *pm = m->next_dead;
+    free_mr(m);
+    n++;
+  }
+  ndead_ -= n;
+  return n;
 }
 
 Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) {
@@ -268,8 +340,12 @@ Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) 
 Status UapiBackend::destroy_cq(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t cqn = q->cq->cqn;
-  if (Status s = status_of(hca_.destroy_cq(q->cq)); s != Status::ok) return s;
-  route_del(1, cqn);
+  if (Status s = status_of(hca_.destroy_cq(q->cq)); s != Status::ok) {
+    if (!dead(s)) return s;
+    park_queue(q, kCq, cqn);
+    return Status::ok;
+  }
+  route_del(kCq, cqn);
   free_queue(q);
   return Status::ok;
 }
@@ -296,7 +372,7 @@ Status UapiBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* 
     free_queue(q);
     return s;
   }
-  route_add(3, q->srq->srqn, spec.event_tag);
+  route_add(kSrq, q->srq->srqn, spec.event_tag);
   r->wqe_cnt = 1u << spec.log_size;
   r->stride = 1u << spec.log_stride;
   r->dbr_offset = 0;
@@ -311,8 +387,12 @@ Status UapiBackend::modify_srq(void* o, uint32_t limit) {
 Status UapiBackend::destroy_srq(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t n = q->srq->srqn;
-  if (Status s = status_of(hca_.destroy_srq(q->srq)); s != Status::ok) return s;
-  route_del(3, n);
+  if (Status s = status_of(hca_.destroy_srq(q->srq)); s != Status::ok) {
+    if (!dead(s)) return s;
+    park_queue(q, kSrq, n);
+    return Status::ok;
+  }
+  route_del(kSrq, n);
   free_queue(q);
   return Status::ok;
 }
@@ -470,8 +550,12 @@ Status UapiBackend::query_qp(void* o, uapi::QpAttr* r) {
 Status UapiBackend::destroy_qp(void* o) {
   Queue* q = static_cast<Queue*>(o);
   uint32_t n = q->qp->qpn;
-  if (Status s = status_of(hca_.destroy_qp(q->qp)); s != Status::ok) return s;
-  route_del(2, n);
+  if (Status s = status_of(hca_.destroy_qp(q->qp)); s != Status::ok) {
+    if (!dead(s)) return s;
+    park_queue(q, kQp, n);
+    return Status::ok;
+  }
+  route_del(kQp, n);
   free_queue(q);
   return Status::ok;
 }

@@ -61,6 +61,14 @@ class UapiBackend final : public uapi::Backend, private EventSink {
   void fill_limits(uapi::Limits* lim);
   uint64_t queue_bytes() const { return queue_bytes_; }
   uint64_t pinned() const { return pinned_; }
+  // Frees the queue memory and client pins of objects destroyed while the device was fatal. Their
+  // destroy commands could not reach the firmware, so the device may still write that memory until
+  // the function is reset: the host calls this after Hca::teardown() or Hca::recover(). It frees
+  // only what was parked before the core's latest function reset, and nothing while the device is
+  // fatal. Returns how many objects it freed.
+  uint32_t release_dead();
+  // Objects waiting for release_dead().
+  uint32_t dead_objects() const { return ndead_; }
 
   uapi::Status query_device(uapi::DeviceAttr*) override;
   uapi::Status query_port(uint32_t, uapi::PortAttr*) override;
@@ -85,6 +93,7 @@ class UapiBackend final : public uapi::Backend, private EventSink {
 
  private:
   struct Queue;  // a CQ, SRQ or QP with its memory
+  struct MrObj;  // an MR with its client pin
   struct Route {
     uint8_t kind;  // 0 free, 1 CQ, 2 QP, 3 SRQ
     uint32_t number;  // CQN / QPN / SRQN
@@ -95,6 +104,12 @@ class UapiBackend final : public uapi::Backend, private EventSink {
   uapi::Status queue_mem(uint64_t ring_bytes, Queue* q, uapi::Created* c, uapi::MapKind ring_kind,
                          uapi::MapKind second_kind);
   void free_queue(Queue* q);
+  bool fatal() const { return hca_.state() == HcaState::fatal; }
+  // A destroy failed because the device is gone (its command could not reach the firmware, or the
+  // core knows the device is fatal): only a function reset ends what the object was doing.
+  bool dead(uapi::Status s) const { return s == uapi::Status::device_dead || fatal(); }
+  void park_queue(Queue* q, uint8_t route_kind, uint32_t number);
+  void free_mr(MrObj* m);
   void route_add(uint8_t kind, uint32_t number, uint32_t tag);
   void route_del(uint8_t kind, uint32_t number);
   void push(uint8_t kind, uint32_t number, uint32_t event_type);
@@ -112,6 +127,10 @@ class UapiBackend final : public uapi::Backend, private EventSink {
   Pending* pending_ = nullptr;  // ring, HAL memory
   uint32_t pend_head_ = 0, pend_count_ = 0;
   uint64_t queue_bytes_ = 0, pinned_ = 0;
+  // Destroyed while the device was fatal, freed by release_dead() (intrusive lists).
+  Queue* dead_queues_ = nullptr;
+  MrObj* dead_mrs_ = nullptr;
+  uint32_t ndead_ = 0;
 };
 
 // Server status for a core error.

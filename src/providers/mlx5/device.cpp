@@ -151,16 +151,23 @@ void Mlx5Context::close() {
 
 // ---- events -------------------------------------------------------------------------------------
 
+// A transport without an event fd (IOKit, for now: docs/macos.md "Events") is asked for events
+// every kEventPollMs instead.
+constexpr int kEventPollMs = 5;
+
 void Mlx5Context::event_loop() {
-  pollfd fds[2] = {{t_->event_fd(), POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
+  const int efd = t_->event_fd();
+  pollfd fds[2] = {{stop_pipe_[0], POLLIN, 0}, {efd, POLLIN, 0}};
   for (;;) {
-    int n = poll(fds, 2, -1);
+    int n = efd >= 0 ? poll(fds, 2, -1) : poll(fds, 1, kEventPollMs);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 || (fds[1].revents & POLLIN)) return;
-    if (fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) return;
-    if (!(fds[0].revents & POLLIN)) continue;
-    uint64_t v;
-    (void)!read(fds[0].fd, &v, sizeof v);  // eventfd: the count of wake-ups
+    if (n < 0 || (fds[0].revents & POLLIN)) return;
+    if (efd >= 0) {
+      if (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL)) return;
+      if (!(fds[1].revents & POLLIN)) continue;
+      uint64_t v;
+      (void)!read(efd, &v, sizeof v);  // eventfd: the count of wake-ups
+    }
     for (;;) {
       uapi::EventResp ev{};
       if (t_->call(uapi::Selector::get_event, uapi::EmptyReq{}, &ev) != uapi::Status::ok) break;

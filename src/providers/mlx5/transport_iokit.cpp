@@ -5,9 +5,11 @@
 // stand-in (tests/driverkit), where it reaches the DEXT glue in-process over the emulated card.
 //
 // Doorbells need no kick: the UAR page is mapped from BAR0, so the store reaches the card. No event
-// fd yet: completion and async events are read with get_event (docs/macos.md).
+// fd yet: the provider then asks get_event on a timer (docs/macos.md, "Events").
+// Discovery (device_location/device_present) is a registry match on the driver's service name.
 #include <IOKit/IOKitLib.h>
 #include <errno.h>
+#include <stdlib.h>
 
 #include <map>
 #include <mutex>
@@ -117,6 +119,22 @@ std::unique_ptr<Transport> open_transport(const char* where, int* err) {
   auto t = std::make_unique<IokitTransport>();
   if (!t->open(where, err)) return nullptr;
   return t;
+}
+
+// The device is the driver's service, by name: $MELON_IOKIT_SERVICE, else the personality's class.
+std::string device_location() {
+  const char* e = getenv("MELON_IOKIT_SERVICE");
+  return e && *e ? e : uapi::iokit::kServiceName;
+}
+
+// The driver registers its service only once the card is up (MlxPCIDriver::Start), so a match is
+// the device being there; looking it up opens no connection.
+bool device_present(const std::string& where) {
+  if (where.empty()) return false;
+  io_service_t svc = IOServiceGetMatchingService(kIOMainPortDefault, IOServiceNameMatching(where.c_str()));
+  if (svc == IO_OBJECT_NULL) return false;
+  IOObjectRelease(svc);
+  return true;
 }
 #endif
 

@@ -255,4 +255,40 @@ TEST_F(UapiEvents, LastWqeReachedReachesTheClientForTheQpOnAnSrq) {
   EXPECT_EQ(events(), want);
 }
 
+// The device turns fatal while the client holds a CQ, an SRQ, a QP on it and an MR. Their destroy
+// commands cannot reach the firmware, yet the client's destroys succeed (its handles go), and the
+// backend keeps the queue memory and the MR's pin, which the device may still write, until the
+// function reset; release_dead() after it frees them all.
+TEST_F(UapiEvents, ObjectsDestroyedWhileFatalAreFreedOnlyAfterTheReset) {
+  u::CreateSrqResp s{};
+  ASSERT_EQ(call(u::Selector::create_srq, u::CreateSrqReq{pd, 8, 1, 0}, &s), u::Status::ok);
+  make_qp(16, s.handle);
+  const size_t mems = plat.mems.size();
+  ASSERT_EQ(mems, 3u) << "CQ, SRQ and QP memory";
+  const uint64_t queue_bytes = be->queue_bytes(), pinned = be->pinned();
+  ASSERT_GT(pinned, 0u);
+  b.dev->inject_fatal(p::health_syndrome::HW_FATAL_ERR);
+  ASSERT_TRUE(b.hca.health_check());
+  ASSERT_EQ(b.hca.state(), core::HcaState::fatal);
+  // An explicit destroy: the handle goes (a second destroy names nothing), the memory stays.
+  u::EmptyResp e;
+  EXPECT_EQ(call(u::Selector::destroy_qp, u::HandleReq{qp, 0}, &e), u::Status::ok);
+  EXPECT_EQ(call(u::Selector::destroy_qp, u::HandleReq{qp, 0}, &e), u::Status::bad_handle);
+  // The rest goes with the client.
+  EXPECT_EQ(srv->detach(client), 0u) << "a destroy failed for the client";
+  EXPECT_EQ(be->dead_objects(), 4u);
+  EXPECT_EQ(plat.mems.size(), mems) << "queue memory freed while the device may still write it";
+  EXPECT_EQ(be->queue_bytes(), queue_bytes);
+  EXPECT_EQ(be->pinned(), pinned) << "MR unpinned before the reset";
+  EXPECT_EQ(be->release_dead(), 0u) << "released while the device is fatal";
+  ASSERT_EQ(b.hca.recover(), Err::ok);  // function reset and bring-up
+  EXPECT_EQ(be->release_dead(), 4u);
+  EXPECT_EQ(be->dead_objects(), 0u);
+  EXPECT_TRUE(plat.mems.empty());
+  EXPECT_EQ(be->queue_bytes(), 0u);
+  EXPECT_EQ(be->pinned(), 0u);
+  EXPECT_EQ(be->release_dead(), 0u);
+  ASSERT_EQ(srv->attach(&client, nullptr), u::Status::ok);  // for TearDown
+}
+
 }  // namespace

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <deque>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "providers/mlx5/mlx5.h"
@@ -27,6 +30,7 @@ class FakeTransport : public mp::Transport {
   }
 
   u::Status call(u::Selector sel, const void* in, uint32_t, void* out, uint32_t) override {
+    std::lock_guard<std::mutex> l(mu);  // the provider's event thread calls get_event too
     calls.push_back(sel);
     if (auto it = refuse.find(sel); it != refuse.end()) return it->second;
     switch (sel) {
@@ -71,7 +75,12 @@ class FakeTransport : public mp::Transport {
         destroyed.push_back(h.handle);
         return u::Status::ok;
       }
-      case u::Selector::get_event: return u::Status::no_event;
+      case u::Selector::get_event: {
+        if (events.empty()) return u::Status::no_event;
+        memcpy(out, &events.front(), sizeof(u::EventResp));
+        events.pop_front();
+        return u::Status::ok;
+      }
       default: return u::Status::unsupported;
     }
   }
@@ -88,12 +97,15 @@ class FakeTransport : public mp::Transport {
     free(addr);
     maps--;
   }
-  int event_fd() const override { return ev_[0]; }
+  int event_fd() const override { return no_event_fd ? -1 : ev_[0]; }
   int kick(uint32_t, uint32_t, uint64_t) override { return 0; }
 
   // What the fake answers (changed by the tests).
   uint32_t uar_db_offset = 0x800, cqe_bytes = 64, sq_wqe_cnt = 64;
   uint64_t map_bytes = 16 * 4096;
+  bool no_event_fd = false;  // as the IOKit transport: events only by asking
+  std::deque<u::EventResp> events;  // get_event's answers
+  std::mutex mu;
   std::map<u::Selector, u::Status> refuse;
   // What it saw.
   std::vector<u::Selector> calls;
@@ -187,6 +199,28 @@ TEST_F(BogusDriver, RefusalsBecomeTheirErrno) {
   EXPECT_EQ(ibv_dealloc_pd(pd), EIO);
   f->refuse.clear();
   EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  EXPECT_EQ(ibv_close_device(ctx), 0);
+}
+
+// A transport with no event fd (the IOKit one today): the provider asks get_event on its own, so
+// a queued device event still reaches ibv_get_async_event.
+TEST_F(BogusDriver, WithoutAnEventFdEventsAreAskedFor) {
+  auto* f = new FakeTransport;
+  f->no_event_fd = true;
+  u::EventResp ev{};
+  ev.kind = u::kEventAsync;
+  ev.handle = 0;  // the device's
+  ev.event_type = IBV_EVENT_PORT_ERR;
+  f->events.push_back(ev);
+  ibv_context* ctx = open(f);
+  ASSERT_NE(ctx, nullptr);
+  pollfd p{ctx->async_fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 5000), 1) << "the event never arrived";
+  ibv_async_event a{};
+  ASSERT_EQ(ibv_get_async_event(ctx, &a), 0);
+  EXPECT_EQ(a.event_type, IBV_EVENT_PORT_ERR);
+  EXPECT_EQ(a.element.port_num, 1);
+  ibv_ack_async_event(&a);
   EXPECT_EQ(ibv_close_device(ctx), 0);
 }
 

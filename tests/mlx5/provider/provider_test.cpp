@@ -280,6 +280,58 @@ TEST_F(Mlx5Provider, InlineBeyondTheDevicesLimitIsRefusedAtCreation) {
   EXPECT_EQ(errno, EINVAL);
 }
 
+// perftest gives each end the PEER's outstanding reads (rxe and soft offer 128): a ConnectX takes
+// at most 1 << log_max_ra_req_qp / log_max_ra_res_qp (16 here), and Linux mlx5_ib refuses more with
+// EINVAL, so the peer gate passes -o 16 to READ/atomic rows (docs/peer.md). The refusal leaves the QP
+// where it was, and the limit itself is accepted.
+TEST_F(Mlx5Provider, OutstandingReadsBeyondTheDevicesLimitAreEinval) {
+  ibv_device_attr da{};
+  ASSERT_EQ(ibv_query_device(ctx_, &da), 0);
+  EXPECT_EQ(da.max_qp_rd_atom, 16);
+  EXPECT_EQ(da.max_qp_init_rd_atom, 16);
+  ASSERT_NE(make_qp(a_), nullptr);
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_INIT;
+  at.port_num = 1;
+  at.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  ASSERT_EQ(ibv_modify_qp(a_.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  auto state = [&] {
+    ibv_qp_attr q{};
+    ibv_qp_init_attr qi{};
+    EXPECT_EQ(ibv_query_qp(a_.qp, &q, IBV_QP_STATE, &qi), 0);
+    return q.qp_state;
+  };
+  const int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  at = {};
+  at.qp_state = IBV_QPS_RTR;
+  at.path_mtu = IBV_MTU_1024;
+  at.dest_qp_num = a_.qp->qp_num;
+  at.min_rnr_timer = 1;
+  at.ah_attr.is_global = 1;
+  at.ah_attr.port_num = 1;
+  std::memcpy(at.ah_attr.grh.dgid.raw, gid_, 16);
+  at.ah_attr.grh.hop_limit = 64;
+  at.max_dest_rd_atomic = 128;
+  EXPECT_EQ(ibv_modify_qp(a_.qp, &at, rtr), EINVAL);
+  EXPECT_EQ(state(), IBV_QPS_INIT);
+  at.max_dest_rd_atomic = 16;
+  ASSERT_EQ(ibv_modify_qp(a_.qp, &at, rtr), 0);
+  const int rts =
+      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  at = {};
+  at.qp_state = IBV_QPS_RTS;
+  at.timeout = 14, at.retry_cnt = 7, at.rnr_retry = 7;
+  at.max_rd_atomic = 128;
+  EXPECT_EQ(ibv_modify_qp(a_.qp, &at, rts), EINVAL);
+  EXPECT_EQ(state(), IBV_QPS_RTR);
+  at.max_rd_atomic = 17;
+  EXPECT_EQ(ibv_modify_qp(a_.qp, &at, rts), EINVAL);
+  at.max_rd_atomic = 16;
+  ASSERT_EQ(ibv_modify_qp(a_.qp, &at, rts), 0);
+  EXPECT_EQ(state(), IBV_QPS_RTS);
+}
+
 TEST_F(Mlx5Provider, RcSendWriteAndReadMoveTheBytes) {
   pair();
   for (size_t i = 0; i < 4096; i++) a_.buf[i] = uint8_t(i * 7);
