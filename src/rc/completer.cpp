@@ -270,6 +270,7 @@ void EngineImpl::on_response(Qp& qp, const Packet& p, uint64_t now) {
   }
 
   if (progressed) {
+    qp.comp.probing = false;
     qp.comp.implied_nak_pending = false;
     qp.comp.seq_nak_pending = false;
     qp.comp.cur_retry_count = qp.attr.retry_cnt;
@@ -313,6 +314,8 @@ void EngineImpl::on_timer(Qp& qp, uint64_t now) {
     qp.comp.implied_nak_pending = false;
     qp.comp.seq_nak_pending = false;
     rewind(qp, w.wr.opcode == WrOpcode::rdma_read ? w.read_next_psn : qp.comp.una_psn);
+    qp.comp.probing = true;
+    qp.comp.probe_psn = qp.req.next_send_psn;
     arm_retrans(qp, now);
     requester_progress(qp, now);
   }

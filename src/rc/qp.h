@@ -64,6 +64,11 @@ struct CompleterState {
   uint32_t implied_nak_psn = 0;  // ... that WQE's first PSN
   bool seq_nak_pending = false;  // went back to seq_nak_psn for a PSN sequence NAK
   uint32_t seq_nak_psn = 0;
+  // After a local ACK timeout: one AckReq'd packet in flight until an ACK shows progress. A timeout
+  // without loss means a slow responder; resending the whole window would only lengthen its queue
+  // (and so the next ACK's delay) by a window per timeout, until retry_cnt runs out.
+  bool probing = false;
+  uint32_t probe_psn = 0;  // ... the PSN it sends (una can lag the head WQE, so not measured from it)
 };
 
 // Responder (IBA 9.7.5.1): the receive side of RC and UC (UD keeps no message state).

@@ -167,6 +167,7 @@ void EngineImpl::reset(Qp& qp) {
   qp.sq_head = qp.sq_cur = qp.sq_count = 0;
   qp.req.rd_atomic_outstanding = 0;
   qp.comp.retrans_deadline = qp.req.rnr_deadline = 0;
+  qp.comp.probing = false;
   qp.req.pkts_since_ackreq = 0;
   qp.sqd_notify = false;
   qp.rq.clear();

@@ -160,6 +160,7 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
     }
     if (type == QpType::rc && uint32_t(psn_diff(qp.req.next_send_psn, qp.comp.una_psn)) >= cfg_.max_inflight_packets)
       break;
+    if (type == QpType::rc && qp.comp.probing && psn_diff(qp.req.next_send_psn, qp.comp.probe_psn) > 0) break;
     if (!w.started) {
       if (qp.state == QpState::sqd) break;  // SQD: finish what started, start nothing new
       if (type == QpType::rc) {
@@ -228,7 +229,7 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
       }
       if (type == QpType::rc) {
         ++qp.req.pkts_since_ackreq;
-        if (last || qp.req.pkts_since_ackreq >= cfg_.ack_every) {
+        if (last || qp.comp.probing || qp.req.pkts_since_ackreq >= cfg_.ack_every) {
           tx.pkt.bth.ack_req = true;
           qp.req.pkts_since_ackreq = 0;
         }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <string.h>
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -877,6 +878,57 @@ TEST_F(Edge, SequenceNaksThatAdvanceAreProgressAndDoNotExhaustRetryCnt) {
   auto wcs = drain(scq_a_);
   EXPECT_EQ(wcs[0].status, WcStatus::success) << describe(wcs[0]);
   EXPECT_EQ(dst.contents(), src.contents());
+}
+
+// A responder that is slow, not lossy (an emulated card on a loaded host): it serves one request
+// frame per 300 us, so the 64 packets of one 64 KiB message (one AckReq) wait 19 ms in its queue,
+// longer than the 17 ms local ACK timeout. Nothing is lost; the timeout is spurious. Resending the whole window on each timeout
+// would put another window's work in front of the ACK the requester waits for (the queue grows
+// faster than it drains, until retry_cnt runs out: IBV_WC_RETRY_EXC_ERR through melon-emud, and
+// here before the fix). After a timeout the requester sends one AckReq'd packet, and the full
+// window again once an ACK shows progress.
+TEST(SlowResponder, TimeoutResendsOnePacketNotTheWindow) {
+  Sim sim(test_seed(0x510e));
+  const int a = sim.add_node("A"), b = sim.add_node("B");
+  kit::Cq scq_a, rcq_a, scq_b, rcq_b;
+  QpEnd qa{a, 0, &scq_a, &rcq_a}, qb{b, 0, &scq_b, &rcq_b};
+  QpOptions o;
+  o.pd = kPd;
+  o.path_mtu = 3;  // 1024
+  o.timeout = 12;  // 16.8 ms
+  o.retry_cnt = 3;
+  ASSERT_EQ(connect_pair(sim, qa, qb, o, o), 0);
+  constexpr uint32_t kMsgs = 8, kLen = 65536;  // 64 packets each, as perftest's default size
+  Region& src = sim.mem(a).add(kPd, kMsgs * kLen, kLocalWrite);
+  Region& dst = sim.mem(b).add(kPd, kMsgs * kLen, kRemoteWrite | kLocalWrite);
+  for (size_t i = 0; i < src.size(); ++i) src.data()[i] = uint8_t(i * 7 + (i >> 10));
+  memset(dst.data(), 0, dst.size());
+  // B's queue: each request frame is served 300 us after the one before it.
+  uint64_t busy_until = 0, requests = 0;
+  sim.on_transmit = [&](const WireFrame& w) {
+    if (w.from != a) return true;
+    ++requests;
+    busy_until = std::max(busy_until, w.time) + 300'000;
+    sim.inject(b, *w.frame, busy_until);
+    return false;
+  };
+  for (uint32_t i = 0; i < kMsgs; ++i) {
+    Sge s{src.va() + i * kLen, kLen, src.lkey};
+    SendWr wr = make_wr(WrOpcode::rdma_write, i, &s, 1);
+    wr.remote_addr = dst.va() + i * kLen;
+    wr.rkey = dst.rkey;
+    ASSERT_EQ(sim.engine(a).post_send(qa.qpn, wr), 0);
+  }
+  sim.run_until([&] { return scq_a.size() >= kMsgs; }, sim.now() + 2000 * kMs);
+  std::vector<Wc> wcs = scq_a.drain();
+  ASSERT_EQ(wcs.size(), kMsgs);
+  for (const Wc& wc : wcs) EXPECT_EQ(wc.status, WcStatus::success) << describe(wc);
+  EXPECT_EQ(src.contents(), dst.contents());
+  EXPECT_TRUE(sim.errors().empty()) << (sim.errors().empty() ? "" : sim.errors()[0]);
+  const QpCounters req = *sim.engine(a).counters(qa.qpn);
+  EXPECT_GE(req.timeouts, 1u);  // the queue outlasted the timer: the case under test happened
+  // Resent packets stay fewer than the data (going back a window per timeout would not converge).
+  EXPECT_LT(requests, 2 * kMsgs * 64) << req.timeouts << " timeouts";
 }
 
 }  // namespace

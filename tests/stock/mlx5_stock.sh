@@ -29,7 +29,8 @@ CFG
 export MELON_SOFT_CONFIG=$dir/soft.cfg
 pids=()
 
-fail() { echo "FAIL: $*"; echo "---- output ----"; cat "$out" 2>/dev/null; for l in "$dir"/*.log; do [ -f "$l" ] && { echo "---- $l ----"; tail -20 "$l"; }; done; cleanup; exit 1; }
+# On failure the daemons are stopped first, so their logs end with their counters.
+fail() { echo "FAIL: $*"; echo "---- output ----"; cat "$out" 2>/dev/null; for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; pids=(); for l in "$dir"/*.log; do [ -f "$l" ] && { echo "---- $l ----"; tail -${MELON_TAIL:-20} "$l"; }; done; cleanup; exit 1; }
 expect() { grep -qE -- "$1" "$out" || fail "expected /$1/"; }
 reject() { ! grep -qE -- "$1" "$out" || fail "unexpected /$1/"; }
 need() { command -v "$1" >/dev/null || { echo "SKIP: $1 not installed"; exit 77; }; }
