@@ -411,8 +411,8 @@ int main(int argc, char** argv) {
   xfer(fd, &me, sizeof me, true);
   e.connect(me, peer);
 
-  std::printf("MelonDMA demo: %s (client) -> %s (server), RC, path MTU %u, RoCEv2 over UDP loopback\n",
-              cdev.c_str(), sdev.c_str(), 128u << std::min(me.mtu, peer.mtu));
+  std::printf("MelonDMA demo: %s (client) -> %s (server), RC, path MTU %u, RoCEv2 over UDP loopback\n", cdev.c_str(),
+              sdev.c_str(), 128u << std::min(me.mtu, peer.mtu));
   std::printf("%-10s %9s %10s %10s  %s\n", "operation", "size", "Gbit/s", "us/op", "verified");
   const uint32_t sizes[] = {1, 64, 4096, 65536, 1048576};
   int failures = 0;
