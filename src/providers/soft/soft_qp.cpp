@@ -375,7 +375,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
 
 int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->hub->transport().post_engine([&](rc::Engine& e) {
+  return qp->hub->transport().post_send_engine(qp->qpn, [&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::SendWr w;
       w.wr_id = wr->wr_id;

@@ -216,6 +216,8 @@ void UdpTransport::wake() {
 
 void UdpTransport::handoff() {
   if (!stage_->nmsgs) return;
+  held_.store(false, std::memory_order_relaxed);
+  ++handoffs_;
   std::lock_guard<std::mutex> g(q_mu_);
   sendq_.push_back(std::move(stage_));
   if (spare_.empty()) {
@@ -234,6 +236,7 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   }
   const int niov = p.niov + 2;
   if (stage_->full(niov)) handoff();
+  ++staged_;
   TxBatch& b = *stage_;
   const Socket& k = socks_[sock];
   uint32_t payload = 0;
@@ -358,6 +361,7 @@ void UdpTransport::send_batch(TxBatch& b) {
 #else
     int r = sendmsg(fd, &b.mmsg[off].msg_hdr, 0) < 0 ? -1 : 1;
 #endif
+    stats_.tx_calls.fetch_add(1, std::memory_order_relaxed);
     if (r < 0) {
       if (errno == EINTR) continue;
       const TxMsg& m = b.msgs[off];
@@ -381,6 +385,33 @@ void UdpTransport::after_engine_call() {
   handoff();
   uint64_t d = engine_.next_deadline();
   if (d < armed_deadline_) wake();
+}
+
+bool UdpTransport::after_post(bool backed, uint64_t staged_before, uint64_t handoffs_before) {
+  // Hold when nothing was handed off meanwhile (a full batch must go) and either the post staged
+  // nothing (a receive WQE, a full window: what is held stays held) or it went to a QP whose coming
+  // ACK or timer sends it, with fewer than a GSO run held. Held packets were queued by posts only:
+  // any arrival or timer hands stage_ off (after_engine_call), so they wait at most for that.
+  const uint64_t added = staged_ - staged_before;
+  if (handoffs_ == handoffs_before && stage_->nslots < kMaxHeld && (!added || backed)) {
+    if (added) {
+      stats_.tx_deferred.fetch_add(added, std::memory_order_relaxed);
+      held_.store(true, std::memory_order_relaxed);
+    }
+    if (engine_.next_deadline() < armed_deadline_) wake();
+    return false;
+  }
+  after_engine_call();
+  return true;
+}
+
+void UdpTransport::flush_held() {
+  if (!held_.load(std::memory_order_relaxed)) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    handoff();
+  }
+  send_queued(false);
 }
 
 void UdpTransport::rx_setup() {

@@ -63,14 +63,26 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // still waiting to be sent).
   template <typename F>
   auto with_engine(F&& f) {
-    return call(std::forward<F>(f), true);
+    return call(std::forward<F>(f), Mode::control, 0);
   }
   // The same for posting: never waits for another thread's send. When another thread is sending,
   // it sends these packets too before it lets go (send_queued).
   template <typename F>
   auto post_engine(F&& f) {
-    return call(std::forward<F>(f), false);
+    return call(std::forward<F>(f), Mode::post, 0);
   }
+  // ibv_post_send to `qpn`: doorbell batching. A post to an RC QP that already awaits an ACK
+  // (Engine::awaiting_ack) leaves its packets queued without a syscall: they go out with whatever
+  // the next engine activity sends (an arrival, a timer: handling that ACK or timer is such an
+  // activity, so they never wait for ever), on the next empty CQ poll (flush_held), or once 64 are
+  // queued (one GSO send). A post to an idle QP, and UC/UD posts, send at once (latency).
+  template <typename F>
+  auto post_send_engine(uint32_t qpn, F&& f) {
+    return call(std::forward<F>(f), Mode::post_send, qpn);
+  }
+  // Sends the packets posts left queued; costs one atomic load when there are none (poll_cq on an
+  // empty CQ: the application is about to wait for them).
+  void flush_held();
   // Hands every queued packet to the kernel before returning (dereg_mr: nothing queued may point
   // into memory about to be released).
   void drain();
@@ -88,24 +100,36 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // one thread sending) -> q_mu_. No thread makes a syscall while holding mu_, so a post waits at
   // most for engine work, never for a recvmmsg or a sendmmsg.
  private:
+  enum class Mode { control, post, post_send };
   template <typename F>
-  auto call(F&& f, bool wait) {
+  auto call(F&& f, Mode mode, uint32_t qpn) {
     struct Send {
       UdpTransport* t;
-      bool wait;
-      ~Send() { t->send_queued(wait); }  // after the engine lock is released
-    } send{this, wait};
+      bool wait, send = true;
+      ~Send() {
+        if (send) t->send_queued(wait);  // after the engine lock is released
+      }
+    } send{this, mode == Mode::control};
     std::lock_guard<std::mutex> g(mu_);
     struct Flush {
       UdpTransport* t;
-      ~Flush() { t->after_engine_call(); }
-    } flush{this};
+      Send& s;
+      Mode mode;
+      bool backed;
+      uint64_t staged, handoffs;
+      ~Flush() {
+        s.send = mode == Mode::control ? (t->after_engine_call(), true) : t->after_post(backed, staged, handoffs);
+      }
+    } flush{this, send, mode, mode == Mode::post_send && engine_.awaiting_ack(qpn), staged_, handoffs_};
     return f(engine_);
   }
 
   void transmit(const rc::TxPacket& p) override;
   uint64_t now() override { return batch_now_ ? batch_now_ : now_ns(); }
   void after_engine_call();  // with mu_ held: queue the batch, wake the progress thread if needed
+  // With mu_ held, after a post: hold what it staged (doorbell batching) or queue it; true if the
+  // caller must send the queue.
+  bool after_post(bool backed, uint64_t staged_before, uint64_t handoffs_before);
   void run();
   int receive_batch(size_t sock);  // with rx_mu_ held (takes mu_ to process)
   void wake();
@@ -117,6 +141,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   static constexpr int kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS of Linux 4.18..6.0 (128 since)
   static constexpr size_t kMaxGsoBytes = 65507;  // the largest IPv4 UDP payload, all segments together
   static constexpr int kMaxIovPerMsg = 1024;  // UIO_MAXIOV
+  static constexpr int kMaxHeld = kMaxGsoSegments;  // held packets that make posts send (one GSO run)
   // Receive: one datagram per buffer, or with UDP GRO up to 64 KiB of one flow's packets.
   static constexpr size_t kRxBuf = 9216;
   static constexpr size_t kRxBufGro = 65536;
@@ -184,6 +209,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   void send_queued(bool wait);
   void send_batch(TxBatch& b);  // with tx_mu_ held
   std::unique_ptr<TxBatch> stage_;  // guarded by mu_
+  uint64_t staged_ = 0, handoffs_ = 0;  // packets transmit() staged, batches handed off (guarded by mu_)
+  std::atomic<bool> held_{false};  // stage_ holds packets a post left there (set and cleared under mu_)
   std::deque<std::unique_ptr<TxBatch>> sendq_;  // guarded by q_mu_
   std::vector<std::unique_ptr<TxBatch>> spare_;  // guarded by q_mu_
   std::unique_ptr<std::atomic<bool>[]> gso_;  // per socket: cleared by the sender if the kernel refuses
