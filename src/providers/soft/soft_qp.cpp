@@ -361,6 +361,8 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
   if (ibqp->context != &vctx.context) return EINVAL;
   SoftQp* qp = SoftQp::from(ibqp);
   qp->hub->remove_qp(qp->qpn);
+  // Queued packets may carry this QP's inline data, which lives in its send queue: send them first.
+  qp->hub->transport().drain();
   qp->hub->transport().with_engine([&](rc::Engine& e) { return e.destroy_qp(qp->qpn); });
   reinterpret_cast<SoftPd*>(ibqp->pd)->users--;
   qp->scq.cq->users--;
