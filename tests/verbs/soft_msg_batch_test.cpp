@@ -88,6 +88,13 @@ ssize_t no_such_call(int, const MsgHdrX*, unsigned, int) {
   return errno = ENOSYS, -1;
 }
 
+// sendmsg_x as xnu's header documents it: no address (an unconnected socket cannot use it).
+ssize_t send_x_without_address(int fd, const MsgHdrX* x, unsigned cnt, int flags) {
+  for (unsigned i = 0; i < cnt; ++i)
+    if (x[i].msg_name || x[i].msg_namelen) return ++g_calls, errno = EINVAL, -1;
+  return fake_send_x(fd, x, cnt, flags);
+}
+
 // Two UDP sockets on loopback, a -> b.
 struct Pair {
   int a = -1, b = -1;
@@ -243,6 +250,33 @@ TEST(SoftMsgBatch, WithoutTheCallsEveryDatagramGoesThroughSendmsgAndRecvmsg) {
   EXPECT_EQ(melon::soft::send_msg_x(&calls, p.a, out.m.data(), 0), 0);
   receive_all(&calls, p, out, kN, 16);
   EXPECT_EQ(g_calls, 1) << "only the first call, refused";
+}
+
+// A kernel whose sendmsg_x refuses an address: the first batch answers EINVAL, and from then on
+// every datagram goes through sendmsg; receiving through recvmsg_x is not tried either.
+TEST(SoftMsgBatch, ASendmsgXWithoutAddressesFallsBackToOneSendmsgPerDatagram) {
+  MsgXCalls calls{send_x_without_address, fake_recv_x};
+  Pair p;
+  constexpr unsigned kN = 20;
+  Outgoing out(p, kN);
+  g_calls = 0;
+  ASSERT_EQ(melon::soft::send_msg_x(&calls, p.a, out.m.data(), kN), int(kN)) << strerror(errno);
+  EXPECT_TRUE(calls.refused.load());
+  EXPECT_EQ(g_calls, 1);
+  receive_all(&calls, p, out, kN, 8);
+  EXPECT_EQ(g_calls, 1);
+}
+
+// Once the calls have worked, an EINVAL is one batch's error, not a reason to stop using them.
+TEST(SoftMsgBatch, AnErrorAfterTheCallsWorkedIsReturnedNotAFallback) {
+  MsgXCalls calls{fake_send_x, fake_recv_x};
+  Pair p;
+  Outgoing out(p, 2);
+  ASSERT_EQ(melon::soft::send_msg_x(&calls, p.a, out.m.data(), 1), 1);
+  calls.send_x = [](int, const MsgHdrX*, unsigned, int) -> ssize_t { return errno = EINVAL, -1; };
+  EXPECT_EQ(melon::soft::send_msg_x(&calls, p.a, out.m.data() + 1, 1), -1);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_FALSE(calls.refused.load());
 }
 
 // Without MELON_SOFT_DARWIN_BATCH on macOS there are no system calls to use (and on Linux never).

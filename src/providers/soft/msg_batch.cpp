@@ -18,6 +18,15 @@ namespace {
 
 bool usable(const MsgXCalls* c) { return c && !c->refused.load(std::memory_order_relaxed); }
 
+// A kernel without the calls answers ENOSYS; one whose sendmsg_x takes no address (what xnu's
+// header still documents) answers EINVAL, and so would a first call we got wrong. Either way: one
+// datagram per call from then on. EINVAL after the calls have worked is left to the caller.
+bool refuse(MsgXCalls* c) {
+  if (errno != ENOSYS && !(errno == EINVAL && !c->worked.load(std::memory_order_relaxed))) return false;
+  c->refused.store(true, std::memory_order_relaxed);
+  return true;
+}
+
 int send_each(int fd, mmsghdr* m, unsigned count) {
   unsigned i = 0;
   for (; i < count; ++i) {
@@ -80,12 +89,12 @@ int send_msg_x(MsgXCalls* calls, int fd, mmsghdr* m, unsigned count) {
     const unsigned n = std::min(count - sent, kMaxMsgX);
     to_msg_x(m + sent, n, x);
     ssize_t r = calls->send_x(fd, x, n, 0);
-    if (r < 0 && errno == ENOSYS) {
-      calls->refused.store(true, std::memory_order_relaxed);
+    if (r < 0 && refuse(calls)) {
       int rest = send_each(fd, m + sent, count - sent);
       return rest < 0 ? (sent ? int(sent) : -1) : int(sent) + rest;
     }
     if (r < 0) return sent ? int(sent) : -1;
+    calls->worked.store(true, std::memory_order_relaxed);
     // sendmsg_x reports no per-message length: a datagram is sent whole or not at all.
     for (unsigned i = 0; i < unsigned(r); ++i) {
       size_t len = 0;
@@ -104,11 +113,9 @@ int recv_msg_x(MsgXCalls* calls, int fd, mmsghdr* m, unsigned count) {
   const unsigned n = std::min(count, kMaxMsgX);
   to_msg_x(m, n, x);
   ssize_t r = calls->recv_x(fd, x, n, MSG_DONTWAIT);
-  if (r < 0 && errno == ENOSYS) {
-    calls->refused.store(true, std::memory_order_relaxed);
-    return recv_each(fd, m, count);
-  }
+  if (r < 0 && refuse(calls)) return recv_each(fd, m, count);
   if (r <= 0) return r == 0 ? 0 : -1;
+  calls->worked.store(true, std::memory_order_relaxed);
   from_msg_x(x, unsigned(r), m);
   return int(r);
 }

@@ -39,12 +39,15 @@ struct MsgHdrX {
 // most entries one call takes. We never ask for more.
 constexpr unsigned kMaxMsgX = 256;
 
-// The two calls, as XNU declares them (recvmsg_x takes a const array it nevertheless writes), and
-// whether the kernel refused them (ENOSYS): then one sendmsg/recvmsg per datagram from then on.
+// The two calls, as XNU declares them (recvmsg_x takes a const array it nevertheless writes).
+// refused: the kernel answered ENOSYS, or EINVAL before any call had worked (a sendmsg_x that takes
+// no address, as xnu's header documents and older kernels enforce); from then on one
+// sendmsg/recvmsg per datagram.
 struct MsgXCalls {
   ssize_t (*send_x)(int fd, const MsgHdrX* msgs, unsigned count, int flags);
   ssize_t (*recv_x)(int fd, const MsgHdrX* msgs, unsigned count, int flags);
   std::atomic<bool> refused{false};
+  std::atomic<bool> worked{false};
 };
 
 // The system's calls: on macOS built with MELON_SOFT_DARWIN_BATCH, else nullptr.
@@ -59,7 +62,7 @@ void from_msg_x(const MsgHdrX* x, unsigned count, mmsghdr* m);
 
 // Like sendmmsg(fd, m, count, 0): the number of messages sent (from the first), or -1 with errno
 // set when none was. XNU stops at the first message it cannot send and reports the ones before.
-// Without the calls (a kernel that answers ENOSYS, or `calls` null) one sendmsg per message.
+// Without the calls (`calls` null or refused) one sendmsg per message.
 int send_msg_x(MsgXCalls* calls, int fd, mmsghdr* m, unsigned count);
 // Like recvmmsg(fd, m, count, MSG_DONTWAIT, nullptr): datagrams received (msg_len set), or -1
 // with errno (EAGAIN when there is none).
