@@ -139,7 +139,7 @@ void EngineImpl::rewind(Qp& qp, uint32_t psn) {
 
 // A READ longer than the window is asked for in several requests, each for a chunk of its response
 // packets with its own RETH VA/length and PSN range (the form a re-issue after lost responses has
-// always had, IBA 9.7.5.2.2), so that the responses in flight towards us never exceed the window:
+// always had), so that the responses in flight towards us never exceed the window:
 // the window is what our receive buffer was sized for, and a whole multi-MiB READ answered at once
 // overflows it. A shorter READ stays one request, as rxe sends it. With max_rd_atomic >= 2 several
 // chunks are in flight (up to 4, a quarter window each), so the next is asked for while earlier

@@ -929,6 +929,10 @@ TEST_F(ReadPacing, ReadOfEightWindowsNeverHasMoreThanTheWindowOfResponsesInFligh
   expect_one_good_completion(wcs);
   expect_paced();
   EXPECT_GE(flight_.requests, size_t(kLen / 1024 / kWindow)) << "one request cannot fit a window";
+  const QpCounters* c = sim_->engine(a_).counters(qa_.qpn);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->timeouts, 0u) << "on a lossless link the next chunk must never wait for the ACK timer";
+  EXPECT_EQ(c->retransmits, 0u);
 }
 
 // A response lost in the middle: the requester re-issues from the hole (a chunk's remainder and
