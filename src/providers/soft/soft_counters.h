@@ -34,7 +34,8 @@ namespace melon::soft {
   X(acks_coalesced, "AckReq'd packets acknowledged by the ACK of a later one in the same receive batch")      \
   X(tx_gso_sends, "sends that carried several packets in one call (UDP GSO)")                                 \
   X(rx_gro_buffers, "receive buffers that held several packets (UDP GRO)")                                    \
-  X(offload_fallbacks, "sockets without UDP GSO or GRO, and GSO sends the kernel refused")
+  X(offload_fallbacks, "sockets without UDP GSO or GRO, and GSO sends the kernel refused")                    \
+  X(busy_poll_leases, "times a busy-polling application took receiving over from the progress thread")
 
 struct TransportStats {
 #define MELON_SOFT_COUNTER_FIELD(name, text) std::atomic<uint64_t> name{0};

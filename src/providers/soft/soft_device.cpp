@@ -100,9 +100,14 @@ verbs::ContextBase* SoftDevice::open() {
   };
   ops.req_notify_cq = [](ibv_cq* cq, int solicited_only) {
     SoftCq* c = SoftCq::from(cq);
-    std::lock_guard<std::mutex> lock(c->mu);
-    c->armed = true;
-    c->solicited_only = solicited_only != 0;
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      c->armed = true;
+      c->solicited_only = solicited_only != 0;
+    }
+    // The application will block on the channel: arrivals must wake the progress thread, not wait
+    // for a busy-poll lease to run out (udp_transport.h).
+    if (Hub* h = c->ctx->hub_if_started()) h->transport().app_waits();
     return 0;
   };
   ops.post_srq_recv = [](ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
