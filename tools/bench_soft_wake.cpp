@@ -10,7 +10,8 @@
 // wake from idle, not from a spin). The two modes alternate in rounds of `per_round` messages, so
 // the machine's load falls on both alike. Prints percentiles of both and the ratio of medians.
 //
-//   build/release/tools/bench_soft_wake [rounds] [per_round] [gap_us]   (defaults 10, 200, 300)
+//   build/release/tools/bench_soft_wake [rounds] [per_round] [gap_us] [soft|udp|both]
+//   (defaults 10, 200, 300, both; one mode alone is for perf stat / strace of that path)
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -120,6 +121,8 @@ int main(int argc, char** argv) {
   const int rounds = argc > 1 ? atoi(argv[1]) : 10;
   const int per_round = argc > 2 ? atoi(argv[2]) : 200;
   const unsigned gap_us = argc > 3 ? unsigned(atoi(argv[3])) : 300;
+  const char* only = argc > 4 ? argv[4] : "both";
+  const bool run_mode[2] = {strcmp(only, "udp") != 0, strcmp(only, "soft") != 0};
   setenv("MELON_SOFT_AUTO", "0", 1);
   setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
   setenv("MELON_SOFT_DEVICES", "bw0=127.0.19.2,bw1=127.0.19.3", 1);
@@ -169,6 +172,7 @@ int main(int argc, char** argv) {
   std::thread waiter([&] {
     for (int r = 0; r < rounds * 2; ++r) {
       const int m = r % 2;
+      if (!run_mode[m]) continue;
       for (int i = 0; i < per_round; ++i) {
         if (m == 0) {
           if (ibv_req_notify_cq(wcq, 0)) die("req_notify_cq");
@@ -200,6 +204,7 @@ int main(int argc, char** argv) {
   });
   for (int r = 0; r < rounds * 2; ++r) {
     const int m = r % 2;
+    if (!run_mode[m]) continue;
     for (int i = 0; i < per_round; ++i) {
       hs.wait_for(hs.ready);
       sleep_us(gap_us);  // the waiter is blocked by now
@@ -229,10 +234,12 @@ int main(int argc, char** argv) {
   }
   waiter.join();
   printf("wake from idle, %d rounds of %d per mode, %u us apart:\n", rounds, per_round, gap_us);
-  report("soft: post SEND -> get_cq_event + poll_cq", lat[0]);
-  report("udp:  sendto -> blocked recv() returns", lat[1]);
-  const double a = double(lat[0][lat[0].size() / 2]), b = double(lat[1][lat[1].size() / 2]);
-  printf("median ratio soft/udp %.3f\n", a / b);
+  if (run_mode[0]) report("soft: post SEND -> get_cq_event + poll_cq", lat[0]);
+  if (run_mode[1]) report("udp:  sendto -> blocked recv() returns", lat[1]);
+  if (run_mode[0] && run_mode[1]) {
+    const double a = double(lat[0][lat[0].size() / 2]), b = double(lat[1][lat[1].size() / 2]);
+    printf("median ratio soft/udp %.3f\n", a / b);
+  }
 
   close(us);
   close(ur);

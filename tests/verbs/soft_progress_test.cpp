@@ -253,4 +253,132 @@ TEST_F(SoftProgress, RetransmissionStillHappensWhileTheApplicationBusyPolls) {
   EXPECT_GE(melon::test::wait_counter(stats_dir, "pg0", "timeouts", 1), 1u);
 }
 
+// A thread blocked in ibv_get_cq_event receives for the device itself (the progress thread keeps
+// off the sockets). Packets that are not its event must not wait for it: a WRITE to the same
+// device completes, acknowledged, while the waiter stays blocked; then a SEND wakes it.
+TEST_F(SoftProgress, AThreadBlockedInGetCqEventLetsOtherTrafficThrough) {
+  connect();
+  ibv_sge sge{uint64_t(uintptr_t(b.buf.data())), 64, b.mr->lkey};
+  ibv_recv_wr rwr{}, *rbad = nullptr;
+  rwr.wr_id = 8;
+  rwr.sg_list = &sge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+  std::atomic<bool> woken{false};
+  ibv_cq* ev_cq = nullptr;
+  std::thread waiter([&] {
+    void* ev_ctx = nullptr;
+    EXPECT_EQ(ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx), 0);  // blocking: the channel fd is as created
+    woken = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiter is blocked by now
+  ibv_wc wc{};
+  for (int i = 0; i < 5; ++i) {
+    memset(a.buf.data() + 4096, 'k' + i, 1000);
+    ASSERT_EQ(post(IBV_WR_RDMA_WRITE, 4096, 1000, 100 + uint64_t(i)), 0);
+    const bool acked = spin_for(a.cq, &wc, 2000);
+    EXPECT_TRUE(acked) << "write " << i << " was not acknowledged";
+    if (!acked) break;
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(memcmp(a.buf.data() + 4096, b.buf.data() + 4096, 1000), 0);
+  }
+  EXPECT_FALSE(woken.load());  // WRITEs make no completion at the target
+  EXPECT_EQ(counter("pg0", "timeouts"), 0u);  // acknowledged in time, not after retries
+  memcpy(a.buf.data(), "event", 6);
+  ASSERT_EQ(post(IBV_WR_SEND, 0, 6, 9), 0);
+  for (int i = 0; i < 5000 && !woken.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!woken.load()) {  // the waiter cannot be joined: end here rather than hang
+    ADD_FAILURE() << "the SEND did not wake the thread blocked in ibv_get_cq_event";
+    _exit(1);
+  }
+  waiter.join();
+  EXPECT_EQ(ev_cq, b.cq);
+  ibv_ack_cq_events(b.cq, 1);
+  ASSERT_EQ(ibv_poll_cq(b.cq, 1, &wc), 1);
+  EXPECT_EQ(wc.wr_id, 8u);
+  EXPECT_STREQ(reinterpret_cast<const char*>(b.buf.data()), "event");
+  ASSERT_TRUE(spin_for(a.cq, &wc, 2000));
+  EXPECT_EQ(wc.wr_id, 9u);
+}
+
+// Both sides only ever block in ibv_get_cq_event: a ping-pong of SENDs, each side's send completing
+// on the other's ACK, which a waiter holds until it has returned. Nothing may be left waiting.
+TEST_F(SoftProgress, APingPongOfBlockingWaitersCompletesEveryMessage) {
+  connect();
+  auto wait_one = [](Side& s, ibv_wc* wc) {
+    for (;;) {
+      if (ibv_poll_cq(s.cq, 1, wc) == 1) return true;
+      if (ibv_req_notify_cq(s.cq, 0)) return false;
+      if (ibv_poll_cq(s.cq, 1, wc) == 1) return true;
+      ibv_cq* c;
+      void* x;
+      if (ibv_get_cq_event(s.ch, &c, &x)) return false;
+      ibv_ack_cq_events(c, 1);
+    }
+  };
+  auto recv_one = [](Side& s) {
+    ibv_sge sge{uint64_t(uintptr_t(s.buf.data() + 32768)), 64, s.mr->lkey};
+    ibv_recv_wr r{}, *bad = nullptr;
+    r.wr_id = 1;
+    r.sg_list = &sge;
+    r.num_sge = 1;
+    return ibv_post_recv(s.qp, &r, &bad);
+  };
+  auto send_one = [](Side& s, uint64_t id) {
+    ibv_sge sge{uint64_t(uintptr_t(s.buf.data())), 8, s.mr->lkey};
+    ibv_send_wr w{}, *bad = nullptr;
+    w.wr_id = id;
+    w.opcode = IBV_WR_SEND;
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.send_flags = IBV_SEND_SIGNALED;
+    return ibv_post_send(s.qp, &w, &bad);
+  };
+  constexpr int kRounds = 50;
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {  // a lost wake-up would block both sides for ever: fail instead
+    for (int i = 0; i < 20000 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!done.load()) {
+      fprintf(stderr, "ping-pong of blocking waiters stuck for 20 s\n");
+      _exit(1);
+    }
+  });
+  ASSERT_EQ(recv_one(a), 0);
+  ASSERT_EQ(recv_one(b), 0);
+  std::thread pong([&] {  // b: receive, answer
+    for (int i = 0; i < kRounds; ++i) {
+      int sends = 0, recvs = 0;
+      ibv_wc wc;
+      while (recvs < 1) {
+        ASSERT_TRUE(wait_one(b, &wc));
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+        (wc.opcode == IBV_WC_RECV ? recvs : sends)++;
+      }
+      ASSERT_EQ(recv_one(b), 0);
+      ASSERT_EQ(send_one(b, 2), 0);
+      while (sends < 1) {
+        ASSERT_TRUE(wait_one(b, &wc));
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+        (wc.opcode == IBV_WC_RECV ? recvs : sends)++;
+      }
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {  // a: send, wait for its completion and for the answer
+    ASSERT_EQ(send_one(a, 1), 0);
+    int sends = 0, recvs = 0;
+    ibv_wc wc;
+    while (sends < 1 || recvs < 1) {
+      ASSERT_TRUE(wait_one(a, &wc));
+      ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+      (wc.opcode == IBV_WC_RECV ? recvs : sends)++;
+    }
+    ASSERT_EQ(recv_one(a), 0);
+  }
+  pong.join();
+  done = true;
+  watchdog.join();
+  EXPECT_EQ(counter("pg0", "timeouts") + counter("pg1", "timeouts"), 0u);
+}
+
 }  // namespace

@@ -230,6 +230,11 @@ int SoftContext::query_gid_entry(uint32_t port, uint32_t index, ibv_gid_entry* e
   return dev_->gid(index, entry) ? 0 : ENODATA;
 }
 
+int SoftContext::wait_channel(int fd) {
+  Hub* h = hub_if_started();
+  return h ? h->transport().wait_readable(fd) : 0;
+}
+
 void SoftContext::close() {
   if (hub_) Hub::release(hub_);
   pthread_mutex_destroy(&vctx.context.mutex);

@@ -587,6 +587,44 @@ void UdpTransport::app_waits() {
   if (held_.load(std::memory_order_relaxed)) release_held();
 }
 
+int UdpTransport::wait_readable(int fd) {
+  if (!running_) return 0;
+  if (waiters_.fetch_add(1) == 0) wake();  // the progress thread leaves the sockets to waiters
+  std::vector<pollfd> fds{{fd, POLLIN, 0}};
+  std::vector<size_t> which;
+  for (size_t i = 0; i < socks_.size(); ++i)
+    if (socks_[i].fd >= 0) {
+      fds.push_back({socks_[i].fd, POLLIN, 0});
+      which.push_back(i);
+    }
+  int err = 0;
+  for (;;) {
+    // No timeout: the progress thread keeps the timers, and wakes on its pipe when this one ends.
+    if (poll(fds.data(), nfds_t(fds.size()), -1) < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    if (fds[0].revents) break;  // an event (or an error the read will report)
+    // Replies (ACKs) are held while this thread looks whether its event came: if it did, they
+    // leave after this thread has returned (from the progress thread it wakes below, or with the
+    // application's next post); if not, now.
+    {
+      std::lock_guard<std::mutex> g(rx_mu_);
+      for (size_t s = 0; s < which.size(); ++s)
+        if (fds[s + 1].revents & POLLIN) receive_batch(which[s], true);
+    }
+    if (poll(fds.data(), 1, 0) == 1) break;
+    if (held_.load(std::memory_order_relaxed)) release_held();
+    send_queued(false);
+  }
+  if (waiters_.fetch_sub(1) == 1)
+    wake();  // the sockets and the held replies go back to the progress thread
+  else if (held_.load(std::memory_order_relaxed))
+    release_held();
+  return err;
+}
+
 void UdpTransport::run() {
   std::vector<pollfd> fds;
   std::vector<size_t> which;
@@ -602,10 +640,12 @@ void UdpTransport::run() {
   while (running_) {
     // While the application holds a busy-poll lease, watch only the wake pipe and the timers, and
     // look again when the lease would run out; once no poll came for busy_ns_, take the sockets back.
+    // Threads blocked in wait_readable() receive too; the same holds while there are any.
     const uint64_t lease_end =
         lease_.load(std::memory_order_relaxed) ? app_polled_at_.load(std::memory_order_relaxed) + busy_ns_ : 0;
-    const bool leased = lease_end > now_ns();
-    if (!leased) {
+    const bool spin_leased = lease_end > now_ns();
+    const bool leased = spin_leased || waiters_.load() > 0;
+    if (!spin_leased) {
       lease_.store(false, std::memory_order_relaxed);
       // Replies the application held back (receive_batch) leave when it stopped polling.
       if (held_.load(std::memory_order_relaxed)) release_held();
@@ -628,7 +668,7 @@ void UdpTransport::run() {
         totals_stale_ = true;
       }
       if (totals_stale_) deadline = std::min(deadline, totals_at_ + 1000000);
-      if (leased) deadline = std::min(deadline, lease_end);
+      if (spin_leased) deadline = std::min(deadline, lease_end);
       // A timer set earlier than this needs a wake-up (after_engine_call); later ones are seen
       // when this wait ends anyway, so posts during a lease do not write to the wake pipe.
       armed_deadline_ = deadline;

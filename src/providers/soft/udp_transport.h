@@ -88,6 +88,11 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // A CQ of this transport was armed (ibv_req_notify_cq): the application is about to block, so
   // the progress thread watches the sockets again at once.
   void app_waits();
+  // Blocks until `fd` (a completion channel) is readable, receiving in the caller's thread
+  // meanwhile: while any thread waits here the progress thread leaves the sockets (it keeps the
+  // timers), so an arrival wakes the waiter directly, not the progress thread and then the waiter.
+  // 0, or an errno value of poll().
+  int wait_readable(int fd);
 
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
@@ -167,6 +172,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<uint64_t> app_polled_at_{0};  // the last poll_progress()
   std::atomic<uint64_t> spin_since_{0};  // start of the application's current spin
   std::atomic<bool> lease_{false};
+  std::atomic<int> waiters_{0};  // threads in wait_readable(): they receive, the progress thread does not
   std::atomic<bool> held_{false};  // stage_ holds replies of a leased receive (receive_batch)
   int held_msgs_ = 0;  // stage_->nmsgs when held (guarded by mu_)
   bool defer_ = true;  // the application receives; the progress thread keeps off the sockets
