@@ -413,7 +413,9 @@ void UdpTransport::after_engine_call(bool keep_held) {
   // with the application's next send; control calls (with_engine) send them.
   uint64_t d = engine_.next_deadline();
   timer_moved(d);
-  if (keep_held && held_.load(std::memory_order_relaxed) && stage_->nmsgs == held_msgs_) return;
+  if (keep_held && held_.load(std::memory_order_relaxed) && stage_.get() == held_batch_ &&
+      stage_->nslots == held_slots_)
+    return;
   handoff();
   held_.store(false, std::memory_order_relaxed);
 }
@@ -521,8 +523,9 @@ int UdpTransport::receive_batch(size_t sock, bool hold) {
   if (hold && defer_) {
     // A busy-polling application's own receive: its replies (ACKs) wait in stage_ for the
     // application's next post, which sends them in the same sendmmsg, or its next poll.
-    held_msgs_ = stage_->nmsgs;
-    held_.store(held_msgs_ > 0, std::memory_order_relaxed);
+    held_batch_ = stage_.get();
+    held_slots_ = stage_->nslots;
+    held_.store(held_slots_ > 0, std::memory_order_relaxed);
     timer_moved(engine_.next_deadline());
   } else {
     after_engine_call();
@@ -555,7 +558,9 @@ bool UdpTransport::poll_progress() {
     if (now - last_poll_rx_.load(std::memory_order_relaxed) < poll_interval_ns_) return false;
     last_poll_rx_.store(now, std::memory_order_relaxed);
   }
-  if (!rx_mu_.try_lock()) return false;  // the progress thread is at it already
+  // A thread blocked on rx_mu_ goes first: a spinning poll that took the lock back at once every
+  // time would keep the progress thread (and the timers it runs) waiting for ever.
+  if (rx_blocked_.load(std::memory_order_relaxed) || !rx_mu_.try_lock()) return false;
   int got = 0;
   for (size_t s = 0; s < socks_.size(); ++s)
     if (socks_[s].fd >= 0) got += receive_batch(s, lease);
@@ -605,7 +610,7 @@ int UdpTransport::wait_readable(int fd) {
     // leave after this thread has returned (from the progress thread it wakes below, or with the
     // application's next post); if not, now.
     {
-      std::lock_guard<std::mutex> g(rx_mu_);
+      RxLock g(this);
       for (size_t s = 0; s < which.size(); ++s)
         if (fds[s + 1].revents & POLLIN) receive_batch(which[s], true);
     }
@@ -701,7 +706,7 @@ void UdpTransport::run() {
       for (int i = 0; i < 16; ++i) {  // drain a burst, but look at timers in between
         int n;
         {
-          std::lock_guard<std::mutex> g(rx_mu_);
+          RxLock g(this);
           n = receive_batch(which[s]);
         }
         send_queued(false);

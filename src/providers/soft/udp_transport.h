@@ -165,9 +165,24 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<uint64_t> app_polled_at_{0};  // the last poll_progress()
   std::atomic<uint64_t> spin_since_{0};  // start of the application's current spin
   std::atomic<bool> lease_{false};
-  std::atomic<int> waiters_{0};  // threads in wait_readable(): they receive, the progress thread does not
+  std::atomic<int> waiters_{0};
+  // Threads that must receive (the progress thread, waiters) take rx_mu_ through this, and a polling
+  // application does not try for it while any of them waits (poll_progress).
+  std::atomic<int> rx_blocked_{0};
+  struct RxLock {
+    explicit RxLock(UdpTransport* t) : t(t) {
+      t->rx_blocked_.fetch_add(1);
+      t->rx_mu_.lock();
+      t->rx_blocked_.fetch_sub(1);
+    }
+    ~RxLock() { t->rx_mu_.unlock(); }
+    UdpTransport* t;
+  };  // threads in wait_readable(): they receive, the progress thread does not
   std::atomic<bool> held_{false};  // stage_ holds replies of a leased receive (receive_batch)
-  int held_msgs_ = 0;  // stage_->nmsgs when held (guarded by mu_)
+  // What was held (guarded by mu_): the batch and its packet count then. A post that adds a packet,
+  // or a batch that changed hands meanwhile, sends.
+  const void* held_batch_ = nullptr;
+  int held_slots_ = 0;
   bool defer_ = true;  // the application receives; the progress thread keeps off the sockets
   uint64_t armed_deadline_ = UINT64_MAX;
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
