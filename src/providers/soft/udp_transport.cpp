@@ -589,7 +589,8 @@ void UdpTransport::app_waits() {
 
 int UdpTransport::wait_readable(int fd) {
   if (!running_) return 0;
-  if (waiters_.fetch_add(1) == 0) wake();  // the progress thread leaves the sockets to waiters
+  waiters_.fetch_add(1);
+  if (watching_.load()) wake();  // the progress thread leaves the sockets to waiters
   std::vector<pollfd> fds{{fd, POLLIN, 0}};
   std::vector<size_t> which;
   for (size_t i = 0; i < socks_.size(); ++i)
@@ -618,10 +619,25 @@ int UdpTransport::wait_readable(int fd) {
     if (held_.load(std::memory_order_relaxed)) release_held();
     send_queued(false);
   }
-  if (waiters_.fetch_sub(1) == 1)
-    wake();  // the sockets and the held replies go back to the progress thread
-  else if (held_.load(std::memory_order_relaxed))
+  // The last waiter out leaves a lease, as a poll does: the application's next poll, post or
+  // ibv_req_notify_cq takes over from here (and sends the held replies); if none comes, the
+  // progress thread's timer ends the lease after busy_ns_. No wake-up on the way out.
+  const uint64_t now = now_ns();
+  if (busy_ns_) {
+    app_polled_at_.store(now, std::memory_order_relaxed);
+    spin_since_.store(now, std::memory_order_relaxed);
+    lease_.store(true);
+  }
+  if (waiters_.fetch_sub(1) == 1) {
+    if (!busy_ns_) {
+      wake();
+    } else {
+      std::lock_guard<std::mutex> g(mu_);
+      timer_moved(now + busy_ns_);
+    }
+  } else if (held_.load(std::memory_order_relaxed)) {
     release_held();
+  }
   return err;
 }
 
@@ -644,7 +660,9 @@ void UdpTransport::run() {
     const uint64_t lease_end =
         lease_.load(std::memory_order_relaxed) ? app_polled_at_.load(std::memory_order_relaxed) + busy_ns_ : 0;
     const bool spin_leased = lease_end > now_ns();
+    watching_.store(true);  // before looking at waiters_: an arriving waiter sees one or the other
     const bool leased = spin_leased || waiters_.load() > 0;
+    if (leased) watching_.store(false);
     if (!spin_leased) {
       lease_.store(false, std::memory_order_relaxed);
       // Replies the application held back (receive_batch) leave when it stopped polling.

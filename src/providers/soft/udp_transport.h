@@ -166,6 +166,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<uint64_t> spin_since_{0};  // start of the application's current spin
   std::atomic<bool> lease_{false};
   std::atomic<int> waiters_{0};
+  std::atomic<bool> watching_{false};  // the progress thread's next wait includes the sockets
   // Threads that must receive (the progress thread, waiters) take rx_mu_ through this, and a polling
   // application does not try for it while any of them waits (poll_progress).
   std::atomic<int> rx_blocked_{0};
