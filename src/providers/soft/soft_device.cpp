@@ -93,9 +93,13 @@ verbs::ContextBase* SoftDevice::open() {
   ops.poll_cq = [](ibv_cq* cq, int n, ibv_wc* wc) {
     SoftCq* c = SoftCq::from(cq);
     int got = c->poll(n, wc);
-    // An empty CQ: do the progress thread's work here rather than wait for it to be scheduled.
+    // An empty CQ: send what posts left queued (doorbell batching: the application now waits for
+    // it), and do the progress thread's work here rather than wait for it to be scheduled.
     if (got == 0)
-      if (Hub* h = c->ctx->hub_if_started(); h && h->transport().poll_progress()) got = c->poll(n, wc);
+      if (Hub* h = c->ctx->hub_if_started()) {
+        h->transport().flush_held();
+        if (h->transport().poll_progress()) got = c->poll(n, wc);
+      }
     return got;
   };
   ops.req_notify_cq = [](ibv_cq* cq, int solicited_only) {

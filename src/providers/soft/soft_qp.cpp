@@ -361,6 +361,8 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
   if (ibqp->context != &vctx.context) return EINVAL;
   SoftQp* qp = SoftQp::from(ibqp);
   qp->hub->remove_qp(qp->qpn);
+  // Queued packets may carry this QP's inline data, which lives in its send queue: send them first.
+  qp->hub->transport().drain();
   qp->hub->transport().with_engine([&](rc::Engine& e) { return e.destroy_qp(qp->qpn); });
   reinterpret_cast<SoftPd*>(ibqp->pd)->users--;
   qp->scq.cq->users--;
@@ -375,7 +377,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
 
 int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->hub->transport().post_engine([&](rc::Engine& e) {
+  return qp->hub->transport().post_send_engine(qp->qpn, [&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::SendWr w;
       w.wr_id = wr->wr_id;

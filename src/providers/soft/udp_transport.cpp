@@ -247,6 +247,8 @@ void UdpTransport::wake() {
 
 void UdpTransport::handoff() {
   if (!stage_->nmsgs) return;
+  held_.store(false, std::memory_order_relaxed);
+  ++handoffs_;
   std::lock_guard<std::mutex> g(q_mu_);
   sendq_.push_back(std::move(stage_));
   if (spare_.empty()) {
@@ -265,6 +267,7 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   }
   const int niov = p.niov + 2;
   if (stage_->full(niov)) handoff();
+  ++staged_;
   TxBatch& b = *stage_;
   const Socket& k = socks_[sock];
   uint32_t payload = 0;
@@ -389,6 +392,7 @@ void UdpTransport::send_batch(TxBatch& b) {
 #else  // sendmsg_x with MELON_SOFT_DARWIN_BATCH, else one sendmsg per message (msg_batch.h)
     int r = send_msg_x(system_msg_x(), fd, b.mmsg.data() + off, unsigned(end - off));
 #endif
+    stats_.tx_calls.fetch_add(1, std::memory_order_relaxed);
     if (r < 0) {
       if (errno == EINTR) continue;
       const TxMsg& m = b.msgs[off];
@@ -408,16 +412,37 @@ void UdpTransport::send_batch(TxBatch& b) {
   }
 }
 
-void UdpTransport::after_engine_call(bool keep_held) {
-  // Held replies keep waiting through posts that send nothing (a receive repost), so they leave
-  // with the application's next send; control calls (with_engine) send them.
-  uint64_t d = engine_.next_deadline();
-  timer_moved(d);
-  if (keep_held && held_.load(std::memory_order_relaxed) && stage_.get() == held_batch_ &&
-      stage_->nslots == held_slots_)
-    return;
+void UdpTransport::after_engine_call() {
   handoff();
-  held_.store(false, std::memory_order_relaxed);
+  timer_moved(engine_.next_deadline());
+}
+
+bool UdpTransport::after_post(bool backed, uint64_t staged_before, uint64_t handoffs_before) {
+  // Hold when nothing was handed off meanwhile (a full batch must go) and either the post staged
+  // nothing (a receive WQE, a full window: what is held stays held) or it went to a QP whose coming
+  // ACK or timer sends it, with fewer than a GSO run held. Held packets wait at most for the next
+  // arrival or timer the progress thread handles (after_engine_call), or, in a lease, for the
+  // application's next poll or the lease's end (receive_batch, run()).
+  const uint64_t added = staged_ - staged_before;
+  if (handoffs_ == handoffs_before && stage_->nslots < kMaxHeld && (!added || backed)) {
+    if (added) {
+      stats_.tx_deferred.fetch_add(added, std::memory_order_relaxed);
+      held_.store(true, std::memory_order_relaxed);
+    }
+    timer_moved(engine_.next_deadline());
+    return false;
+  }
+  after_engine_call();
+  return true;
+}
+
+void UdpTransport::flush_held() {
+  if (!held_.load(std::memory_order_relaxed)) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    handoff();
+  }
+  send_queued(false);
 }
 
 void UdpTransport::rx_setup() {
@@ -521,11 +546,10 @@ int UdpTransport::receive_batch(size_t sock, bool hold) {
   engine_.tick();
   batch_now_ = 0;
   if (hold && defer_) {
-    // A busy-polling application's own receive: its replies (ACKs) wait in stage_ for the
-    // application's next post, which sends them in the same sendmmsg, or its next poll.
-    held_batch_ = stage_.get();
-    held_slots_ = stage_->nslots;
-    held_.store(held_slots_ > 0, std::memory_order_relaxed);
+    // A busy-polling application's or a waiter's own receive: its replies (ACKs) wait in stage_ for
+    // the application's next post, which sends them in the same sendmmsg (after_post), or its next
+    // poll (flush_held), arming, or the end of its lease (run()).
+    if (stage_->nslots) held_.store(true, std::memory_order_relaxed);
     timer_moved(engine_.next_deadline());
   } else {
     after_engine_call();
@@ -539,7 +563,6 @@ bool UdpTransport::poll_progress() {
   // thread's ppoll has seen a socket readable (the hint) or poll_interval_ns_ has passed since this
   // path last looked. Inside one the progress thread does not receive, so every poll does.
   if (!running_) return false;
-  if (held_.load(std::memory_order_relaxed)) release_held();
   const uint64_t now = now_ns();
   bool lease = lease_.load(std::memory_order_relaxed);
   if (busy_ns_) {
@@ -569,22 +592,13 @@ bool UdpTransport::poll_progress() {
   return got > 0;
 }
 
-void UdpTransport::release_held() {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    handoff();
-    held_.store(false, std::memory_order_relaxed);
-  }
-  send_queued(false);
-}
-
 void UdpTransport::app_waits() {
   // A poll right after arming (closing the race with a completion) starts a new spin, not a lease.
   const uint64_t now = now_ns();
   spin_since_.store(now, std::memory_order_relaxed);
   app_polled_at_.store(now, std::memory_order_relaxed);
   if (lease_.exchange(false)) wake();
-  if (held_.load(std::memory_order_relaxed)) release_held();
+  if (held_.load(std::memory_order_relaxed)) flush_held();
 }
 
 int UdpTransport::wait_readable(int fd) {
@@ -616,7 +630,7 @@ int UdpTransport::wait_readable(int fd) {
         if (fds[s + 1].revents & POLLIN) receive_batch(which[s], true);
     }
     if (poll(fds.data(), 1, 0) == 1) break;
-    if (held_.load(std::memory_order_relaxed)) release_held();
+    if (held_.load(std::memory_order_relaxed)) flush_held();
     send_queued(false);
   }
   // The last waiter out leaves a lease, as a poll does: the application's next poll, post or
@@ -636,7 +650,7 @@ int UdpTransport::wait_readable(int fd) {
       timer_moved(now + busy_ns_);
     }
   } else if (held_.load(std::memory_order_relaxed)) {
-    release_held();
+    flush_held();
   }
   return err;
 }
@@ -666,7 +680,7 @@ void UdpTransport::run() {
     if (!spin_leased) {
       lease_.store(false, std::memory_order_relaxed);
       // Replies the application held back (receive_batch) leave when it stopped polling.
-      if (held_.load(std::memory_order_relaxed)) release_held();
+      if (held_.load(std::memory_order_relaxed)) flush_held();
     }
     uint64_t deadline;
     {

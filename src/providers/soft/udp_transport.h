@@ -56,14 +56,26 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // still waiting to be sent).
   template <typename F>
   auto with_engine(F&& f) {
-    return call(std::forward<F>(f), true);
+    return call(std::forward<F>(f), Mode::control, 0);
   }
   // The same for posting: never waits for another thread's send. When another thread is sending,
   // it sends these packets too before it lets go (send_queued).
   template <typename F>
   auto post_engine(F&& f) {
-    return call(std::forward<F>(f), false);
+    return call(std::forward<F>(f), Mode::post, 0);
   }
+  // ibv_post_send to `qpn`: doorbell batching. A post to an RC QP that already awaits an ACK
+  // (Engine::awaiting_ack) leaves its packets queued without a syscall: they go out with whatever
+  // the next engine activity sends (an arrival, a timer: handling that ACK or timer is such an
+  // activity, so they never wait for ever), on the next empty CQ poll (flush_held), or once 64 are
+  // queued (one GSO send). A post to an idle QP, and UC/UD posts, send at once (latency).
+  template <typename F>
+  auto post_send_engine(uint32_t qpn, F&& f) {
+    return call(std::forward<F>(f), Mode::post_send, qpn);
+  }
+  // Sends the packets posts left queued; costs one atomic load when there are none (poll_cq on an
+  // empty CQ: the application is about to wait for them).
+  void flush_held();
   // Hands every queued packet to the kernel before returning (dereg_mr: nothing queued may point
   // into memory about to be released).
   void drain();
@@ -95,32 +107,41 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // one thread sending) -> q_mu_. No thread makes a syscall while holding mu_, so a post waits at
   // most for engine work, never for a recvmmsg or a sendmmsg.
  private:
+  enum class Mode { control, post, post_send };
   template <typename F>
-  auto call(F&& f, bool wait) {
+  auto call(F&& f, Mode mode, uint32_t qpn) {
     struct Send {
       UdpTransport* t;
-      bool wait;
-      ~Send() { t->send_queued(wait); }  // after the engine lock is released
-    } send{this, wait};
+      bool wait, send = true;
+      ~Send() {
+        if (send) t->send_queued(wait);  // after the engine lock is released
+      }
+    } send{this, mode == Mode::control};
     std::lock_guard<std::mutex> g(mu_);
     struct Flush {
       UdpTransport* t;
-      bool keep_held;
-      ~Flush() { t->after_engine_call(keep_held); }
-    } flush{this, !wait};
+      Send& s;
+      Mode mode;
+      bool backed;
+      uint64_t staged, handoffs;
+      ~Flush() {
+        s.send = mode == Mode::control ? (t->after_engine_call(), true) : t->after_post(backed, staged, handoffs);
+      }
+    } flush{this, send, mode, mode == Mode::post_send && engine_.awaiting_ack(qpn), staged_, handoffs_};
     return f(engine_);
   }
 
   void transmit(const rc::TxPacket& p) override;
   uint64_t now() override { return batch_now_ ? batch_now_ : now_ns(); }
-  // With mu_ held: queue the batch, wake the progress thread if needed. `keep_held`: a post that
-  // sent nothing leaves held replies held (receive_batch).
-  void after_engine_call(bool keep_held = false);
+  void after_engine_call();  // with mu_ held: queue the batch, arm the progress thread's timer if needed
+  // With mu_ held, after a post: hold what it staged (doorbell batching) or queue it; true if the
+  // caller must send the queue.
+  bool after_post(bool backed, uint64_t staged_before, uint64_t handoffs_before);
   void run();
-  // With rx_mu_ held (takes mu_ to process). `hold`: a busy-polling application's receive; what the
-  // engine sends in reply stays in stage_ (held_) for the application's next post or poll.
+  // With rx_mu_ held (takes mu_ to process). `hold`: the receive of a busy-polling application or a
+  // blocked waiter; what the engine sends in reply stays in stage_ (held_) for the application's
+  // next post (one sendmmsg with it), poll or ibv_req_notify_cq, or the end of the lease.
   int receive_batch(size_t sock, bool hold = false);
-  void release_held();  // stage_'s held replies join the send queue and leave
   void wake();
   // With mu_ held: the engine's next deadline is now d. If that is earlier than the progress thread
   // will wake, arm the timer fd for d (Linux), else wake the thread.
@@ -133,6 +154,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   static constexpr int kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS of Linux 4.18..6.0 (128 since)
   static constexpr size_t kMaxGsoBytes = 65507;  // the largest IPv4 UDP payload, all segments together
   static constexpr int kMaxIovPerMsg = 1024;  // UIO_MAXIOV
+  static constexpr int kMaxHeld = kMaxGsoSegments;  // held packets that make posts send (one GSO run)
   // Receive: one datagram per buffer, or with UDP GRO up to 64 KiB of one flow's packets.
   static constexpr size_t kRxBuf = 9216;
   static constexpr size_t kRxBufGro = 65536;
@@ -179,11 +201,6 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     ~RxLock() { t->rx_mu_.unlock(); }
     UdpTransport* t;
   };  // threads in wait_readable(): they receive, the progress thread does not
-  std::atomic<bool> held_{false};  // stage_ holds replies of a leased receive (receive_batch)
-  // What was held (guarded by mu_): the batch and its packet count then. A post that adds a packet,
-  // or a batch that changed hands meanwhile, sends.
-  const void* held_batch_ = nullptr;
-  int held_slots_ = 0;
   bool defer_ = true;  // the application receives; the progress thread keeps off the sockets
   uint64_t armed_deadline_ = UINT64_MAX;
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
@@ -229,6 +246,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   void send_queued(bool wait);
   void send_batch(TxBatch& b);  // with tx_mu_ held
   std::unique_ptr<TxBatch> stage_;  // guarded by mu_
+  uint64_t staged_ = 0, handoffs_ = 0;  // packets transmit() staged, batches handed off (guarded by mu_)
+  std::atomic<bool> held_{false};  // stage_ holds packets a post left there (set and cleared under mu_)
   std::deque<std::unique_ptr<TxBatch>> sendq_;  // guarded by q_mu_
   std::vector<std::unique_ptr<TxBatch>> spare_;  // guarded by q_mu_
   std::unique_ptr<std::atomic<bool>[]> gso_;  // per socket: cleared by the sender if the kernel refuses
