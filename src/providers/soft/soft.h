@@ -221,6 +221,7 @@ class SoftContext : public verbs::ContextBase, public verbs::ContextOps {
   int destroy_qp(ibv_qp* qp) override;
 
   void close() override;
+  int wait_channel(int fd) override;  // the transport's wait_readable (udp_transport.h)
 
   // The device's transport, started on first use (QP or SRQ) and held until close.
   Hub* hub(int* err);

@@ -36,7 +36,8 @@ namespace melon::soft {
   X(rx_gro_buffers, "receive buffers that held several packets (UDP GRO)")                                    \
   X(offload_fallbacks, "sockets without UDP GSO or GRO, and GSO sends the kernel refused")                    \
   X(tx_calls, "send system calls (sendmmsg, or sendmsg where there is none)")                                 \
-  X(tx_deferred, "packets a post left queued to leave with later ones (doorbell batching)")
+  X(tx_deferred, "packets a post left queued to leave with later ones (doorbell batching)")                   \
+  X(busy_poll_leases, "times a busy-polling application took receiving over from the progress thread")
 
 struct TransportStats {
 #define MELON_SOFT_COUNTER_FIELD(name, text) std::atomic<uint64_t> name{0};

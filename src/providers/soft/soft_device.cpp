@@ -104,9 +104,14 @@ verbs::ContextBase* SoftDevice::open() {
   };
   ops.req_notify_cq = [](ibv_cq* cq, int solicited_only) {
     SoftCq* c = SoftCq::from(cq);
-    std::lock_guard<std::mutex> lock(c->mu);
-    c->armed = true;
-    c->solicited_only = solicited_only != 0;
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      c->armed = true;
+      c->solicited_only = solicited_only != 0;
+    }
+    // The application will block on the channel: arrivals must wake the progress thread, not wait
+    // for a busy-poll lease to run out (udp_transport.h).
+    if (Hub* h = c->ctx->hub_if_started()) h->transport().app_waits();
     return 0;
   };
   ops.post_srq_recv = [](ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
@@ -227,6 +232,11 @@ int SoftContext::query_port(uint8_t port, ibv_port_attr* attr) {
 int SoftContext::query_gid_entry(uint32_t port, uint32_t index, ibv_gid_entry* entry) {
   if (port != 1 || index >= static_cast<uint32_t>(kGidTableLen)) return EINVAL;
   return dev_->gid(index, entry) ? 0 : ENODATA;
+}
+
+int SoftContext::wait_channel(int fd) {
+  Hub* h = hub_if_started();
+  return h ? h->transport().wait_readable(fd) : 0;
 }
 
 void SoftContext::close() {

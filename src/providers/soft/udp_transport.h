@@ -83,7 +83,21 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // Receive and process whatever has arrived, from the caller's thread (an application polling
   // an empty CQ), so a busy-polling process needs no thread hand-off. False if nothing came or
   // the progress thread holds the engine.
+  //
+  // Busy-poll lease: once the application has polled empty CQs without a pause for kSpinMinNs,
+  // the progress thread stops watching the sockets (it keeps the timers and its wake pipe) and
+  // every poll receives, so arrivals never wake a second thread that would race the spinning one
+  // for the socket and the CPU. The lease ends when no poll came for busy_ns_
+  // (MELON_SOFT_BUSY_NS, default 1 ms; 0 turns the lease off) or when a CQ is armed (app_waits).
   bool poll_progress();
+  // A CQ of this transport was armed (ibv_req_notify_cq): the application is about to block, so
+  // the progress thread watches the sockets again at once.
+  void app_waits();
+  // Blocks until `fd` (a completion channel) is readable, receiving in the caller's thread
+  // meanwhile: while any thread waits here the progress thread leaves the sockets (it keeps the
+  // timers), so an arrival wakes the waiter directly, not the progress thread and then the waiter.
+  // 0, or an errno value of poll().
+  int wait_readable(int fd);
 
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
@@ -119,13 +133,19 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
 
   void transmit(const rc::TxPacket& p) override;
   uint64_t now() override { return batch_now_ ? batch_now_ : now_ns(); }
-  void after_engine_call();  // with mu_ held: queue the batch, wake the progress thread if needed
+  void after_engine_call();  // with mu_ held: queue the batch, arm the progress thread's timer if needed
   // With mu_ held, after a post: hold what it staged (doorbell batching) or queue it; true if the
   // caller must send the queue.
   bool after_post(bool backed, uint64_t staged_before, uint64_t handoffs_before);
   void run();
-  int receive_batch(size_t sock);  // with rx_mu_ held (takes mu_ to process)
+  // With rx_mu_ held (takes mu_ to process). `hold`: the receive of a busy-polling application or a
+  // blocked waiter; what the engine sends in reply stays in stage_ (held_) for the application's
+  // next post (one sendmmsg with it), poll or ibv_req_notify_cq, or the end of the lease.
+  int receive_batch(size_t sock, bool hold = false);
   void wake();
+  // With mu_ held: the engine's next deadline is now d. If that is earlier than the progress thread
+  // will wake, arm the timer fd for d (Linux), else wake the thread.
+  void timer_moved(uint64_t d);
   size_t socket_for(const uint8_t sgid[16]) const;
 
   // Transmit: packets queue in slots; consecutive full-size packets of one flow share one message
@@ -149,6 +169,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::vector<Socket> socks_;
   uint16_t port_;
   int wake_rd_ = -1, wake_wr_ = -1;
+  int timer_fd_ = -1;  // timerfd (Linux) the progress thread watches beside its ppoll timeout
   std::mutex rx_mu_, mu_, q_mu_, tx_mu_;
   rc::Engine engine_;
   std::thread thread_;
@@ -158,6 +179,29 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<bool> rx_hint_{false};
   std::atomic<uint64_t> last_poll_rx_{0};  // when poll_progress() last looked without the hint
   uint64_t poll_interval_ns_ = 2000;  // MELON_SOFT_POLL_NS overrides (benchmarks)
+  // Busy-poll lease (poll_progress): polls closer than kSpinGapNs are one spin; a spin of
+  // kSpinMinNs takes the lease (an event-driven application's empty polls around ibv_req_notify_cq
+  // are a few µs apart and shorter than that).
+  static constexpr uint64_t kSpinGapNs = 20000, kSpinMinNs = 50000;
+  uint64_t busy_ns_ = 1000000;  // MELON_SOFT_BUSY_NS overrides; 0: no lease
+  std::atomic<uint64_t> app_polled_at_{0};  // the last poll_progress()
+  std::atomic<uint64_t> spin_since_{0};  // start of the application's current spin
+  std::atomic<bool> lease_{false};
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> watching_{false};  // the progress thread's next wait includes the sockets
+  // Threads that must receive (the progress thread, waiters) take rx_mu_ through this, and a polling
+  // application does not try for it while any of them waits (poll_progress).
+  std::atomic<int> rx_blocked_{0};
+  struct RxLock {
+    explicit RxLock(UdpTransport* t) : t(t) {
+      t->rx_blocked_.fetch_add(1);
+      t->rx_mu_.lock();
+      t->rx_blocked_.fetch_sub(1);
+    }
+    ~RxLock() { t->rx_mu_.unlock(); }
+    UdpTransport* t;
+  };  // threads in wait_readable(): they receive, the progress thread does not
+  bool defer_ = true;  // the application receives; the progress thread keeps off the sockets
   uint64_t armed_deadline_ = UINT64_MAX;
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
   uint64_t totals_at_ = 0;  // when the engine's counter totals were last copied out (progress thread)
