@@ -158,6 +158,7 @@ struct SoftCq : verbs::CqBase {
   uint64_t wc_flags = 0;
   bool ignore_overrun = false;
   std::atomic<int> users{0};  // QPs
+  std::atomic<uint32_t> lanes{0};  // bit i: a QP of lane i has completed or may complete here (soft_qp.h)
 
   std::mutex mu;  // guards everything below
   std::vector<ibv_wc> ring;
@@ -177,6 +178,7 @@ struct SoftCq : verbs::CqBase {
 struct SoftSrq : verbs::SrqBase {
   SoftContext* ctx = nullptr;
   Hub* hub = nullptr;
+  size_t lane = 0;  // the SRQ and its QPs live in one lane (soft_qp.h)
   rc::Srq* engine = nullptr;
   uint32_t srqn = 0;
   uint32_t max_wr = 0, max_sge = 0;

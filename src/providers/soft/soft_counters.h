@@ -34,7 +34,9 @@ namespace melon::soft {
   X(acks_coalesced, "AckReq'd packets acknowledged by the ACK of a later one in the same receive batch")      \
   X(tx_gso_sends, "sends that carried several packets in one call (UDP GSO)")                                 \
   X(rx_gro_buffers, "receive buffers that held several packets (UDP GRO)")                                    \
-  X(offload_fallbacks, "sockets without UDP GSO or GRO, and GSO sends the kernel refused")
+  X(offload_fallbacks, "sockets without UDP GSO or GRO, and GSO sends the kernel refused")                    \
+  X(lanes, "transports (engine, sockets, thread) of the device; 1 where steering by QPN is unavailable")      \
+  X(rx_lane_handovers, "packets steered to a lane for another lane's QP (merged by GRO), handed over")
 
 struct TransportStats {
 #define MELON_SOFT_COUNTER_FIELD(name, text) std::atomic<uint64_t> name{0};

@@ -160,7 +160,7 @@ int SoftContext::destroy_cq(ibv_cq* cq) {
 
 int SoftSrq::post(ibv_recv_wr* wr, ibv_recv_wr** bad) {
   static_assert(sizeof(ibv_sge) == sizeof(rc::Sge), "ibv_sge and rc::Sge share a layout");
-  return hub->transport().post_engine([&](rc::Engine& e) {
+  return hub->lane(lane).post_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::RecvWr r;
       r.wr_id = wr->wr_id;
@@ -191,9 +191,10 @@ ibv_srq* SoftContext::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   auto* s = new SoftSrq();
   s->ctx = this;
   s->hub = h;
+  s->lane = h->choose_lane();
   s->max_wr = a.max_wr;
   s->max_sge = a.max_sge ? a.max_sge : 1;
-  err = h->transport().with_engine([&](rc::Engine& e) {
+  err = h->lane(s->lane).with_engine([&](rc::Engine& e) {
     return e.create_srq(pd->handle, s->max_wr, s->max_sge, a.srq_limit, &s->engine, &s->srqn);
   });
   if (err) {
@@ -203,6 +204,7 @@ ibv_srq* SoftContext::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   }
   verbs::init_srq_fields(s, &vctx.context, pd, attr->srq_context);
   h->add_srq(s->srqn, &s->ibv);
+  h->use(s->lane);
   a.max_wr = s->max_wr;  // report what was granted
   a.max_sge = s->max_sge;
   reinterpret_cast<SoftPd*>(pd)->users++;
@@ -216,7 +218,7 @@ int SoftContext::modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   // Resizing an SRQ is not supported (docs/verbs.md); asking for the current size is fine.
   if ((mask & IBV_SRQ_MAX_WR) && attr->max_wr != s->max_wr) return EOPNOTSUPP;
   if (!(mask & IBV_SRQ_LIMIT)) return 0;
-  return s->hub->transport().with_engine([&](rc::Engine& e) { return e.modify_srq(s->engine, attr->srq_limit); });
+  return s->hub->lane(s->lane).with_engine([&](rc::Engine& e) { return e.modify_srq(s->engine, attr->srq_limit); });
 }
 
 int SoftContext::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
@@ -225,7 +227,7 @@ int SoftContext::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   attr->max_wr = s->max_wr;
   attr->max_sge = s->max_sge;
   uint32_t limit = 0;
-  int err = s->hub->transport().with_engine([&](rc::Engine& e) { return e.query_srq(s->engine, &limit); });
+  int err = s->hub->lane(s->lane).with_engine([&](rc::Engine& e) { return e.query_srq(s->engine, &limit); });
   if (err) return err;
   attr->srq_limit = limit;
   return 0;
@@ -234,9 +236,10 @@ int SoftContext::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
 int SoftContext::destroy_srq(ibv_srq* srq) {
   if (srq->context != &vctx.context) return EINVAL;
   SoftSrq* s = SoftSrq::from(srq);
-  int err = s->hub->transport().with_engine([&](rc::Engine& e) { return e.destroy_srq(s->engine); });
+  int err = s->hub->lane(s->lane).with_engine([&](rc::Engine& e) { return e.destroy_srq(s->engine); });
   if (err) return err;  // EBUSY: a QP still uses it
   s->hub->remove_srq(s->srqn);
+  s->hub->unuse(s->lane);
   reinterpret_cast<SoftPd*>(srq->pd)->users--;
   verbs::destroy_sync_fields(&srq->mutex, &srq->cond);
   delete s;

@@ -93,9 +93,11 @@ verbs::ContextBase* SoftDevice::open() {
   ops.poll_cq = [](ibv_cq* cq, int n, ibv_wc* wc) {
     SoftCq* c = SoftCq::from(cq);
     int got = c->poll(n, wc);
-    // An empty CQ: do the progress thread's work here rather than wait for it to be scheduled.
+    // An empty CQ: do the progress threads' work here rather than wait for them to be scheduled,
+    // on the lanes of this CQ's QPs.
     if (got == 0)
-      if (Hub* h = c->ctx->hub_if_started(); h && h->transport().poll_progress()) got = c->poll(n, wc);
+      if (Hub* h = c->ctx->hub_if_started(); h && h->poll_progress(c->lanes.load(std::memory_order_relaxed)))
+        got = c->poll(n, wc);
     return got;
   };
   ops.req_notify_cq = [](ibv_cq* cq, int solicited_only) {

@@ -39,6 +39,16 @@ struct LocalAddress {
   uint32_t scope_id = 0;
 };
 
+class UdpTransport;
+
+// Where a transport stands among its device's lanes (soft_qp.h, Hub; udp_socket.h, ReuseGroup).
+// The default is a device of one lane: its own counter file, an ordinary socket.
+struct LaneConfig {
+  uint32_t count = 1, index = 0;
+  TransportStats* stats = nullptr;  // the device's counters, shared by its lanes (nullptr: own file)
+  UdpTransport* const* lanes = nullptr;  // every lane by index: packets for their QPs go there
+};
+
 // The engine's frame link and clock; memory and events are the provider's (rc/host.h).
 class UdpTransport final : private rc::FrameLink, private rc::Clock {
  public:
@@ -46,7 +56,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // Memory and events are called with the engine lock held. With a `counter_name` (the device
   // name) the counters are published for melonctl (soft_counters.h).
   UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
-               const rc::EngineConfig& config = {}, uint16_t port = 4791, const char* counter_name = nullptr);
+               const rc::EngineConfig& config = {}, uint16_t port = 4791, const char* counter_name = nullptr,
+               const LaneConfig& lane = {});
   ~UdpTransport() override;
 
   // Opens every address's socket (udp_socket.h) and starts the progress thread. A socket option
@@ -83,6 +94,17 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
 
+  // Lanes: datagrams this lane's sockets received, and packets among them that belonged to
+  // another lane's QP (UDP GRO merges one sender's packets for several QPs into one buffer, which
+  // the kernel steers by the first) and were handed to it. For tests and the lane counters.
+  uint64_t lane_datagrams() const { return lane_datagrams_.load(std::memory_order_relaxed); }
+  uint64_t lane_handed_over() const { return lane_handed_over_.load(std::memory_order_relaxed); }
+  // The engine's counters (retransmissions, ...) added to the shared counters (the progress thread
+  // does it every millisecond; the Hub before it prints a device's totals).
+  void publish_totals();
+  // With MELON_SOFT_STATS=1: every counter of a device in one line on stderr.
+  static void print_counters(const char* name, const TransportStats& stats);
+
   // Locks, in the order they may nest: rx_mu_ (receive buffers, recvmmsg) -> mu_ (the engine and
   // the batch being filled) -> q_mu_ (the send queue, held for pointer moves only). tx_mu_ (the
   // one thread sending) -> q_mu_. No thread makes a syscall while holding mu_, so a post waits at
@@ -108,6 +130,17 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   void after_engine_call();  // with mu_ held: queue the batch, wake the progress thread if needed
   void run();
   int receive_batch(size_t sock);  // with rx_mu_ held (takes mu_ to process)
+  void publish_totals_locked();  // with mu_ held
+  // Packets of another lane's QPs: set aside while processing a batch (pointing into the receive
+  // buffers, under rx_mu_), handed over after mu_ is released (no thread holds two lanes' mu_).
+  struct Foreign {
+    uint32_t lane;
+    roce::IpUdp ip;
+    const uint8_t* pkt;
+    size_t len;
+  };
+  void hand_over();
+  void receive_handed(const Foreign* f, size_t n);  // from another lane's thread
   void wake();
   size_t socket_for(const uint8_t sgid[16]) const;
 
@@ -127,6 +160,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     int fd = -1;
     SocketOffloads offloads;
     uint32_t rxq_drops = 0;  // the kernel's drop count at the last receive (SO_RXQ_OVFL)
+    int claim = -1;  // lane 0 of several: this process's claim on the address (udp_socket.h)
   };
   std::vector<Socket> socks_;
   uint16_t port_;
@@ -145,8 +179,13 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   uint64_t totals_at_ = 0;  // when the engine's counter totals were last copied out (progress thread)
   bool totals_stale_ = false;
   std::string name_;
+  LaneConfig lane_;
   CounterFile counters_;
-  TransportStats& stats_;  // in counters_
+  TransportStats& stats_;  // in counters_, or the device's (lane_.stats)
+  rc::QpCounters published_;  // the engine totals already added to stats_ (guarded by mu_)
+  uint64_t published_dropped_ = 0;
+  std::vector<Foreign> foreign_;  // guarded by rx_mu_
+  std::atomic<uint64_t> lane_datagrams_{0}, lane_handed_over_{0};
 
   // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
   // the send queue, and whichever thread holds tx_mu_ sends queued batches in order.
