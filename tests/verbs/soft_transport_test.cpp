@@ -419,8 +419,9 @@ TEST_F(SoftTransport, WithoutGsoAndGroEveryPacketIsADatagramAndTheFallbackIsCoun
     auto b = melon::test::read_counters(stats_dir, "tr4b");
     EXPECT_EQ(a["tx_gso_sends"] + b["tx_gso_sends"], 0u);
     EXPECT_EQ(a["rx_gro_buffers"] + b["rx_gro_buffers"], 0u);
-    EXPECT_EQ(a["offload_fallbacks"], 1u);  // one socket each
-    EXPECT_EQ(b["offload_fallbacks"], 1u);
+    EXPECT_GE(a["lanes"], 1u);
+    EXPECT_EQ(a["offload_fallbacks"], a["lanes"]);  // one socket per lane each
+    EXPECT_EQ(b["offload_fallbacks"], b["lanes"]);
     EXPECT_GE(a["tx_packets"], 100u);
     EXPECT_GE(b["tx_packets"], 100u);
     EXPECT_EQ(a["rx_bad_icrc"] + b["rx_bad_icrc"], 0u);

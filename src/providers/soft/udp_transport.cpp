@@ -448,6 +448,7 @@ void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, cons
   }
   ip.ip_id = id;
   stats_.rx_packets++;
+  lane_rx_packets_.store(lane_rx_packets_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   if (lane_.count > 1 && len >= 8) {
     const uint32_t qpn = uint32_t(pkt[5]) << 16 | uint32_t(pkt[6]) << 8 | pkt[7];  // BTH: destination QP
     const uint32_t to = lane_of_qpn(qpn, lane_.count);
@@ -461,7 +462,8 @@ void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, cons
 
 void UdpTransport::hand_over() {
   // Lane by lane, in arrival order within each (a QP's packets stay in order).
-  lane_handed_over_.fetch_add(foreign_.size(), std::memory_order_relaxed);
+  lane_handed_over_.store(lane_handed_over_.load(std::memory_order_relaxed) + foreign_.size(),
+                          std::memory_order_relaxed);
   stats_.rx_lane_handovers.fetch_add(foreign_.size(), std::memory_order_relaxed);
   std::vector<Foreign> mine;
   for (uint32_t l = 0; l < lane_.count; ++l) {
@@ -515,7 +517,6 @@ int UdpTransport::receive_batch(size_t sock) {
     rx_hint_.store(false, std::memory_order_relaxed);
     return 0;
   }
-  lane_datagrams_.fetch_add(unsigned(n), std::memory_order_relaxed);
   std::unique_lock<std::mutex> g(mu_);
   batch_now_ = now_ns();
   engine_.begin_batch();  // one ACK per QP for the whole batch (Engine::begin_batch)

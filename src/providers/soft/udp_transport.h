@@ -94,10 +94,10 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
 
-  // Lanes: datagrams this lane's sockets received, and packets among them that belonged to
-  // another lane's QP (UDP GRO merges one sender's packets for several QPs into one buffer, which
-  // the kernel steers by the first) and were handed to it. For tests and the lane counters.
-  uint64_t lane_datagrams() const { return lane_datagrams_.load(std::memory_order_relaxed); }
+  // Lanes: packets this lane's sockets received (ICRC right), and those among them that belonged
+  // to another lane's QP (UDP GRO merges one sender's packets for several QPs into one buffer,
+  // which the kernel steers by the first) and were handed to it. For tests.
+  uint64_t lane_rx_packets() const { return lane_rx_packets_.load(std::memory_order_relaxed); }
   uint64_t lane_handed_over() const { return lane_handed_over_.load(std::memory_order_relaxed); }
   // The engine's counters (retransmissions, ...) added to the shared counters (the progress thread
   // does it every millisecond; the Hub before it prints a device's totals).
@@ -185,7 +185,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   rc::QpCounters published_;  // the engine totals already added to stats_ (guarded by mu_)
   uint64_t published_dropped_ = 0;
   std::vector<Foreign> foreign_;  // guarded by rx_mu_
-  std::atomic<uint64_t> lane_datagrams_{0}, lane_handed_over_{0};
+  std::atomic<uint64_t> lane_rx_packets_{0}, lane_handed_over_{0};  // written under rx_mu_
 
   // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
   // the send queue, and whichever thread holds tx_mu_ sends queued batches in order.
