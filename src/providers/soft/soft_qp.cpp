@@ -118,7 +118,8 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
 }
 
 Hub::~Hub() {
-  for (auto& l : lanes_) l->stop();  // threads first: a lane may hand packets to another until then
+  for (auto& l : lanes_) l->halt();  // every thread first: a lane may hand packets to another until then
+  for (auto& l : lanes_) l->stop();
   for (auto& l : lanes_) l->publish_totals();
   if (started_) UdpTransport::print_counters(dev_->name(), counters_->counters());
   lanes_.clear();

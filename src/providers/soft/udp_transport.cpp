@@ -173,12 +173,18 @@ int UdpTransport::start(std::string* why) {
   return 0;
 }
 
-void UdpTransport::stop() {
-  const bool was_running = running_.exchange(false);
-  if (was_running) {
+bool UdpTransport::halt() {
+  if (running_.exchange(false)) {
     wake();
     thread_.join();
+    halted_ = true;
   }
+  return halted_;
+}
+
+void UdpTransport::stop() {
+  const bool was_running = halt();
+  halted_ = false;
   drain();
   if (was_running) publish_totals();
   // MELON_SOFT_STATS=1: the final counters on stderr (the counter file goes with the process), so a

@@ -66,6 +66,9 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // none could be bound.
   int start(std::string* why = nullptr);
   void stop();
+  // Stops the progress thread only (sockets open, nothing more received); stop() does the rest.
+  // A device's lanes all halt before any closes, since a lane may hand packets to another.
+  bool halt();
   size_t bound() const;
 
   // Runs `f(engine)` under the engine lock, wakes the progress thread if a timer moved earlier,
@@ -169,6 +172,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   rc::Engine engine_;
   std::thread thread_;
   std::atomic<bool> running_{false};
+  bool halted_ = false;  // halt() stopped a running thread; stop() has yet to finish
   // Set when the progress thread's ppoll saw a socket readable, cleared when a receive drains it:
   // an application polling an empty CQ reads this instead of making an empty recvmmsg.
   std::atomic<bool> rx_hint_{false};
