@@ -32,6 +32,7 @@ namespaces=()
 cleanup() {
   local j
   for j in $(jobs -p); do kill "$j" 2> /dev/null || true; done
+  pkill -f "$tmp/" 2> /dev/null || true # children of those jobs (ip netns exec) that name this run's files
   for n in "${namespaces[@]}"; do ip netns del "$n" 2> /dev/null || true; done
   rm -rf "$tmp"
 }
@@ -162,8 +163,10 @@ for s in $sections; do
       # sockperf's smallest message is 14 bytes (its own header); it too reports half a round trip.
       u=$(in_ns $nsB sockperf ping-pong -f "$tmp/feed" -m 14 -t 5 -F r --nonblocked 2>&1 |
         sed 's/\x1b\[[0-9;]*m//g' | awk -F'avg-latency=' '/avg-latency=/{split($2, a, " "); print a[1]}')
-      # By pid: a busy-polling server left behind would take a core from every later run.
-      kill "$sockperf_pid" 2> /dev/null || true
+      # A busy-polling server left behind would take a core from every later run. $! is the shell
+      # running in_ns, not sockperf (in a namespace, ip netns exec is a child of it), so match this
+      # run's feed file.
+      pkill -f "sockperf server -f $tmp/feed" 2> /dev/null || true
       wait "$sockperf_pid" 2> /dev/null || true
       row "loopback: send_lat 8 B vs sockperf UDP (busy)" "${r:-0}" "${u:-0}" us "<=" 1.3
       ;;

@@ -32,7 +32,6 @@ WcOpcode wc_opcode_for(WrOpcode op) {
 bool EngineImpl::complete_send(Qp& qp, SendWqe& w, WcStatus st) {
   // Always the head: completions are in order.
   bool signaled = qp.init.sq_sig_all || (w.wr.send_flags & kSignaled) || st != WcStatus::success;
-  if (w.started && w.is_read_or_atomic() && qp.req.rd_atomic_outstanding) --qp.req.rd_atomic_outstanding;
   Wc wc;
   wc.wr_id = w.wr.wr_id;
   wc.status = st;
@@ -77,9 +76,12 @@ EngineImpl::Step EngineImpl::match_nak(Qp& qp, SendWqe& w, const Packet& p, bool
     rewind(qp, w.read_next_psn);
     return Step::stop;
   }
-  // The NAKed PSN acknowledges everything before it (IBA 9.7.5.2.3): that is progress.
-  if (psn_diff(psn, qp.comp.una_psn) > 0) progressed = true;
-  qp.comp.una_psn = psn;
+  // The NAKed PSN acknowledges everything before it (IBA 9.7.5.2.3): that is progress. Not inside a
+  // READ asked for in several requests: a NAK of a later request's PSN says nothing of whether the
+  // earlier requests' responses arrived, so the READ resumes at the first one missing.
+  const uint32_t from = w.wr.opcode == WrOpcode::rdma_read ? w.read_next_psn : psn;
+  if (psn_diff(from, qp.comp.una_psn) > 0) progressed = true;
+  qp.comp.una_psn = from;
   if (type == AckType::rnr_nak) {
     ++qp.counters.rnr_naks_received;
     if (qp.req.rnr_deadline && !progressed) return Step::leave;  // a duplicate of the NAK being waited out
@@ -113,7 +115,7 @@ EngineImpl::Step EngineImpl::match_nak(Qp& qp, SendWqe& w, const Packet& p, bool
       return Step::leave;
     }
     --qp.comp.cur_retry_count;
-    rewind(qp, psn);
+    rewind(qp, from);
     ++qp.counters.retransmits;
     arm_retrans(qp, now);
     requester_progress(qp, now);
@@ -154,11 +156,16 @@ EngineImpl::Step EngineImpl::match_read_response(Qp& qp, SendWqe& w, const Packe
     return Step::leave;
   }
   qp.comp.read_gap_pending = false;
-  uint32_t off = uint32_t(psn_diff(psn, w.first_psn)) * qp.mtu;
+  // Each request (a chunk of the READ, requester.cpp) is answered FIRST..LAST or ONLY; a re-issue
+  // is answered as a continuation (MIDDLE..LAST), which rxe does even from a chunk's first PSN.
+  const uint32_t i = uint32_t(psn_diff(psn, w.first_psn));
+  const uint32_t chunk_end =
+      (i / w.read_chunk + 1) * w.read_chunk < w.npkts ? (i / w.read_chunk + 1) * w.read_chunk : w.npkts;
+  uint32_t off = i * qp.mtu;
   bool first = op.is(kStart), last = op.is(kEnd);
   // Length rules for responses (mirrors the responder's C9-87 checks).
-  uint32_t remaining = w.length - off;
-  bool bad = first != (psn == w.first_psn) || last != (psn == w.last_psn) || (!last && p.payload_len != qp.mtu) ||
+  uint32_t remaining = (uint64_t(chunk_end) * qp.mtu < w.length ? chunk_end * qp.mtu : w.length) - off;
+  bool bad = (first && i % w.read_chunk != 0) || last != (i + 1 == chunk_end) || (!last && p.payload_len != qp.mtu) ||
              (last && p.payload_len != remaining);
   if (bad) {
     complete_send(qp, w, outcome_row(Outcome::bad_response).requester_wc);
@@ -174,7 +181,7 @@ EngineImpl::Step EngineImpl::match_read_response(Qp& qp, SendWqe& w, const Packe
   w.read_next_psn = psn_add(psn, 1);
   qp.comp.una_psn = w.read_next_psn;
   progressed = true;
-  if (last) {
+  if (i + 1 == w.npkts) {  // the last response of the last request
     w.done = true;
     if (!complete_send(qp, w, WcStatus::success)) return Step::leave;
   }

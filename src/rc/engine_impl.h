@@ -78,6 +78,8 @@ class EngineImpl {
   int post_send(Qp& qp, const SendWr& wr, uint64_t now);
   void requester_progress(Qp& qp, uint64_t now);
   void rewind(Qp& qp, uint32_t psn);  // go-back-N to `psn`
+  uint32_t read_chunk(const Qp& qp, uint32_t npkts) const;  // response packets per READ request
+  uint32_t rd_atomic_requests(const Qp& qp) const;  // READ/atomic requests outstanding (max_rd_atomic)
 
   // completer.cpp: on_response walks the send queue from the oldest WQE and matches the response
   // against each with one of the match_* functions, until one says stop.

@@ -25,6 +25,10 @@ struct SendWqe {
   uint32_t npkts = 0;
   bool done = false;  // acknowledged / response complete
   uint32_t read_next_psn = 0;  // READ: next response PSN expected
+  // READ: asked for by requests of at most read_chunk response packets each (chunk k covers
+  // responses k*read_chunk.. of the WQE), so that no more responses are in flight than the window.
+  uint32_t read_chunk = 0;
+  uint32_t read_issued = 0;  // responses covered by the requests issued so far (never decreases)
   uint64_t atomic_result = 0;
 
   bool is_read_or_atomic() const {
@@ -48,7 +52,6 @@ struct Resource {
 struct RequesterState {
   uint32_t next_send_psn = 0;  // QPC next_send_psn: PSN of the next packet to send
   uint32_t pkts_since_ackreq = 0;  // packets of the current message since the last AckReq
-  uint32_t rd_atomic_outstanding = 0;  // READ/atomic started and not completed (<= max_rd_atomic)
   uint64_t rnr_deadline = 0;  // paused by an RNR NAK until then (0: not paused)
 };
 

@@ -113,7 +113,6 @@ void EngineImpl::flush_sq(Qp& qp) {
     }
   }
   qp.sq_cur = qp.sq_head;
-  qp.req.rd_atomic_outstanding = 0;
   qp.comp.retrans_deadline = qp.req.rnr_deadline = 0;
 }
 
@@ -165,7 +164,6 @@ void EngineImpl::reset(Qp& qp) {
   qp.state = QpState::reset;
   qp.attr.qp_state = QpState::reset;
   qp.sq_head = qp.sq_cur = qp.sq_count = 0;
-  qp.req.rd_atomic_outstanding = 0;
   qp.comp.retrans_deadline = qp.req.rnr_deadline = 0;
   qp.comp.probing = false;
   qp.req.pkts_since_ackreq = 0;

@@ -137,6 +137,39 @@ void EngineImpl::rewind(Qp& qp, uint32_t psn) {
   }
 }
 
+// A READ longer than the window is asked for in several requests, each for a chunk of its response
+// packets with its own RETH VA/length and PSN range (the form a re-issue after lost responses has
+// always had), so that the responses in flight towards us never exceed the window:
+// the window is what our receive buffer was sized for, and a whole multi-MiB READ answered at once
+// overflows it. A shorter READ stays one request, as rxe sends it. With max_rd_atomic >= 2 several
+// chunks are in flight (up to 4, a quarter window each), so the next is asked for while earlier
+// responses still arrive.
+uint32_t EngineImpl::read_chunk(const Qp& qp, uint32_t npkts) const {
+  uint32_t window = cfg_.max_inflight_packets ? cfg_.max_inflight_packets : 1;
+  if (npkts <= window) return npkts ? npkts : 1;
+  uint32_t ways = qp.attr.max_rd_atomic < 1 ? 1 : qp.attr.max_rd_atomic > 4 ? 4 : qp.attr.max_rd_atomic;
+  return window / ways ? window / ways : 1;
+}
+
+// Each request counts against max_rd_atomic from when it is first sent until its last response
+// arrives: an atomic's one, and each chunk of a READ not yet fully received. Re-issues after a loss
+// replace requests already counted. Walks the started WQEs, only when a READ/atomic is to be sent.
+uint32_t EngineImpl::rd_atomic_requests(const Qp& qp) const {
+  uint32_t n = 0;
+  for (uint32_t k = 0; k < qp.sq_count; ++k) {
+    const SendWqe& w = qp.sq[qp.sq_index(qp.sq_head + k)];
+    if (!w.started) break;
+    if (w.done || !w.is_read_or_atomic()) continue;
+    if (w.wr.opcode != WrOpcode::rdma_read) {
+      ++n;
+      continue;
+    }
+    uint32_t got = uint32_t(psn_diff(w.read_next_psn, w.first_psn));
+    if (w.read_issued > got) n += (w.read_issued + w.read_chunk - 1) / w.read_chunk - got / w.read_chunk;
+  }
+  return n;
+}
+
 void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
   if (qp.state != QpState::rts && qp.state != QpState::sqd) return;
   if (qp.req.rnr_deadline) return;  // waiting out an RNR NAK
@@ -161,13 +194,26 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
     if (type == QpType::rc && uint32_t(psn_diff(qp.req.next_send_psn, qp.comp.una_psn)) >= cfg_.max_inflight_packets)
       break;
     if (type == QpType::rc && qp.comp.probing && psn_diff(qp.req.next_send_psn, qp.comp.probe_psn) > 0) break;
+    const uint32_t max_rd = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
+    // READ: the request at next_send_psn asks for responses [read_off, read_end) of the WQE, up to
+    // the end of their chunk. It goes only if they fit the window (READ responses and our own
+    // packets share one budget) and, unless it re-issues a range already asked for, max_rd_atomic.
+    uint32_t read_off = 0, read_end = 0;
+    if (w.wr.opcode == WrOpcode::rdma_read) {
+      uint32_t npkts = w.started ? w.npkts : packets_for(w.length, qp.mtu);
+      uint32_t chunk = w.started ? w.read_chunk : read_chunk(qp, npkts);
+      read_off = w.started ? uint32_t(psn_diff(qp.req.next_send_psn, w.first_psn)) : 0;
+      read_end = (read_off / chunk + 1) * chunk < npkts ? (read_off / chunk + 1) * chunk : npkts;
+      int32_t inflight = psn_diff(qp.req.next_send_psn, qp.comp.una_psn);
+      if ((inflight > 0 ? uint32_t(inflight) : 0) + (read_end - read_off) > cfg_.max_inflight_packets) break;
+      bool fresh = !w.started || read_off >= w.read_issued;
+      if (fresh && rd_atomic_requests(qp) >= max_rd) break;
+    }
     if (!w.started) {
       if (qp.state == QpState::sqd) break;  // SQD: finish what started, start nothing new
       if (type == QpType::rc) {
-        if ((w.wr.send_flags & kFence) && qp.req.rd_atomic_outstanding) break;  // IBA 10.8.3.3
-        if (w.is_read_or_atomic() &&
-            qp.req.rd_atomic_outstanding >= (qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1))
-          break;
+        if ((w.wr.send_flags & kFence) && rd_atomic_requests(qp)) break;  // IBA 10.8.3.3
+        if (w.is_read_or_atomic() && w.wr.opcode != WrOpcode::rdma_read && rd_atomic_requests(qp) >= max_rd) break;
       }
       w.started = true;
       w.first_psn = qp.req.next_send_psn;
@@ -176,18 +222,24 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
                                                    : packets_for(w.length, qp.mtu);
       w.last_psn = psn_add(w.first_psn, int32_t(w.npkts - 1));
       w.read_next_psn = w.first_psn;
-      if (w.is_read_or_atomic()) ++qp.req.rd_atomic_outstanding;
+      if (w.wr.opcode == WrOpcode::rdma_read) {
+        w.read_chunk = read_chunk(qp, w.npkts);
+        w.read_issued = 0;
+      }
     }
 
     TxPacket tx;
     if (w.wr.opcode == WrOpcode::rdma_read) {
+      // A first request, the next chunk, or a re-issue from the first missing response.
       fill_tx_common(qp, tx, make_opcode(Transport::rc, kReadRequest), qp.req.next_send_psn);
-      uint32_t skip = uint32_t(psn_diff(qp.req.next_send_psn, w.first_psn)) * qp.mtu;  // re-issue after a gap
+      uint64_t skip = uint64_t(read_off) * qp.mtu;
+      uint64_t stop = uint64_t(read_end) * qp.mtu < w.length ? uint64_t(read_end) * qp.mtu : w.length;
       tx.pkt.reth.va = w.wr.remote_addr + skip;
       tx.pkt.reth.rkey = w.wr.rkey;
-      tx.pkt.reth.dma_len = w.length - (skip < w.length ? skip : w.length);
+      tx.pkt.reth.dma_len = uint32_t(stop > skip ? stop - skip : 0);
       tx.pkt.bth.ack_req = true;
-      qp.req.next_send_psn = psn_add(w.last_psn, 1);
+      if (read_end > w.read_issued) w.read_issued = read_end;
+      qp.req.next_send_psn = psn_add(w.first_psn, int32_t(read_end));
     } else if (w.is_read_or_atomic()) {
       bool cas = w.wr.opcode == WrOpcode::atomic_cmp_and_swp;
       fill_tx_common(qp, tx, make_opcode(Transport::rc, cas ? kCompareSwap : kFetchAdd), qp.req.next_send_psn);

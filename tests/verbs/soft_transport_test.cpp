@@ -4,7 +4,8 @@
 // pair that mixes IPv4 and IPv6 is refused.
 //
 // This executable defines setsockopt(): the provider (linked in as objects) calls this one, which
-// records each call and can make one option fail, then forwards to the C library's.
+// records each call and can make one option fail or shrink SO_RCVBUF, then forwards to the C
+// library's.
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -19,8 +20,10 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +35,7 @@ namespace {
 std::mutex g_mu;
 std::set<std::pair<int, int>> g_seen;  // (level, name) of every setsockopt call
 std::set<std::pair<int, int>> g_fail;  // these fail with ENOPROTOOPT
+int g_rcvbuf = 0;  // non-zero: SO_RCVBUF is set to this instead of what the caller asks
 
 }  // namespace
 
@@ -45,6 +49,7 @@ extern "C" int setsockopt(int fd, int level, int name, const void* val, socklen_
       errno = ENOPROTOOPT;
       return -1;
     }
+    if (level == SOL_SOCKET && name == SO_RCVBUF && g_rcvbuf) return real(fd, level, name, &g_rcvbuf, sizeof g_rcvbuf);
   }
   return real(fd, level, name, val, len);
 }
@@ -54,6 +59,7 @@ namespace {
 void fail_option(int level, int name) {  // (-1, -1): none fails
   std::lock_guard<std::mutex> g(g_mu);
   g_fail.clear();
+  g_rcvbuf = 0;
   if (level != -1) g_fail.insert({level, name});
 }
 void also_fail_option(int level, int name) {
@@ -255,6 +261,110 @@ TEST_F(SoftTransport, BadIcrcIsDroppedAndCountedWhereAPersonCanSeeIt) {
   ibv_close_device(ctx);
   // Closing the last context of the device removes its counter file.
   EXPECT_TRUE(melon::test::read_counters(stats_dir, "tr4").empty());
+}
+
+// ---- receive-buffer drops (SO_RXQ_OVFL) ----------------------------------------------------------
+
+// The kernel's count of datagrams it dropped at the socket bound to 127.0.4.2:4791 (the "drops"
+// column of /proc/net/udp, the socket's sk_drops), or -1 if there is no such socket.
+long long proc_udp_drops() {
+  std::ifstream f("/proc/net/udp");
+  std::string line;
+  std::getline(f, line);  // header
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string sl, local;
+    in >> sl >> local;
+    if (local != "0204007F:12B7") continue;  // 127.0.4.2 (little-endian hex), port 4791
+    std::string field, last;
+    while (in >> field) last = field;
+    return std::stoll(last);
+  }
+  return -1;
+}
+
+// A socket receive buffer shrunk to the kernel's minimum and a burst that overflows it: the kernel
+// drops datagrams, and rx_buffer_drops (from the SO_RXQ_OVFL count each receive carries) must equal
+// both what was sent minus what was read and the kernel's own per-socket count. The datagrams carry
+// a broken ICRC so that each one read is counted once, in rx_bad_icrc, and goes no further.
+TEST_F(SoftTransport, ReceiveBufferDropsAreCountedExactlyAsTheKernelDroppedThem) {
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    g_rcvbuf = 1;  // the kernel raises it to its minimum (SOCK_MIN_RCVBUF): room for a few datagrams
+  }
+  ibv_context* ctx = ibv_open_device(dev("tr4"));
+  ASSERT_NE(ctx, nullptr);
+  {
+    melon::test::UdReceiver rx;  // starts the transport: its socket is open and read from now on
+    ASSERT_EQ(rx.open(ctx), "");
+    ASSERT_GE(proc_udp_drops(), 0) << "no socket on 127.0.4.2:4791 in /proc/net/udp";
+    const long long drops0 = proc_udp_drops();
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    ASSERT_GE(s, 0);
+    sockaddr_in from{}, to{};
+    from.sin_family = to.sin_family = AF_INET;
+    from.sin_port = htons(49153);
+    inet_pton(AF_INET, "127.0.4.3", &from.sin_addr);
+    inet_pton(AF_INET, "127.0.4.2", &to.sin_addr);
+    to.sin_port = htons(4791);
+    ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&from), sizeof from), 0) << strerror(errno);
+    uint8_t src[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 4, 3};
+    uint8_t dst[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 4, 2};
+    auto d = melon::test::ud_send_datagram(false, src, dst, 49153, rx.qp->qp_num, rx.kQkey, 0x77, std::string(256, 'x'),
+                                           /*break_icrc=*/true);
+    // Bursts of 512 back-to-back datagrams (sendmmsg) until the kernel has dropped some: the
+    // progress thread reads all the while, but not as fast as one sendmmsg fills a few KiB.
+    constexpr int kBurst = 512;
+    std::vector<iovec> iov(kBurst, iovec{d.data() + 8, d.size() - 8});
+    std::vector<mmsghdr> m(kBurst);
+    for (int i = 0; i < kBurst; ++i) {
+      m[size_t(i)] = {};
+      m[size_t(i)].msg_hdr.msg_name = &to;
+      m[size_t(i)].msg_hdr.msg_namelen = sizeof to;
+      m[size_t(i)].msg_hdr.msg_iov = &iov[size_t(i)];
+      m[size_t(i)].msg_hdr.msg_iovlen = 1;
+    }
+    uint64_t sent = 0;
+    for (int b = 0; b < 50 && proc_udp_drops() == drops0; ++b) {
+      int n = sendmmsg(s, m.data(), kBurst, 0);
+      ASSERT_GT(n, 0) << strerror(errno);
+      sent += uint64_t(n);
+    }
+    const long long kernel_drops = [&] {  // settle: every datagram sent was either read or dropped
+      long long k = 0;
+      for (int i = 0; i < 5000; ++i) {
+        k = proc_udp_drops() - drops0;
+        if (melon::test::read_counters(stats_dir, "tr4")["rx_bad_icrc"] + uint64_t(k) == sent) break;
+        usleep(1000);
+      }
+      return k;
+    }();
+    ASSERT_GT(kernel_drops, 0) << "the kernel dropped nothing: the test did not overflow the buffer";
+    // The drop count rides on the next datagram read: one more, into an empty buffer.
+    ASSERT_EQ(sendto(s, d.data() + 8, d.size() - 8, 0, reinterpret_cast<sockaddr*>(&to), sizeof to),
+              ssize_t(d.size() - 8));
+    ++sent;
+    const uint64_t read = melon::test::wait_counter(stats_dir, "tr4", "rx_bad_icrc", sent - uint64_t(kernel_drops));
+    auto c = melon::test::read_counters(stats_dir, "tr4");
+    printf("sent %llu datagrams, the kernel dropped %lld, the transport read %llu\n", (unsigned long long)sent,
+           kernel_drops, (unsigned long long)read);
+    EXPECT_EQ(read, sent - uint64_t(kernel_drops));
+    EXPECT_EQ(proc_udp_drops() - drops0, kernel_drops) << "the kernel dropped the last datagram too";
+    EXPECT_EQ(c["rx_buffer_drops"], sent - read) << "sent " << sent << ", read " << read;
+    EXPECT_EQ(c["rx_buffer_drops"], uint64_t(kernel_drops)) << "/proc/net/udp drops";
+    EXPECT_EQ(c["rx_packets"], 0u);
+
+    std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    char line[1024];
+    std::string out;
+    while (fgets(line, sizeof line, p)) out += line;
+    EXPECT_EQ(pclose(p), 0) << out;
+    EXPECT_NE(out.find(" rx_buffer_drops " + std::to_string(kernel_drops) + " "), std::string::npos) << out;
+    close(s);
+  }
+  ibv_close_device(ctx);
 }
 
 // ---- batching: UDP GSO on send, UDP GRO on receive, and the fallback without them -------------

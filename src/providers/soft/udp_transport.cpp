@@ -13,6 +13,7 @@
 
 #include <algorithm>
 
+#include "providers/soft/msg_batch.h"
 #include "providers/soft/udp_socket.h"
 #include "rc/wire.h"
 #include "roce/frame.h"
@@ -357,8 +358,8 @@ void UdpTransport::send_batch(TxBatch& b) {
     const int fd = socks_[sock].fd;
 #if defined(__linux__)
     int r = sendmmsg(fd, b.mmsg.data() + off, unsigned(end - off), 0);
-#else
-    int r = sendmsg(fd, &b.mmsg[off].msg_hdr, 0) < 0 ? -1 : 1;
+#else  // sendmsg_x with MELON_SOFT_DARWIN_BATCH, else one sendmsg per message (msg_batch.h)
+    int r = send_msg_x(system_msg_x(), fd, b.mmsg.data() + off, unsigned(end - off));
 #endif
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -510,14 +511,8 @@ int UdpTransport::receive_batch(size_t sock) {
   }
 #if defined(__linux__)
   int n = recvmmsg(k.fd, rx_msgs_.data(), unsigned(nmsg), MSG_DONTWAIT, nullptr);
-#else
-  int n = 0;
-  for (; n < nmsg; ++n) {
-    ssize_t r = recvmsg(k.fd, &rx_msgs_[n].msg_hdr, MSG_DONTWAIT);
-    if (r < 0) break;
-    rx_msgs_[n].msg_len = unsigned(r);
-  }
-  if (n == 0) n = -1;
+#else  // recvmsg_x with MELON_SOFT_DARWIN_BATCH, else one recvmsg per datagram (msg_batch.h)
+  int n = recv_msg_x(system_msg_x(), k.fd, rx_msgs_.data(), unsigned(nmsg));
 #endif
   if (n <= 0) {
     rx_hint_.store(false, std::memory_order_relaxed);

@@ -18,18 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "providers/soft/msg_batch.h"  // mmsghdr off Linux
 #include "providers/soft/soft_counters.h"
 #include "providers/soft/udp_socket.h"
 #include "rc/engine.h"
 #include "roce/frame.h"
-
-#if !defined(__linux__)
-// sendmmsg/recvmmsg are Linux's; elsewhere the same batches go out one sendmsg at a time.
-struct mmsghdr {
-  msghdr msg_hdr;
-  unsigned msg_len;
-};
-#endif
 
 namespace melon::soft {
 

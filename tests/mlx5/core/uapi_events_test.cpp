@@ -26,15 +26,18 @@ using core::test::Side;
 
 namespace {
 
-// The one table's ibv side matches libibverbs.
-static_assert(u::kIbvEventCqErr == IBV_EVENT_CQ_ERR && u::kIbvEventQpFatal == IBV_EVENT_QP_FATAL &&
-              u::kIbvEventQpReqErr == IBV_EVENT_QP_REQ_ERR && u::kIbvEventQpAccessErr == IBV_EVENT_QP_ACCESS_ERR &&
-              u::kIbvEventCommEst == IBV_EVENT_COMM_EST && u::kIbvEventSqDrained == IBV_EVENT_SQ_DRAINED &&
-              u::kIbvEventPathMig == IBV_EVENT_PATH_MIG && u::kIbvEventPathMigErr == IBV_EVENT_PATH_MIG_ERR &&
-              u::kIbvEventDeviceFatal == IBV_EVENT_DEVICE_FATAL && u::kIbvEventPortActive == IBV_EVENT_PORT_ACTIVE &&
-              u::kIbvEventPortErr == IBV_EVENT_PORT_ERR && u::kIbvEventSrqErr == IBV_EVENT_SRQ_ERR &&
-              u::kIbvEventSrqLimitReached == IBV_EVENT_SRQ_LIMIT_REACHED &&
-              u::kIbvEventQpLastWqeReached == IBV_EVENT_QP_LAST_WQE_REACHED);
+// The one table's ibv side matches libibverbs (compared as ints: the two are different enum types).
+constexpr bool same(u::IbvEvent a, ibv_event_type b) { return int(a) == int(b); }
+static_assert(same(u::kIbvEventCqErr, IBV_EVENT_CQ_ERR) && same(u::kIbvEventQpFatal, IBV_EVENT_QP_FATAL) &&
+              same(u::kIbvEventQpReqErr, IBV_EVENT_QP_REQ_ERR) &&
+              same(u::kIbvEventQpAccessErr, IBV_EVENT_QP_ACCESS_ERR) && same(u::kIbvEventCommEst, IBV_EVENT_COMM_EST) &&
+              same(u::kIbvEventSqDrained, IBV_EVENT_SQ_DRAINED) && same(u::kIbvEventPathMig, IBV_EVENT_PATH_MIG) &&
+              same(u::kIbvEventPathMigErr, IBV_EVENT_PATH_MIG_ERR) &&
+              same(u::kIbvEventDeviceFatal, IBV_EVENT_DEVICE_FATAL) &&
+              same(u::kIbvEventPortActive, IBV_EVENT_PORT_ACTIVE) && same(u::kIbvEventPortErr, IBV_EVENT_PORT_ERR) &&
+              same(u::kIbvEventSrqErr, IBV_EVENT_SRQ_ERR) &&
+              same(u::kIbvEventSrqLimitReached, IBV_EVENT_SRQ_LIMIT_REACHED) &&
+              same(u::kIbvEventQpLastWqeReached, IBV_EVENT_QP_LAST_WQE_REACHED));
 
 // Queue memory and pinning over the emulator host's IOMMU, in this process (melon-emud does the same
 // with memfds and another process's pages).
