@@ -168,13 +168,12 @@ size_t Hub::choose_lane() {
 
 bool Hub::poll_progress(uint32_t mask) {
   bool got = false;
-  for (size_t i = 0; i < lanes_.size(); ++i)
-    if (mask & (1u << i)) got |= lanes_[i]->poll_progress();
+  each_lane(mask, [&](UdpTransport& l) { got |= l.poll_progress(); });
   return got;
 }
 
 void Hub::drain() {
-  for (auto& l : lanes_) l->drain();
+  each_lane(~0u, [](UdpTransport& l) { l.drain(); });
 }
 
 void Hub::add_qp(uint32_t qpn, ibv_qp* qp) {

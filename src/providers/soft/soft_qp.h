@@ -50,6 +50,12 @@ class Hub final : private rc::HostMemory, private rc::EventSink {
   bool poll_progress(uint32_t mask);
   // Everything queued on every lane handed to the kernel (UdpTransport::drain).
   void drain();
+  // f(lane) for each lane in `mask` (bit i: lane i; a CQ's `lanes`, or ~0u for all).
+  template <typename F>
+  void each_lane(uint32_t mask, F&& f) {
+    for (size_t i = 0; i < lanes_.size(); ++i)
+      if (mask & (1u << i)) f(*lanes_[i]);
+  }
 
   void add_qp(uint32_t qpn, ibv_qp* qp);
   void remove_qp(uint32_t qpn);
