@@ -371,6 +371,40 @@ TEST_F(SoftLanes, QpsOnAnSrqShareItsLaneAndOneCqCollectsFromSeveralLanes) {
   EXPECT_EQ(seen.size(), size_t(2 * kMsgs));  // every message landed once
 }
 
+// A lane whose QP table is full still draws QPNs of its own: the engine's last resort (a random
+// QPN on the first free slot, once random draws keep hitting used slots) keeps the bits that name
+// the lane. 4096 QPs on one SRQ fill its lane's table; every QPN steers to that lane.
+TEST_F(SoftLanes, AFullLaneStillDrawsQpnsOfItsOwn) {
+  Side b;
+  ASSERT_EQ(b.open(dev("ln1")), "");
+  ASSERT_NE(b.add_qp(IBV_QPT_UD), nullptr);  // lane 0 taken: the SRQ's lane has a non-zero index
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 1;
+  sa.attr.max_sge = 1;
+  b.srq = ibv_create_srq(b.pd, &sa);
+  ASSERT_NE(b.srq, nullptr);
+  const size_t lane = melon::soft::SoftSrq::from(b.srq)->lane;
+  ASSERT_NE(lane, 0u);
+  std::set<uint32_t> qpns;
+  for (;;) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = b.cq;
+    ia.srq = b.srq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = ia.cap.max_send_sge = 1;
+    ibv_qp* qp = ibv_create_qp(b.pd, &ia);
+    if (!qp) {
+      EXPECT_EQ(errno, ENOMEM);  // the lane's engine holds rc::kMaxQp
+      break;
+    }
+    b.qps.push_back(qp);
+    ASSERT_EQ(lane_of_qpn(qp->qp_num, 3), lane) << std::hex << qp->qp_num << " after " << std::dec << qpns.size();
+    ASSERT_TRUE(qpns.insert(qp->qp_num).second);
+    ASSERT_LE(qpns.size(), size_t(melon::rc::kMaxQp));
+  }
+  EXPECT_EQ(qpns.size(), size_t(melon::rc::kMaxQp));
+}
+
 // UD QPs in different lanes of one device: each receives a datagram sent to it through the verbs
 // API, and a UDP GSO send holding one packet for each (as GRO would merge them) reaches the lane of
 // the first, which hands the second over.
