@@ -103,7 +103,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
 
   // Locks, in the order they may nest: rx_mu_ (receive buffers, recvmmsg) -> mu_ (the engine and
   // the batch being filled) -> q_mu_ (the send queue, held for pointer moves only). tx_mu_ (the
-  // one thread sending) -> q_mu_. No thread makes a syscall while holding mu_, so a post waits at
+  // one thread sending) -> q_mu_. Lanes: this lane's rx_mu_ -> another lane's mu_ (hand_over), and
+  // no thread holds two lanes' mu_. No thread makes a syscall while holding mu_, so a post waits at
   // most for engine work, never for a recvmmsg or a sendmmsg.
  private:
   template <typename F>
