@@ -545,13 +545,16 @@ int UdpTransport::receive_batch(size_t sock, bool hold) {
   stats_.rx_engine_dropped.store(engine_.dropped_packets(), std::memory_order_relaxed);
   engine_.tick();
   batch_now_ = 0;
-  if (hold && defer_) {
+  if (hold && defer_ && stage_->nslots <= kMaxHeldReplies) {
     // A busy-polling application's or a waiter's own receive: its replies (ACKs) wait in stage_ for
     // the application's next post, which sends them in the same sendmmsg (after_post), or its next
     // poll (flush_held), arming, or the end of its lease (run()).
     if (stage_->nslots) held_.store(true, std::memory_order_relaxed);
     timer_moved(engine_.next_deadline());
   } else {
+    // More than a ping-pong's replies: a stream whose ACKs open the window. Sending it is work for
+    // the progress thread on the other core, not for the polling thread: the lease ends (poll_progress).
+    if (hold) stream_seen_.store(true, std::memory_order_relaxed);
     after_engine_call();
   }
   if (n < nmsg) rx_hint_.store(false, std::memory_order_relaxed);  // drained (for now)
@@ -569,7 +572,8 @@ bool UdpTransport::poll_progress() {
     const uint64_t prev = app_polled_at_.exchange(now, std::memory_order_relaxed);
     if (now - prev > kSpinGapNs) {
       spin_since_.store(now, std::memory_order_relaxed);
-    } else if (!lease && now - spin_since_.load(std::memory_order_relaxed) >= kSpinMinNs) {
+    } else if (!lease && now - spin_since_.load(std::memory_order_relaxed) >= kSpinMinNs &&
+               now >= no_lease_until_.load(std::memory_order_relaxed)) {
       lease = true;
       if (!lease_.exchange(true)) {  // the progress thread leaves the sockets to us
         stats_.busy_poll_leases++;
@@ -589,10 +593,19 @@ bool UdpTransport::poll_progress() {
     if (socks_[s].fd >= 0) got += receive_batch(s, lease);
   rx_mu_.unlock();
   send_queued(false);
+  if (lease && stream_seen_.exchange(false, std::memory_order_relaxed)) {
+    // Streaming: hand receiving back to the progress thread and stay away, twice as long each
+    // time in a row (10 ms .. 1.3 s), so a long stream pays for a few leases only.
+    const uint64_t backoff = no_lease_backoff_ns_.load(std::memory_order_relaxed);
+    no_lease_backoff_ns_.store(std::min<uint64_t>(backoff * 2, kNoLeaseAfterStreamNs << 7), std::memory_order_relaxed);
+    no_lease_until_.store(now + backoff, std::memory_order_relaxed);
+    if (lease_.exchange(false)) wake();
+  }
   return got > 0;
 }
 
 void UdpTransport::app_waits() {
+  no_lease_backoff_ns_.store(kNoLeaseAfterStreamNs, std::memory_order_relaxed);
   // A poll right after arming (closing the race with a completion) starts a new spin, not a lease.
   const uint64_t now = now_ns();
   spin_since_.store(now, std::memory_order_relaxed);

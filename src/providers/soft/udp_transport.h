@@ -187,6 +187,14 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<uint64_t> app_polled_at_{0};  // the last poll_progress()
   std::atomic<uint64_t> spin_since_{0};  // start of the application's current spin
   std::atomic<bool> lease_{false};
+  // A leased receive that made more than kMaxHeldReplies packets to send (a window refill, not a
+  // ping-pong's ACK) ends the lease, and none is taken for kNoLeaseAfterStreamNs: a stream keeps
+  // the progress thread (and the second core) sending while the application posts.
+  static constexpr int kMaxHeldReplies = 4;
+  static constexpr uint64_t kNoLeaseAfterStreamNs = 10000000;
+  std::atomic<bool> stream_seen_{false};
+  std::atomic<uint64_t> no_lease_until_{0};
+  std::atomic<uint64_t> no_lease_backoff_ns_{kNoLeaseAfterStreamNs};  // reset when a CQ is armed
   std::atomic<int> waiters_{0};
   std::atomic<bool> watching_{false};  // the progress thread's next wait includes the sockets
   // Threads that must receive (the progress thread, waiters) take rx_mu_ through this, and a polling
