@@ -9,6 +9,8 @@
 #   multi-QP        ib_write_bw 64 KiB -q 4       vs the same with -q 1       goal >= 1.6
 #   latency         ib_send_lat 8 B (busy-poll)   vs sockperf UDP ping-pong   goal <= 1.3
 #                                                    (busy-poll, 14 B)
+#   wake-up         completion channel, blocked   vs a thread blocked in      goal <= 1.3
+#                   (tools/bench_soft_wake p50)      recv() (same tool, p50)
 # Beside each row: receive-buffer drops / retransmissions / refused sends counted by the soft
 # processes of that row (MELON_SOFT_STATS=1); loss we cause ourselves, 0 on an idle loopback.
 #
@@ -16,11 +18,11 @@
 # namespace so other runs on 127.0.0.x cannot clash; the veth case in two namespaces joined by a veth
 # pair). Without root the veth case is skipped (with the reason) and loopback runs on 127.0.0.2/.3.
 # Usage: scripts/bench.sh [build-dir]   (default build/release; ./melon bench builds it first)
-# Only the sections named in MELON_BENCH (default "veth lo rate multi lat") run.
+# Only the sections named in MELON_BENCH (default "veth lo rate multi lat wake") run.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/build/release}
-sections=${MELON_BENCH:-veth lo rate multi lat}
+sections=${MELON_BENCH:-veth lo rate multi lat wake}
 # MELON_SOFT_STATS=1: each soft process prints its transport counters at exit (rx_buffer_drops,
 # retransmits, tx_errors: loss we cause ourselves, which should be 0 on loopback).
 export LD_LIBRARY_PATH=$build/lib MELON_SOFT_AUTO=0 MELON_SOFT_STATS=1
@@ -49,6 +51,12 @@ nsA=- nsB=- addrA='' addrB=''
 in_ns() {  # in_ns <ns|-> <cmd...>
   local n=$1; shift
   if [ "$n" = - ]; then "$@"; else ip netns exec "$n" "$@"; fi
+}
+# For a background server: `(in_ns_exec ns cmd...) &` makes $! the server itself, so killing $!
+# ends it (with in_ns, $! is a subshell whose child would outlive the kill, still spinning).
+in_ns_exec() {
+  local n=$1; shift
+  if [ "$n" = - ]; then exec "$@"; else exec ip netns exec "$n" "$@"; fi
 }
 setup_lo() {
   if [ $root = 1 ]; then
@@ -157,7 +165,7 @@ for s in $sections; do
       setup_lo
       r=$(pair ib_send_lat -s 8 -n 5000 | awk '$1 == 8 {print $6}') # t_avg: half a round trip
       echo "U:$addrA:11111" > "$tmp/feed" # -F (busy recvfrom on a non-blocking socket) needs a feed file
-      in_ns $nsA sockperf server -f "$tmp/feed" -F r --nonblocked > /dev/null 2>&1 &
+      (in_ns_exec $nsA sockperf server -f "$tmp/feed" -F r --nonblocked > /dev/null 2>&1) &
       sockperf_pid=$!
       sleep 0.5
       # sockperf's smallest message is 14 bytes (its own header); it too reports half a round trip.
@@ -169,6 +177,16 @@ for s in $sections; do
       pkill -f "sockperf server -f $tmp/feed" 2> /dev/null || true
       wait "$sockperf_pid" 2> /dev/null || true
       row "loopback: send_lat 8 B vs sockperf UDP (busy)" "${r:-0}" "${u:-0}" us "<=" 1.3
+      ;;
+    wake)
+      setup_lo
+      # Medians of the time from a SEND's post to the return of a thread blocked on the completion
+      # channel, and from sendto() to the return of a thread blocked in recv(), interleaved rounds.
+      in_ns $nsA timeout 90 "$build/tools/bench_soft_wake" 10 200 300 > "$tmp/wake" 2> "$tmp/wake.err" || true
+      grep -h 'melondma soft: .* counters:' "$tmp/wake.err" >> "$tmp/stats" || true
+      r=$(awk '$1 == "soft:" {for (i = 1; i < NF; i++) if ($i == "p50") print $(i + 1)}' "$tmp/wake")
+      u=$(awk '$1 == "udp:" {for (i = 1; i < NF; i++) if ($i == "p50") print $(i + 1)}' "$tmp/wake")
+      row "loopback: comp-channel wake vs blocked recv()" "${r:-0}" "${u:-0}" us "<=" 1.3
       ;;
   esac
 done

@@ -171,6 +171,12 @@ int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   return r;
 }
 
+bool Engine::awaiting_ack(uint32_t qpn) const {
+  const Qp* qp = impl_->find(qpn);
+  return qp && qp->init.type == QpType::rc && (qp->state == QpState::rts || qp->state == QpState::sqd) &&
+         psn_diff(qp->req.next_send_psn, qp->comp.una_psn) > 0 && qp->comp.retrans_deadline;
+}
+
 int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
   EngineImpl& e = *impl_;
   Qp* qp = e.find(qpn);

@@ -140,6 +140,11 @@ class Engine {
   int post_send(uint32_t qpn, const SendWr& wr);
   int post_recv(uint32_t qpn, const RecvWr& wr);
   int post_srq_recv(Srq* srq, const RecvWr& wr);
+  // An RC QP with packets sent and not yet acknowledged, and its retransmit timer armed: an ACK or
+  // a timer expiry is still to come. A host may hold further packets of a post to such a QP for a
+  // batched send (soft provider: doorbell batching), since handling that ACK or timer sends them.
+  // False with timeout 0 (no timer): a lost ACK would then hold them for ever.
+  bool awaiting_ack(uint32_t qpn) const;
 
   // One arriving RoCE packet: `roce` points at the BTH, `len` counts to the end of the ICRC (which the
   // host has already checked). `ip` says where it came from (source address for UD, GRH contents).

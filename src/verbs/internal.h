@@ -71,14 +71,19 @@ inline void EventFdQueue<T>::close() {
 
 template <class T>
 inline void EventFdQueue<T>::push(const T& item) {
-  std::lock_guard<std::mutex> lock(mu);
-  try {
-    items.push_back(item);
-  } catch (const std::bad_alloc&) {
-    return;  // out of memory: the event is lost rather than thrown into the caller
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    try {
+      items.push_back(item);
+    } catch (const std::bad_alloc&) {
+      return;  // out of memory: the event is lost rather than thrown into the caller
+    }
   }
+  // One byte per item, sent after the lock is released: the reader this wakes takes the same lock
+  // at once, and must not find it held by a pusher the wake-up preempted. pop() reads a byte before
+  // it looks for the item, so the item is always there first. A full socket buffer only delays
+  // wake-ups, items stay queued.
   char b = 1;
-  // One byte per item; a full socket buffer only delays wake-ups, items stay queued.
   (void)!send(write_fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL_COMPAT);
 }
 

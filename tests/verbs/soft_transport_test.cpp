@@ -371,9 +371,11 @@ TEST_F(SoftTransport, ReceiveBufferDropsAreCountedExactlyAsTheKernelDroppedThem)
 
 // ---- batching: UDP GSO on send, UDP GRO on receive, and the fallback without them -------------
 
-// Two RC QPs, on tr4 (127.0.4.2) and tr4b (127.0.4.3), path MTU 1024, connected to each other.
+// Two RC (or UC) QPs, on tr4 (127.0.4.2) and tr4b (127.0.4.3), path MTU 1024, connected to each other.
 struct RcPair {
   static constexpr size_t kBuf = 256 << 10;
+  ibv_qp_type type = IBV_QPT_RC;
+  uint8_t timeout = 14;  // local ACK timeout exponent (RC)
   struct Side {
     ibv_context* ctx = nullptr;
     ibv_pd* pd = nullptr;
@@ -396,9 +398,10 @@ struct RcPair {
       if (!s->mr) return "reg_mr";
       ibv_qp_init_attr ia{};
       ia.send_cq = ia.recv_cq = s->cq;
-      ia.qp_type = IBV_QPT_RC;
-      ia.cap.max_send_wr = ia.cap.max_recv_wr = 64;
+      ia.qp_type = type;
+      ia.cap.max_send_wr = ia.cap.max_recv_wr = 128;
       ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+      ia.cap.max_inline_data = 64;
       s->qp = ibv_create_qp(s->pd, &ia);
       if (!s->qp) return std::string("create_qp: ") + strerror(errno);
     }
@@ -420,19 +423,20 @@ struct RcPair {
       at.ah_attr.port_num = 1;
       const uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 4, uint8_t(s == &a ? 3 : 2)};
       memcpy(at.ah_attr.grh.dgid.raw, gid, 16);
+      const bool rc = type == IBV_QPT_RC;
       if (ibv_modify_qp(s->qp, &at,
                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+                            (rc ? IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : 0)))
         return "RTR";
       at.qp_state = IBV_QPS_RTS;
       at.sq_psn = 0x100;
-      at.timeout = 14;
+      at.timeout = timeout;
       at.retry_cnt = 7;
       at.rnr_retry = 7;
       at.max_rd_atomic = 4;
       if (ibv_modify_qp(s->qp, &at,
-                        IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                            IBV_QP_MAX_QP_RD_ATOMIC))
+                        IBV_QP_STATE | IBV_QP_SQ_PSN |
+                            (rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC : 0)))
         return "RTS";
     }
     return "";
@@ -557,6 +561,183 @@ TEST_F(SoftTransport, GsoSendsReachASocketWithoutGroAsSingleDatagrams) {
     EXPECT_GE(b["rx_packets"], 100u);
     EXPECT_EQ(a["rx_bad_icrc"] + b["rx_bad_icrc"], 0u);
     EXPECT_EQ(a["retransmits"], 0u);
+  }
+}
+
+// ---- doorbell batching: small posts to a QP awaiting an ACK leave together ------------------
+
+// `n` 8-byte RDMA WRITEs a -> b, one ibv_post_send each, as perftest's ib_write_bw posts them: the
+// i-th writes the value i + 1 at 8 * i and at kLast (so the value there shows which WRITE came
+// last), only the last one signaled. Returns "" or what failed.
+constexpr size_t kLast = 64 << 10;
+std::string post_small_writes(RcPair& p, int n, unsigned flags = 0) {
+  for (int i = 0; i < n; ++i) {
+    uint64_t v = uint64_t(i + 1);
+    memcpy(&p.a.buf[8 * size_t(i) + 128 * 1024], &v, 8);
+    for (size_t off : {8 * size_t(i), kLast}) {
+      ibv_sge sge{uint64_t(uintptr_t(&p.a.buf[8 * size_t(i) + 128 * 1024])), 8, p.a.mr->lkey};
+      ibv_send_wr wr{}, *bad = nullptr;
+      wr.wr_id = uint64_t(i);
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.send_flags = flags | (i + 1 == n && off == kLast ? IBV_SEND_SIGNALED : 0);
+      wr.wr.rdma.remote_addr = uint64_t(uintptr_t(p.b.buf.data() + off));
+      wr.wr.rdma.rkey = p.b.mr->rkey;
+      if (int e = ibv_post_send(p.a.qp, &wr, &bad))
+        return std::string("post ") + std::to_string(i) + ": " + strerror(e);
+    }
+  }
+  return "";
+}
+
+// Watches b's memory (no verbs call, so nothing is sent from this thread) until the last WRITE's
+// value is at kLast; false after 10 s.
+bool wait_for_value(RcPair& p, uint64_t want) {
+  for (int i = 0; i < 10000; ++i) {
+    // Written by b's progress thread; kLast is 8-byte aligned in the vector's storage.
+    if (__atomic_load_n(reinterpret_cast<const uint64_t*>(p.b.buf.data() + kLast), __ATOMIC_ACQUIRE) == want)
+      return true;
+    usleep(1000);
+  }
+  return false;
+}
+
+std::string check_small_writes(RcPair& p, int n) {
+  for (int i = 0; i < n; ++i) {
+    uint64_t v;
+    memcpy(&v, &p.b.buf[8 * size_t(i)], 8);
+    if (v != uint64_t(i + 1)) return "WRITE " + std::to_string(i) + " did not arrive (" + std::to_string(v) + ")";
+  }
+  return "";
+}
+
+TEST_F(SoftTransport, SmallWritesToAQpAwaitingAnAckShareSendsAndArriveInOrder) {
+  constexpr int kWrites = 60;  // 120 posts
+  {
+    RcPair p;
+    p.timeout = 18;  // 1 s: a loaded machine must not turn this into a retransmission test
+    ASSERT_EQ(p.open(dev("tr4"), dev("tr4b")), "");
+    ASSERT_EQ(post_small_writes(p, kWrites), "");
+    ibv_wc wc{};
+    int got = 0;
+    for (int i = 0; i < 10000 && !got; ++i) {
+      got = ibv_poll_cq(p.a.cq, 1, &wc);
+      if (!got) usleep(1000);
+    }
+    ASSERT_EQ(got, 1);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.wr_id, uint64_t(kWrites - 1));
+    // Completion in order means every WRITE before it is placed; the value at kLast is the last
+    // one's, so none overtook another.
+    EXPECT_EQ(check_small_writes(p, kWrites), "");
+    uint64_t last;
+    memcpy(&last, &p.b.buf[kLast], 8);
+    EXPECT_EQ(last, uint64_t(kWrites));
+    auto a = melon::test::read_counters(stats_dir, "tr4");
+    EXPECT_EQ(a["tx_packets"], uint64_t(2 * kWrites));
+    // The first post finds the QP idle and sends at once; a later one finds the QP still waiting for
+    // that ACK and leaves its packet queued, to leave with others in one call.
+    EXPECT_GT(a["tx_deferred"], 0u);
+    EXPECT_LT(a["tx_calls"], uint64_t(2 * kWrites));
+    EXPECT_EQ(a["retransmits"], 0u);
+
+    // Where a person sees it.
+    std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
+    FILE* f = popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char line[2048];
+    std::string out;
+    while (fgets(line, sizeof line, f)) out += line;
+    EXPECT_EQ(pclose(f), 0) << out;
+    EXPECT_NE(out.find(" tx_deferred " + std::to_string(a["tx_deferred"])), std::string::npos) << out;
+  }
+}
+
+// Queued packets never wait for the application: with no verbs call after the posts, the progress
+// thread sends them when it handles the ACK of what was in flight (not the retransmit timer, which
+// is 1 s here), and the completion is in the CQ before anyone polls.
+TEST_F(SoftTransport, HeldPacketsLeaveWithoutAnyPollAndTheirCompletionIsWaiting) {
+  constexpr int kWrites = 20;
+  {
+    RcPair p;
+    p.timeout = 18;
+    ASSERT_EQ(p.open(dev("tr4"), dev("tr4b")), "");
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_EQ(post_small_writes(p, kWrites), "");
+    ASSERT_TRUE(wait_for_value(p, kWrites)) << "the queued WRITEs never left";
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(check_small_writes(p, kWrites), "");
+    auto a = melon::test::read_counters(stats_dir, "tr4");
+    EXPECT_GT(a["tx_deferred"], 0u);
+    EXPECT_EQ(a["timeouts"], 0u) << "sent by the retransmit timer after " << ms << " ms, not by the ACK";
+    // The ACKs follow the data: once a has taken no packet for 200 ms (its counter file, not a verbs
+    // call), one poll must find the completion (a non-empty CQ answers without transport work).
+    uint64_t rx = 0;
+    for (int i = 0, still = 0; i < 500 && still < 20; ++i) {
+      usleep(10000);
+      const uint64_t now = melon::test::read_counters(stats_dir, "tr4")["rx_packets"];
+      still = now == rx && now ? still + 1 : 0;
+      rx = now;
+    }
+    ibv_wc wc{};
+    const int got = ibv_poll_cq(p.a.cq, 1, &wc);
+    ASSERT_EQ(got, 1);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.wr_id, uint64_t(kWrites - 1));
+  }
+}
+
+// UC has no ACK to wait for: every post goes out at once, nothing is held.
+TEST_F(SoftTransport, UcPostsAreNeverHeld) {
+  constexpr int kWrites = 30;
+  {
+    RcPair p;
+    p.type = IBV_QPT_UC;
+    ASSERT_EQ(p.open(dev("tr4"), dev("tr4b")), "");
+    ASSERT_EQ(post_small_writes(p, kWrites), "");
+    ASSERT_TRUE(wait_for_value(p, kWrites));
+    EXPECT_EQ(check_small_writes(p, kWrites), "");
+    auto a = melon::test::read_counters(stats_dir, "tr4");
+    EXPECT_EQ(a["tx_deferred"], 0u);
+    EXPECT_EQ(a["tx_packets"], uint64_t(2 * kWrites));
+    EXPECT_EQ(a["tx_calls"], uint64_t(2 * kWrites));  // one send per post
+  }
+}
+
+// ibv_dereg_mr sends everything queued before it returns: packets gather their payload from the
+// region at send time, so a held packet sent after it would carry whatever the memory holds by
+// then. The source is overwritten the moment dereg_mr returns; b must still see the posted values.
+TEST_F(SoftTransport, DeregMrSendsHeldPacketsBeforeTheMemoryGoes) {
+  constexpr int kWrites = 40;
+  {
+    RcPair p;
+    p.timeout = 18;
+    ASSERT_EQ(p.open(dev("tr4"), dev("tr4b")), "");
+    ASSERT_EQ(post_small_writes(p, kWrites), "");
+    ASSERT_EQ(ibv_dereg_mr(p.a.mr), 0);
+    p.a.mr = nullptr;
+    memset(p.a.buf.data() + 128 * 1024, 0xee, 8 * kWrites);
+    ASSERT_TRUE(wait_for_value(p, kWrites)) << "the last WRITE never arrived with its posted value";
+    EXPECT_EQ(check_small_writes(p, kWrites), "");
+    EXPECT_GT(melon::test::read_counters(stats_dir, "tr4")["tx_deferred"], 0u);
+  }
+}
+
+// Inline data lives in the QP's send queue (the engine's copy), which ibv_destroy_qp frees: held
+// packets that carry it leave before that (under ASan a send from freed memory is reported).
+TEST_F(SoftTransport, DestroyQpSendsHeldInlinePacketsBeforeItsQueueGoes) {
+  constexpr int kWrites = 40;
+  {
+    RcPair p;
+    p.timeout = 18;
+    ASSERT_EQ(p.open(dev("tr4"), dev("tr4b")), "");
+    ASSERT_EQ(post_small_writes(p, kWrites, IBV_SEND_INLINE), "");
+    ASSERT_EQ(ibv_destroy_qp(p.a.qp), 0);
+    p.a.qp = nullptr;
+    ASSERT_TRUE(wait_for_value(p, kWrites)) << "the last WRITE never arrived";
+    EXPECT_EQ(check_small_writes(p, kWrites), "");
+    EXPECT_GT(melon::test::read_counters(stats_dir, "tr4")["tx_deferred"], 0u);
   }
 }
 

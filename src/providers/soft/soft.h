@@ -223,17 +223,21 @@ class SoftContext : public verbs::ContextBase, public verbs::ContextOps {
   int destroy_qp(ibv_qp* qp) override;
 
   void close() override;
+  int wait_channel(int fd) override;  // the transport's wait_readable (udp_transport.h)
 
   // The device's transport, started on first use (QP or SRQ) and held until close.
   Hub* hub(int* err);
   Hub* hub_if_started() const { return hub_.load(std::memory_order_acquire); }
+  // A QP of `lane` completes on `cq` (bit in SoftCq::lanes, and in its channel's lanes).
+  void cq_uses_lane(SoftCq* cq, size_t lane);
   bool owns(const ibv_pd* pd) const { return pd && pd->context == &vctx.context; }
   bool owns(const ibv_cq* cq) const { return cq && cq->context == &vctx.context; }
 
  private:
   SoftDevice* dev_;
   std::atomic<Hub*> hub_{nullptr};
-  std::mutex hub_mu_;
+  std::mutex hub_mu_;  // also guards channel_lanes_
+  std::unordered_map<int, uint32_t> channel_lanes_;  // completion channel fd -> lanes of its CQs' QPs
 };
 
 // Access bits that reg_mr accepts (the rest of the defined bits are EOPNOTSUPP / EINVAL).

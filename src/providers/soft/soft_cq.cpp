@@ -74,7 +74,13 @@ int advance(SoftCq* c) {
 
 int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
   if (attr && attr->comp_mask) return EINVAL;
-  return advance(cqx(cq));
+  SoftCq* c = cqx(cq);
+  int r = advance(c);
+  // An empty CQ: the application waits, so what posts left queued goes out now (as in poll_cq).
+  if (r == ENOENT)
+    if (Hub* h = c->ctx->hub_if_started())
+      h->each_lane(c->lanes.load(std::memory_order_relaxed), [](UdpTransport& l) { l.flush_held(); });
+  return r;
 }
 int next_poll(ibv_cq_ex* cq) { return advance(cqx(cq)); }
 void end_poll(ibv_cq_ex*) {}

@@ -255,6 +255,14 @@ Hub* SoftContext::hub(int* err) {
   return hub_;
 }
 
+void SoftContext::cq_uses_lane(SoftCq* cq, size_t lane) {
+  cq->lanes.fetch_or(1u << lane, std::memory_order_relaxed);
+  if (ibv_comp_channel* ch = cq->ibv.channel) {
+    std::lock_guard<std::mutex> g(hub_mu_);
+    channel_lanes_[ch->fd] |= 1u << lane;
+  }
+}
+
 ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   auto fail = [](int e) -> ibv_qp* {
     errno = e;
@@ -343,8 +351,8 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   h->add_qp(qp->qpn, &q);
   h->use(lane);
   // Polling these CQs receives on this lane (soft_device.cpp, poll_cq).
-  qp->scq.cq->lanes.fetch_or(1u << lane, std::memory_order_relaxed);
-  qp->rcq.cq->lanes.fetch_or(1u << lane, std::memory_order_relaxed);
+  cq_uses_lane(qp->scq.cq, lane);
+  cq_uses_lane(qp->rcq.cq, lane);
   reinterpret_cast<SoftPd*>(attr->pd)->users++;
   qp->scq.cq->users++;
   qp->rcq.cq->users++;
@@ -440,6 +448,8 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
   SoftQp* qp = SoftQp::from(ibqp);
   qp->hub->remove_qp(qp->qpn);
   qp->hub->unuse(qp->lane_index);
+  // Queued packets may carry this QP's inline data, which lives in its send queue: send them first.
+  qp->lane->drain();
   qp->lane->with_engine([&](rc::Engine& e) { return e.destroy_qp(qp->qpn); });
   reinterpret_cast<SoftPd*>(ibqp->pd)->users--;
   qp->scq.cq->users--;
@@ -454,7 +464,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
 
 int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->lane->post_engine([&](rc::Engine& e) {
+  return qp->lane->post_send_engine(qp->qpn, [&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::SendWr w;
       w.wr_id = wr->wr_id;

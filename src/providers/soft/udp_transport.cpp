@@ -5,6 +5,9 @@
 #include <fcntl.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#if defined(__linux__)
+#include <sys/timerfd.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,8 @@ namespace melon::soft {
 using namespace roce;
 
 namespace {
+
+thread_local const UdpTransport* tls_progress = nullptr;  // the transport whose progress thread this is
 
 socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss, uint32_t scope = 0) {
   memset(ss, 0, sizeof *ss);
@@ -73,6 +78,8 @@ UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemor
   for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1, {}, 0});
   window_ = std::max<uint32_t>(config.max_inflight_packets, 64);
   if (const char* e = getenv("MELON_SOFT_POLL_NS")) poll_interval_ns_ = strtoull(e, nullptr, 10);
+  if (const char* e = getenv("MELON_SOFT_BUSY_NS")) busy_ns_ = strtoull(e, nullptr, 10);
+  if (const char* e = getenv("MELON_SOFT_DEFER")) defer_ = atoi(e) != 0;
   stage_.reset(new TxBatch(window_));
   gso_.reset(new std::atomic<bool>[socks_.size()]);
   for (size_t i = 0; i < socks_.size(); ++i) gso_[i] = false;
@@ -168,6 +175,11 @@ int UdpTransport::start(std::string* why) {
     if (why) *why = std::string("fcntl(O_NONBLOCK) on the wake pipe: ") + strerror(e);
     return e;
   }
+#if defined(__linux__)
+  // Timers set by a post are armed here, without waking the progress thread (timer_moved); without
+  // it they wake the thread through the pipe.
+  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+#endif
   rx_setup();
   running_ = true;
   thread_ = std::thread([this] { run(); });
@@ -200,6 +212,8 @@ void UdpTransport::stop() {
   if (wake_rd_ >= 0) close(wake_rd_);
   if (wake_wr_ >= 0) close(wake_wr_);
   wake_rd_ = wake_wr_ = -1;
+  if (timer_fd_ >= 0) close(timer_fd_);
+  timer_fd_ = -1;
 }
 
 size_t UdpTransport::socket_for(const uint8_t sgid[16]) const {
@@ -212,6 +226,22 @@ size_t UdpTransport::socket_for(const uint8_t sgid[16]) const {
   return first;
 }
 
+void UdpTransport::timer_moved(uint64_t d) {
+  // The progress thread reads the deadline again before it sleeps; others make sure it wakes by d.
+  if (d >= armed_deadline_ || tls_progress == this) return;
+  armed_deadline_ = d;
+#if defined(__linux__)
+  if (timer_fd_ >= 0) {
+    itimerspec its{};
+    its.it_value.tv_sec = time_t(d / 1000000000ull);
+    its.it_value.tv_nsec = long(d % 1000000000ull);
+    if (!its.it_value.tv_sec && !its.it_value.tv_nsec) its.it_value.tv_nsec = 1;  // 0 would disarm
+    if (timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr) == 0) return;
+  }
+#endif
+  wake();
+}
+
 void UdpTransport::wake() {
   char c = 1;
   if (wake_wr_ >= 0) (void)!write(wake_wr_, &c, 1);
@@ -219,6 +249,8 @@ void UdpTransport::wake() {
 
 void UdpTransport::handoff() {
   if (!stage_->nmsgs) return;
+  held_.store(false, std::memory_order_relaxed);
+  ++handoffs_;
   std::lock_guard<std::mutex> g(q_mu_);
   sendq_.push_back(std::move(stage_));
   if (spare_.empty()) {
@@ -237,6 +269,7 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   }
   const int niov = p.niov + 2;
   if (stage_->full(niov)) handoff();
+  ++staged_;
   TxBatch& b = *stage_;
   const Socket& k = socks_[sock];
   uint32_t payload = 0;
@@ -361,6 +394,7 @@ void UdpTransport::send_batch(TxBatch& b) {
 #else  // sendmsg_x with MELON_SOFT_DARWIN_BATCH, else one sendmsg per message (msg_batch.h)
     int r = send_msg_x(system_msg_x(), fd, b.mmsg.data() + off, unsigned(end - off));
 #endif
+    stats_.tx_calls.fetch_add(1, std::memory_order_relaxed);
     if (r < 0) {
       if (errno == EINTR) continue;
       const TxMsg& m = b.msgs[off];
@@ -410,8 +444,35 @@ void UdpTransport::publish_totals_locked() {
 
 void UdpTransport::after_engine_call() {
   handoff();
-  uint64_t d = engine_.next_deadline();
-  if (d < armed_deadline_) wake();
+  timer_moved(engine_.next_deadline());
+}
+
+bool UdpTransport::after_post(bool backed, uint64_t staged_before, uint64_t handoffs_before) {
+  // Hold when nothing was handed off meanwhile (a full batch must go) and either the post staged
+  // nothing (a receive WQE, a full window: what is held stays held) or it went to a QP whose coming
+  // ACK or timer sends it, with fewer than a GSO run held. Held packets wait at most for the next
+  // arrival or timer the progress thread handles (after_engine_call), or, in a lease, for the
+  // application's next poll or the lease's end (receive_batch, run()).
+  const uint64_t added = staged_ - staged_before;
+  if (handoffs_ == handoffs_before && stage_->nslots < kMaxHeld && (!added || backed)) {
+    if (added) {
+      stats_.tx_deferred.fetch_add(added, std::memory_order_relaxed);
+      held_.store(true, std::memory_order_relaxed);
+    }
+    timer_moved(engine_.next_deadline());
+    return false;
+  }
+  after_engine_call();
+  return true;
+}
+
+void UdpTransport::flush_held() {
+  if (!held_.load(std::memory_order_relaxed)) return;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    handoff();
+  }
+  send_queued(false);
 }
 
 void UdpTransport::rx_setup() {
@@ -496,7 +557,7 @@ void UdpTransport::receive_handed(const Foreign* f, size_t n) {
   send_queued(false);
 }
 
-int UdpTransport::receive_batch(size_t sock) {
+int UdpTransport::receive_batch(size_t sock, bool hold) {
   // Called with rx_mu_ held: the receive buffers are shared with poll_progress(), and reading and
   // processing under that lock keeps packets in arrival order whoever reads them. The engine lock
   // is taken only after recvmmsg returns.
@@ -554,7 +615,18 @@ int UdpTransport::receive_batch(size_t sock) {
   published_dropped_ = dropped;
   engine_.tick();
   batch_now_ = 0;
-  after_engine_call();
+  if (hold && defer_ && stage_->nslots <= kMaxHeldReplies) {
+    // A busy-polling application's or a waiter's own receive: its replies (ACKs) wait in stage_ for
+    // the application's next post, which sends them in the same sendmmsg (after_post), or its next
+    // poll (flush_held), arming, or the end of its lease (run()).
+    if (stage_->nslots) held_.store(true, std::memory_order_relaxed);
+    timer_moved(engine_.next_deadline());
+  } else {
+    // More than a ping-pong's replies: a stream whose ACKs open the window. Sending it is work for
+    // the progress thread on the other core, not for the polling thread: the lease ends (poll_progress).
+    if (hold) stream_seen_.store(true, std::memory_order_relaxed);
+    after_engine_call();
+  }
   g.unlock();
   if (!foreign_.empty()) hand_over();
   if (n < nmsg) rx_hint_.store(false, std::memory_order_relaxed);  // drained (for now)
@@ -562,23 +634,110 @@ int UdpTransport::receive_batch(size_t sock) {
 }
 
 bool UdpTransport::poll_progress() {
-  // An empty CQ poll costs no syscall and no lock unless the progress thread's ppoll has seen a
-  // socket readable (the hint) or poll_interval_ns_ has passed since this path last looked: a
-  // busy-polling application still picks up arrivals in its own thread within that interval when
-  // its spinning keeps the progress thread off the CPU, without a recvmmsg on every poll.
+  // Outside a busy-poll lease an empty CQ poll costs no syscall and no lock unless the progress
+  // thread's ppoll has seen a socket readable (the hint) or poll_interval_ns_ has passed since this
+  // path last looked. Inside one the progress thread does not receive, so every poll does.
   if (!running_) return false;
-  if (!rx_hint_.load(std::memory_order_relaxed)) {
-    const uint64_t now = now_ns();
+  const uint64_t now = now_ns();
+  bool lease = lease_.load(std::memory_order_relaxed);
+  if (busy_ns_) {
+    const uint64_t prev = app_polled_at_.exchange(now, std::memory_order_relaxed);
+    if (now - prev > kSpinGapNs) {
+      spin_since_.store(now, std::memory_order_relaxed);
+    } else if (!lease && now - spin_since_.load(std::memory_order_relaxed) >= kSpinMinNs &&
+               now >= no_lease_until_.load(std::memory_order_relaxed)) {
+      lease = true;
+      if (!lease_.exchange(true)) {  // the progress thread leaves the sockets to us
+        stats_.busy_poll_leases++;
+        wake();
+      }
+    }
+  }
+  if (!lease && !rx_hint_.load(std::memory_order_relaxed)) {
     if (now - last_poll_rx_.load(std::memory_order_relaxed) < poll_interval_ns_) return false;
     last_poll_rx_.store(now, std::memory_order_relaxed);
   }
-  if (!rx_mu_.try_lock()) return false;  // the progress thread is at it already
+  // A thread blocked on rx_mu_ goes first: a spinning poll that took the lock back at once every
+  // time would keep the progress thread (and the timers it runs) waiting for ever.
+  if (rx_blocked_.load(std::memory_order_relaxed) || !rx_mu_.try_lock()) return false;
   int got = 0;
   for (size_t s = 0; s < socks_.size(); ++s)
-    if (socks_[s].fd >= 0) got += receive_batch(s);
+    if (socks_[s].fd >= 0) got += receive_batch(s, lease);
   rx_mu_.unlock();
   send_queued(false);
+  if (lease && stream_seen_.exchange(false, std::memory_order_relaxed)) {
+    // Streaming: hand receiving back to the progress thread and stay away, twice as long each
+    // time in a row (10 ms .. 1.3 s), so a long stream pays for a few leases only.
+    const uint64_t backoff = no_lease_backoff_ns_.load(std::memory_order_relaxed);
+    no_lease_backoff_ns_.store(std::min<uint64_t>(backoff * 2, kNoLeaseAfterStreamNs << 7), std::memory_order_relaxed);
+    no_lease_until_.store(now + backoff, std::memory_order_relaxed);
+    if (lease_.exchange(false)) wake();
+  }
   return got > 0;
+}
+
+void UdpTransport::app_waits() {
+  no_lease_backoff_ns_.store(kNoLeaseAfterStreamNs, std::memory_order_relaxed);
+  // A poll right after arming (closing the race with a completion) starts a new spin, not a lease.
+  const uint64_t now = now_ns();
+  spin_since_.store(now, std::memory_order_relaxed);
+  app_polled_at_.store(now, std::memory_order_relaxed);
+  if (lease_.exchange(false)) wake();
+  if (held_.load(std::memory_order_relaxed)) flush_held();
+}
+
+int UdpTransport::wait_readable(int fd) {
+  if (!running_) return 0;
+  waiters_.fetch_add(1);
+  if (watching_.load()) wake();  // the progress thread leaves the sockets to waiters
+  std::vector<pollfd> fds{{fd, POLLIN, 0}};
+  std::vector<size_t> which;
+  for (size_t i = 0; i < socks_.size(); ++i)
+    if (socks_[i].fd >= 0) {
+      fds.push_back({socks_[i].fd, POLLIN, 0});
+      which.push_back(i);
+    }
+  int err = 0;
+  for (;;) {
+    // No timeout: the progress thread keeps the timers, and wakes on its pipe when this one ends.
+    if (poll(fds.data(), nfds_t(fds.size()), -1) < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    if (fds[0].revents) break;  // an event (or an error the read will report)
+    // Replies (ACKs) are held while this thread looks whether its event came: if it did, they
+    // leave after this thread has returned (from the progress thread it wakes below, or with the
+    // application's next post); if not, now.
+    {
+      RxLock g(this);
+      for (size_t s = 0; s < which.size(); ++s)
+        if (fds[s + 1].revents & POLLIN) receive_batch(which[s], true);
+    }
+    if (poll(fds.data(), 1, 0) == 1) break;
+    if (held_.load(std::memory_order_relaxed)) flush_held();
+    send_queued(false);
+  }
+  // The last waiter out leaves a lease, as a poll does: the application's next poll, post or
+  // ibv_req_notify_cq takes over from here (and sends the held replies); if none comes, the
+  // progress thread's timer ends the lease after busy_ns_. No wake-up on the way out.
+  const uint64_t now = now_ns();
+  if (busy_ns_) {
+    app_polled_at_.store(now, std::memory_order_relaxed);
+    spin_since_.store(now, std::memory_order_relaxed);
+    lease_.store(true);
+  }
+  if (waiters_.fetch_sub(1) == 1) {
+    if (!busy_ns_) {
+      wake();
+    } else {
+      std::lock_guard<std::mutex> g(mu_);
+      timer_moved(now + busy_ns_);
+    }
+  } else if (held_.load(std::memory_order_relaxed)) {
+    flush_held();
+  }
+  return err;
 }
 
 void UdpTransport::run() {
@@ -590,13 +749,28 @@ void UdpTransport::run() {
       which.push_back(i);
     }
   fds.push_back({wake_rd_, POLLIN, 0});
+  if (timer_fd_ >= 0) fds.push_back({timer_fd_, POLLIN, 0});
   const size_t nsock = which.size();
+  tls_progress = this;
   while (running_) {
+    // While the application holds a busy-poll lease, watch only the wake pipe and the timers, and
+    // look again when the lease would run out; once no poll came for busy_ns_, take the sockets back.
+    // Threads blocked in wait_readable() receive too; the same holds while there are any.
+    const uint64_t lease_end =
+        lease_.load(std::memory_order_relaxed) ? app_polled_at_.load(std::memory_order_relaxed) + busy_ns_ : 0;
+    const bool spin_leased = lease_end > now_ns();
+    watching_.store(true);  // before looking at waiters_: an arriving waiter sees one or the other
+    const bool leased = spin_leased || waiters_.load() > 0;
+    if (leased) watching_.store(false);
+    if (!spin_leased) {
+      lease_.store(false, std::memory_order_relaxed);
+      // Replies the application held back (receive_batch) leave when it stopped polling.
+      if (held_.load(std::memory_order_relaxed)) flush_held();
+    }
     uint64_t deadline;
     {
       std::lock_guard<std::mutex> g(mu_);
       deadline = engine_.next_deadline();
-      armed_deadline_ = deadline;
       // The engine's retransmission counters, copied out at most every millisecond (a sum over
       // QPs); while they may be stale the wait is capped so they catch up.
       const uint64_t now = now_ns();
@@ -608,6 +782,10 @@ void UdpTransport::run() {
         totals_stale_ = true;
       }
       if (totals_stale_) deadline = std::min(deadline, totals_at_ + 1000000);
+      if (spin_leased) deadline = std::min(deadline, lease_end);
+      // A timer set earlier than this needs a wake-up (after_engine_call); later ones are seen
+      // when this wait ends anyway, so posts during a lease do not write to the wake pipe.
+      armed_deadline_ = deadline;
     }
     timespec ts{}, *tsp = nullptr;
     if (deadline != UINT64_MAX) {
@@ -617,10 +795,14 @@ void UdpTransport::run() {
       ts.tv_nsec = long(wait % 1000000000ull);
       tsp = &ts;
     }
+    pollfd* watch = leased ? &fds[nsock] : fds.data();  // the wake pipe and the timer only
+    const size_t nwatch = leased ? fds.size() - nsock : fds.size();
+    if (leased)
+      for (size_t s = 0; s < nsock; ++s) fds[s].revents = 0;
 #if defined(__linux__)
-    int r = ppoll(fds.data(), fds.size(), tsp, nullptr);
+    int r = ppoll(watch, nwatch, tsp, nullptr);
 #else
-    int r = poll(fds.data(), nfds_t(fds.size()),
+    int r = poll(watch, nfds_t(nwatch),
                  tsp ? int((uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec) + 999999) / 1000000) : -1);
 #endif
     if (r < 0 && errno != EINTR) break;
@@ -628,13 +810,17 @@ void UdpTransport::run() {
       char buf[64];
       while (read(wake_rd_, buf, sizeof buf) > 0) {}
     }
+    if (timer_fd_ >= 0 && (fds[nsock + 1].revents & POLLIN)) {
+      uint64_t expirations;
+      (void)!read(timer_fd_, &expirations, sizeof expirations);
+    }
     for (size_t s = 0; s < nsock; ++s) {
       if (!(fds[s].revents & POLLIN)) continue;
       rx_hint_.store(true, std::memory_order_relaxed);
       for (int i = 0; i < 16; ++i) {  // drain a burst, but look at timers in between
         int n;
         {
-          std::lock_guard<std::mutex> g(rx_mu_);
+          RxLock g(this);
           n = receive_batch(which[s]);
         }
         send_queued(false);

@@ -70,14 +70,26 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // still waiting to be sent).
   template <typename F>
   auto with_engine(F&& f) {
-    return call(std::forward<F>(f), true);
+    return call(std::forward<F>(f), Mode::control, 0);
   }
   // The same for posting: never waits for another thread's send. When another thread is sending,
   // it sends these packets too before it lets go (send_queued).
   template <typename F>
   auto post_engine(F&& f) {
-    return call(std::forward<F>(f), false);
+    return call(std::forward<F>(f), Mode::post, 0);
   }
+  // ibv_post_send to `qpn`: doorbell batching. A post to an RC QP that already awaits an ACK
+  // (Engine::awaiting_ack) leaves its packets queued without a syscall: they go out with whatever
+  // the next engine activity sends (an arrival, a timer: handling that ACK or timer is such an
+  // activity, so they never wait for ever), on the next empty CQ poll (flush_held), or once 64 are
+  // queued (one GSO send). A post to an idle QP, and UC/UD posts, send at once (latency).
+  template <typename F>
+  auto post_send_engine(uint32_t qpn, F&& f) {
+    return call(std::forward<F>(f), Mode::post_send, qpn);
+  }
+  // Sends the packets posts left queued; costs one atomic load when there are none (poll_cq on an
+  // empty CQ: the application is about to wait for them).
+  void flush_held();
   // Hands every queued packet to the kernel before returning (dereg_mr: nothing queued may point
   // into memory about to be released).
   void drain();
@@ -85,7 +97,21 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // Receive and process whatever has arrived, from the caller's thread (an application polling
   // an empty CQ), so a busy-polling process needs no thread hand-off. False if nothing came or
   // the progress thread holds the engine.
+  //
+  // Busy-poll lease: once the application has polled empty CQs without a pause for kSpinMinNs,
+  // the progress thread stops watching the sockets (it keeps the timers and its wake pipe) and
+  // every poll receives, so arrivals never wake a second thread that would race the spinning one
+  // for the socket and the CPU. The lease ends when no poll came for busy_ns_
+  // (MELON_SOFT_BUSY_NS, default 1 ms; 0 turns the lease off) or when a CQ is armed (app_waits).
   bool poll_progress();
+  // A CQ of this transport was armed (ibv_req_notify_cq): the application is about to block, so
+  // the progress thread watches the sockets again at once.
+  void app_waits();
+  // Blocks until `fd` (a completion channel) is readable, receiving in the caller's thread
+  // meanwhile: while any thread waits here the progress thread leaves the sockets (it keeps the
+  // timers), so an arrival wakes the waiter directly, not the progress thread and then the waiter.
+  // 0, or an errno value of poll().
+  int wait_readable(int fd);
 
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
@@ -107,26 +133,41 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // no thread holds two lanes' mu_. No thread makes a syscall while holding mu_, so a post waits at
   // most for engine work, never for a recvmmsg or a sendmmsg.
  private:
+  enum class Mode { control, post, post_send };
   template <typename F>
-  auto call(F&& f, bool wait) {
+  auto call(F&& f, Mode mode, uint32_t qpn) {
     struct Send {
       UdpTransport* t;
-      bool wait;
-      ~Send() { t->send_queued(wait); }  // after the engine lock is released
-    } send{this, wait};
+      bool wait, send = true;
+      ~Send() {
+        if (send) t->send_queued(wait);  // after the engine lock is released
+      }
+    } send{this, mode == Mode::control};
     std::lock_guard<std::mutex> g(mu_);
     struct Flush {
       UdpTransport* t;
-      ~Flush() { t->after_engine_call(); }
-    } flush{this};
+      Send& s;
+      Mode mode;
+      bool backed;
+      uint64_t staged, handoffs;
+      ~Flush() {
+        s.send = mode == Mode::control ? (t->after_engine_call(), true) : t->after_post(backed, staged, handoffs);
+      }
+    } flush{this, send, mode, mode == Mode::post_send && engine_.awaiting_ack(qpn), staged_, handoffs_};
     return f(engine_);
   }
 
   void transmit(const rc::TxPacket& p) override;
   uint64_t now() override { return batch_now_ ? batch_now_ : now_ns(); }
-  void after_engine_call();  // with mu_ held: queue the batch, wake the progress thread if needed
+  void after_engine_call();  // with mu_ held: queue the batch, arm the progress thread's timer if needed
+  // With mu_ held, after a post: hold what it staged (doorbell batching) or queue it; true if the
+  // caller must send the queue.
+  bool after_post(bool backed, uint64_t staged_before, uint64_t handoffs_before);
   void run();
-  int receive_batch(size_t sock);  // with rx_mu_ held (takes mu_ to process)
+  // With rx_mu_ held (takes mu_ to process). `hold`: the receive of a busy-polling application or a
+  // blocked waiter; what the engine sends in reply stays in stage_ (held_) for the application's
+  // next post (one sendmmsg with it), poll or ibv_req_notify_cq, or the end of the lease.
+  int receive_batch(size_t sock, bool hold = false);
   void publish_totals_locked();  // with mu_ held
   // Packets of another lane's QPs: set aside while processing a batch (pointing into the receive
   // buffers, under rx_mu_), handed over after mu_ is released (no thread holds two lanes' mu_).
@@ -139,6 +180,9 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   void hand_over();
   void receive_handed(const Foreign* f, size_t n);  // from another lane's thread
   void wake();
+  // With mu_ held: the engine's next deadline is now d. If that is earlier than the progress thread
+  // will wake, arm the timer fd for d (Linux), else wake the thread.
+  void timer_moved(uint64_t d);
   size_t socket_for(const uint8_t sgid[16]) const;
 
   // Transmit: packets queue in slots; consecutive full-size packets of one flow share one message
@@ -147,6 +191,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   static constexpr int kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS of Linux 4.18..6.0 (128 since)
   static constexpr size_t kMaxGsoBytes = 65507;  // the largest IPv4 UDP payload, all segments together
   static constexpr int kMaxIovPerMsg = 1024;  // UIO_MAXIOV
+  static constexpr int kMaxHeld = kMaxGsoSegments;  // held packets that make posts send (one GSO run)
   // Receive: one datagram per buffer, or with UDP GRO up to 64 KiB of one flow's packets.
   static constexpr size_t kRxBuf = 9216;
   static constexpr size_t kRxBufGro = 65536;
@@ -162,6 +207,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::vector<Socket> socks_;
   uint16_t port_;
   int wake_rd_ = -1, wake_wr_ = -1;
+  int timer_fd_ = -1;  // timerfd (Linux) the progress thread watches beside its ppoll timeout
   std::mutex rx_mu_, mu_, q_mu_, tx_mu_;
   rc::Engine engine_;
   std::thread thread_;
@@ -172,6 +218,37 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<bool> rx_hint_{false};
   std::atomic<uint64_t> last_poll_rx_{0};  // when poll_progress() last looked without the hint
   uint64_t poll_interval_ns_ = 2000;  // MELON_SOFT_POLL_NS overrides (benchmarks)
+  // Busy-poll lease (poll_progress): polls closer than kSpinGapNs are one spin; a spin of
+  // kSpinMinNs takes the lease (an event-driven application's empty polls around ibv_req_notify_cq
+  // are a few µs apart and shorter than that).
+  static constexpr uint64_t kSpinGapNs = 20000, kSpinMinNs = 50000;
+  uint64_t busy_ns_ = 1000000;  // MELON_SOFT_BUSY_NS overrides; 0: no lease
+  std::atomic<uint64_t> app_polled_at_{0};  // the last poll_progress()
+  std::atomic<uint64_t> spin_since_{0};  // start of the application's current spin
+  std::atomic<bool> lease_{false};
+  // A leased receive that made more than kMaxHeldReplies packets to send (a window refill, not a
+  // ping-pong's ACK) ends the lease, and none is taken for kNoLeaseAfterStreamNs: a stream keeps
+  // the progress thread (and the second core) sending while the application posts.
+  static constexpr int kMaxHeldReplies = 4;
+  static constexpr uint64_t kNoLeaseAfterStreamNs = 10000000;
+  std::atomic<bool> stream_seen_{false};
+  std::atomic<uint64_t> no_lease_until_{0};
+  std::atomic<uint64_t> no_lease_backoff_ns_{kNoLeaseAfterStreamNs};  // reset when a CQ is armed
+  std::atomic<int> waiters_{0};
+  std::atomic<bool> watching_{false};  // the progress thread's next wait includes the sockets
+  // Threads that must receive (the progress thread, waiters) take rx_mu_ through this, and a polling
+  // application does not try for it while any of them waits (poll_progress).
+  std::atomic<int> rx_blocked_{0};
+  struct RxLock {
+    explicit RxLock(UdpTransport* t) : t(t) {
+      t->rx_blocked_.fetch_add(1);
+      t->rx_mu_.lock();
+      t->rx_blocked_.fetch_sub(1);
+    }
+    ~RxLock() { t->rx_mu_.unlock(); }
+    UdpTransport* t;
+  };  // threads in wait_readable(): they receive, the progress thread does not
+  bool defer_ = true;  // the application receives; the progress thread keeps off the sockets
   uint64_t armed_deadline_ = UINT64_MAX;
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
   uint64_t totals_at_ = 0;  // when the engine's counter totals were last copied out (progress thread)
@@ -221,6 +298,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   void send_queued(bool wait);
   void send_batch(TxBatch& b);  // with tx_mu_ held
   std::unique_ptr<TxBatch> stage_;  // guarded by mu_
+  uint64_t staged_ = 0, handoffs_ = 0;  // packets transmit() staged, batches handed off (guarded by mu_)
+  std::atomic<bool> held_{false};  // stage_ holds packets a post left there (set and cleared under mu_)
   std::deque<std::unique_ptr<TxBatch>> sendq_;  // guarded by q_mu_
   std::vector<std::unique_ptr<TxBatch>> spare_;  // guarded by q_mu_
   std::unique_ptr<std::atomic<bool>[]> gso_;  // per socket: cleared by the sender if the kernel refuses

@@ -1,0 +1,384 @@
+// Who receives on a soft device, and when: the progress thread, or a busy-polling application
+// (udp_transport.h, "busy-poll lease"). Two devices in one process over UDP loopback (127.0.18.2
+// and 127.0.18.3). Whatever thread receives, a passive target must still get its data, timers must
+// still fire, and an application that stops spinning to block on its completion channel must be
+// woken by the next arrival.
+//
+// This executable defines sendmmsg(): the provider (linked in as objects) calls this one, which
+// can drop the next datagrams that carry a payload, then forwards to the C library's.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "verbs/soft_inject.h"
+
+namespace {
+
+std::atomic<int> g_drop{0};  // datagrams of at least kDropMin bytes still to drop
+constexpr size_t kDropMin = 200;  // more than any ACK or empty SEND; less than the WRITEs below
+
+}  // namespace
+
+extern "C" int sendmmsg(int fd, struct mmsghdr* v, unsigned int n, int flags) {
+  using Fn = int (*)(int, struct mmsghdr*, unsigned int, int);
+  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "sendmmsg"));
+  if (g_drop.load() <= 0) return real(fd, v, n, flags);
+  // Send message by message, leaving out the dropped ones (reported as sent, as a lossy wire would).
+  for (unsigned i = 0; i < n; ++i) {
+    size_t len = 0;
+    for (size_t j = 0; j < v[i].msg_hdr.msg_iovlen; ++j) len += v[i].msg_hdr.msg_iov[j].iov_len;
+    if (len >= kDropMin && g_drop.fetch_sub(1) > 0) {
+      v[i].msg_len = unsigned(len);
+      continue;
+    }
+    int r = real(fd, v + i, 1, flags);
+    if (r < 0) return i ? int(i) : r;
+  }
+  return int(n);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Side {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_comp_channel* ch = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 16);
+};
+
+class SoftProgress : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/melon-stats-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    stats_dir = tmpl;
+    setenv("MELON_STATS_DIR", stats_dir.c_str(), 1);
+    setenv("MELON_SOFT_AUTO", "0", 1);
+    setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
+    setenv("MELON_SOFT_DEVICES", "pg0=127.0.18.2,pg1=127.0.18.3", 1);
+    g_drop = 0;
+    list = ibv_get_device_list(&n);
+    ASSERT_NE(list, nullptr);
+  }
+  void TearDown() override {
+    g_drop = 0;
+    for (Side* s : {&a, &b}) {
+      if (s->qp) ibv_destroy_qp(s->qp);
+      if (s->mr) ibv_dereg_mr(s->mr);
+      if (s->cq) ibv_destroy_cq(s->cq);
+      if (s->ch) ibv_destroy_comp_channel(s->ch);
+      if (s->pd) ibv_dealloc_pd(s->pd);
+      if (s->ctx) ibv_close_device(s->ctx);
+    }
+    ibv_free_device_list(list);
+    unsetenv("MELON_SOFT_BUSY_NS");
+    std::string cmd = "rm -rf '" + stats_dir + "'";
+    ASSERT_EQ(system(cmd.c_str()), 0);
+  }
+
+  // a on pg0, b on pg1, one RC QP each, connected; every CQ has a completion channel.
+  // `timeout`: the requester's local ACK timeout exponent (4.096 us << timeout).
+  void connect(uint8_t timeout = 14) {
+    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    for (Side* s : {&a, &b}) {
+      const char* want = s == &a ? "pg0" : "pg1";
+      for (int i = 0; i < n; ++i)
+        if (!strcmp(ibv_get_device_name(list[i]), want)) s->ctx = ibv_open_device(list[i]);
+      ASSERT_NE(s->ctx, nullptr) << want;
+      s->pd = ibv_alloc_pd(s->ctx);
+      s->ch = ibv_create_comp_channel(s->ctx);
+      ASSERT_NE(s->ch, nullptr);
+      s->cq = ibv_create_cq(s->ctx, 64, nullptr, s->ch, 0);
+      ASSERT_NE(s->cq, nullptr);
+      s->mr = ibv_reg_mr(s->pd, s->buf.data(), s->buf.size(), all);
+      ASSERT_NE(s->mr, nullptr);
+      ibv_qp_init_attr ia{};
+      ia.send_cq = ia.recv_cq = s->cq;
+      ia.qp_type = IBV_QPT_RC;
+      ia.cap.max_send_wr = ia.cap.max_recv_wr = 32;
+      ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+      s->qp = ibv_create_qp(s->pd, &ia);
+      ASSERT_NE(s->qp, nullptr) << strerror(errno);
+    }
+    for (Side* s : {&a, &b}) {
+      Side& peer = s == &a ? b : a;
+      ibv_qp_attr at{};
+      at.qp_state = IBV_QPS_INIT;
+      at.port_num = 1;
+      at.qp_access_flags = all;
+      ASSERT_EQ(ibv_modify_qp(s->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+      at.qp_state = IBV_QPS_RTR;
+      at.path_mtu = IBV_MTU_1024;
+      at.dest_qp_num = peer.qp->qp_num;
+      at.max_dest_rd_atomic = 1;
+      at.min_rnr_timer = 1;
+      at.ah_attr.is_global = 1;
+      at.ah_attr.port_num = 1;
+      const uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 18, uint8_t(s == &a ? 3 : 2)};
+      memcpy(at.ah_attr.grh.dgid.raw, gid, 16);
+      ASSERT_EQ(ibv_modify_qp(s->qp, &at,
+                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+                0);
+      at.qp_state = IBV_QPS_RTS;
+      at.timeout = timeout;
+      at.retry_cnt = 7;
+      at.rnr_retry = 7;
+      at.max_rd_atomic = 1;
+      ASSERT_EQ(ibv_modify_qp(s->qp, &at,
+                              IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                  IBV_QP_MAX_QP_RD_ATOMIC),
+                0);
+    }
+  }
+
+  int post(ibv_wr_opcode op, size_t off, uint32_t len, uint64_t id) {
+    ibv_sge sge{uint64_t(uintptr_t(a.buf.data() + off)), len, a.mr->lkey};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.wr_id = id;
+    wr.opcode = op;
+    wr.sg_list = len ? &sge : nullptr;
+    wr.num_sge = len ? 1 : 0;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = uint64_t(uintptr_t(b.buf.data() + off));
+    wr.wr.rdma.rkey = b.mr->rkey;
+    return ibv_post_send(a.qp, &wr, &bad);
+  }
+
+  // Spins on ibv_poll_cq (never sleeping, never arming) until a completion or `ms` pass.
+  static bool spin_for(ibv_cq* cq, ibv_wc* wc, int ms) {
+    const auto end = Clock::now() + std::chrono::milliseconds(ms);
+    while (Clock::now() < end)
+      if (ibv_poll_cq(cq, 1, wc) == 1) return true;
+    return false;
+  }
+
+  uint64_t counter(const char* dev, const char* name) { return melon::test::read_counters(stats_dir, dev)[name]; }
+
+  std::string stats_dir;
+  ibv_device** list = nullptr;
+  int n = 0;
+  Side a, b;
+};
+
+// The requester spins on its CQ for the whole test, so its own thread receives the ACKs; the target
+// calls no verb at all, so its progress thread must place the data and acknowledge.
+TEST_F(SoftProgress, BusyPollingRequesterAndAPassiveWriteTargetBothMakeProgress) {
+  connect();
+  ibv_wc wc{};
+  EXPECT_FALSE(spin_for(a.cq, &wc, 20));  // long enough to take the sockets over
+  EXPECT_GE(counter("pg0", "busy_poll_leases"), 1u);
+  for (int i = 0; i < 50; ++i) {
+    memset(a.buf.data() + 4096, 'a' + i % 26, 1000);
+    ASSERT_EQ(post(IBV_WR_RDMA_WRITE, 4096, 1000, uint64_t(i)), 0);
+    ASSERT_TRUE(spin_for(a.cq, &wc, 5000)) << "write " << i;
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    ASSERT_EQ(wc.wr_id, uint64_t(i));
+    ASSERT_EQ(memcmp(a.buf.data() + 4096, b.buf.data() + 4096, 1000), 0) << "write " << i;
+  }
+  EXPECT_EQ(counter("pg1", "busy_poll_leases"), 0u);  // the target never polled
+}
+
+// With a lease that would last 20 s once taken, only ibv_req_notify_cq ending it lets a thread that
+// spun and then blocks on its channel see the next arrival in time.
+TEST_F(SoftProgress, AnApplicationThatSpinsThenBlocksOnItsChannelIsWoken) {
+  setenv("MELON_SOFT_BUSY_NS", "20000000000", 1);
+  connect();
+  ibv_sge sge{uint64_t(uintptr_t(b.buf.data())), 64, b.mr->lkey};
+  ibv_recv_wr rwr{}, *rbad = nullptr;
+  rwr.wr_id = 77;
+  rwr.sg_list = &sge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+  ibv_wc wc{};
+  EXPECT_FALSE(spin_for(b.cq, &wc, 20));
+  ASSERT_GE(counter("pg1", "busy_poll_leases"), 1u);
+  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+  ASSERT_EQ(ibv_poll_cq(b.cq, 1, &wc), 0);
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // b is blocked by then
+    memcpy(a.buf.data(), "woken", 6);
+    EXPECT_EQ(post(IBV_WR_SEND, 0, 6, 5), 0);
+  });
+  pollfd p{b.ch->fd, POLLIN, 0};
+  const int ready = poll(&p, 1, 3000);
+  sender.join();
+  ASSERT_EQ(ready, 1) << "the channel was not signalled within 3 s";
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx), 0);
+  EXPECT_EQ(ev_cq, b.cq);
+  ibv_ack_cq_events(ev_cq, 1);
+  ASSERT_EQ(ibv_poll_cq(b.cq, 1, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 77u);
+  EXPECT_EQ(wc.byte_len, 6u);
+  EXPECT_STREQ(reinterpret_cast<const char*>(b.buf.data()), "woken");
+  // The sender's completion needs b's ACK, which b's progress thread sent while b was blocked.
+  ASSERT_TRUE(spin_for(a.cq, &wc, 5000));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+}
+
+// The first transmission of a WRITE is lost; the requester keeps spinning on its CQ (the lease
+// holds, so its progress thread watches only timers) and the retry timer (timeout 12: about 17 ms)
+// must still fire and resend.
+TEST_F(SoftProgress, RetransmissionStillHappensWhileTheApplicationBusyPolls) {
+  connect(12);
+  ibv_wc wc{};
+  EXPECT_FALSE(spin_for(a.cq, &wc, 20));
+  EXPECT_GE(counter("pg0", "busy_poll_leases"), 1u);
+  memset(a.buf.data() + 8192, 0x5a, 1000);
+  g_drop = 1;
+  ASSERT_EQ(post(IBV_WR_RDMA_WRITE, 8192, 1000, 3), 0);
+  ASSERT_TRUE(spin_for(a.cq, &wc, 5000)) << "no completion: the retry timer did not fire";
+  EXPECT_EQ(g_drop.load(), 0);  // the first transmission was dropped
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(memcmp(a.buf.data() + 8192, b.buf.data() + 8192, 1000), 0);
+  EXPECT_GE(melon::test::wait_counter(stats_dir, "pg0", "timeouts", 1), 1u);
+}
+
+// A thread blocked in ibv_get_cq_event receives for the device itself (the progress thread keeps
+// off the sockets). Packets that are not its event must not wait for it: a WRITE to the same
+// device completes, acknowledged, while the waiter stays blocked; then a SEND wakes it.
+TEST_F(SoftProgress, AThreadBlockedInGetCqEventLetsOtherTrafficThrough) {
+  connect();
+  ibv_sge sge{uint64_t(uintptr_t(b.buf.data())), 64, b.mr->lkey};
+  ibv_recv_wr rwr{}, *rbad = nullptr;
+  rwr.wr_id = 8;
+  rwr.sg_list = &sge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+  std::atomic<bool> woken{false};
+  ibv_cq* ev_cq = nullptr;
+  std::thread waiter([&] {
+    void* ev_ctx = nullptr;
+    EXPECT_EQ(ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx), 0);  // blocking: the channel fd is as created
+    woken = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiter is blocked by now
+  ibv_wc wc{};
+  for (int i = 0; i < 5; ++i) {
+    memset(a.buf.data() + 4096, 'k' + i, 1000);
+    ASSERT_EQ(post(IBV_WR_RDMA_WRITE, 4096, 1000, 100 + uint64_t(i)), 0);
+    const bool acked = spin_for(a.cq, &wc, 2000);
+    EXPECT_TRUE(acked) << "write " << i << " was not acknowledged";
+    if (!acked) break;
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(memcmp(a.buf.data() + 4096, b.buf.data() + 4096, 1000), 0);
+  }
+  EXPECT_FALSE(woken.load());  // WRITEs make no completion at the target
+  EXPECT_EQ(counter("pg0", "timeouts"), 0u);  // acknowledged in time, not after retries
+  memcpy(a.buf.data(), "event", 6);
+  ASSERT_EQ(post(IBV_WR_SEND, 0, 6, 9), 0);
+  for (int i = 0; i < 5000 && !woken.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!woken.load()) {  // the waiter cannot be joined: end here rather than hang
+    ADD_FAILURE() << "the SEND did not wake the thread blocked in ibv_get_cq_event";
+    _exit(1);
+  }
+  waiter.join();
+  EXPECT_EQ(ev_cq, b.cq);
+  ibv_ack_cq_events(b.cq, 1);
+  ASSERT_EQ(ibv_poll_cq(b.cq, 1, &wc), 1);
+  EXPECT_EQ(wc.wr_id, 8u);
+  EXPECT_STREQ(reinterpret_cast<const char*>(b.buf.data()), "event");
+  ASSERT_TRUE(spin_for(a.cq, &wc, 2000));
+  EXPECT_EQ(wc.wr_id, 9u);
+}
+
+// Both sides only ever block in ibv_get_cq_event: a ping-pong of SENDs, each side's send completing
+// on the other's ACK, which a waiter holds until it has returned. Nothing may be left waiting.
+TEST_F(SoftProgress, APingPongOfBlockingWaitersCompletesEveryMessage) {
+  connect();
+  auto wait_one = [](Side& s, ibv_wc* wc) {
+    for (;;) {
+      if (ibv_poll_cq(s.cq, 1, wc) == 1) return true;
+      if (ibv_req_notify_cq(s.cq, 0)) return false;
+      if (ibv_poll_cq(s.cq, 1, wc) == 1) return true;
+      ibv_cq* c;
+      void* x;
+      if (ibv_get_cq_event(s.ch, &c, &x)) return false;
+      ibv_ack_cq_events(c, 1);
+    }
+  };
+  auto recv_one = [](Side& s) {
+    ibv_sge sge{uint64_t(uintptr_t(s.buf.data() + 32768)), 64, s.mr->lkey};
+    ibv_recv_wr r{}, *bad = nullptr;
+    r.wr_id = 1;
+    r.sg_list = &sge;
+    r.num_sge = 1;
+    return ibv_post_recv(s.qp, &r, &bad);
+  };
+  auto send_one = [](Side& s, uint64_t id) {
+    ibv_sge sge{uint64_t(uintptr_t(s.buf.data())), 8, s.mr->lkey};
+    ibv_send_wr w{}, *bad = nullptr;
+    w.wr_id = id;
+    w.opcode = IBV_WR_SEND;
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.send_flags = IBV_SEND_SIGNALED;
+    return ibv_post_send(s.qp, &w, &bad);
+  };
+  constexpr int kRounds = 50;
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {  // a lost wake-up would block both sides for ever: fail instead
+    for (int i = 0; i < 20000 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!done.load()) {
+      fprintf(stderr, "ping-pong of blocking waiters stuck for 20 s\n");
+      _exit(1);
+    }
+  });
+  ASSERT_EQ(recv_one(a), 0);
+  ASSERT_EQ(recv_one(b), 0);
+  std::thread pong([&] {  // b: receive, answer
+    for (int i = 0; i < kRounds; ++i) {
+      int sends = 0, recvs = 0;
+      ibv_wc wc;
+      while (recvs < 1) {
+        ASSERT_TRUE(wait_one(b, &wc));
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+        (wc.opcode == IBV_WC_RECV ? recvs : sends)++;
+      }
+      ASSERT_EQ(recv_one(b), 0);
+      ASSERT_EQ(send_one(b, 2), 0);
+      while (sends < 1) {
+        ASSERT_TRUE(wait_one(b, &wc));
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+        (wc.opcode == IBV_WC_RECV ? recvs : sends)++;
+      }
+    }
+  });
+  for (int i = 0; i < kRounds; ++i) {  // a: send, wait for its completion and for the answer
+    ASSERT_EQ(send_one(a, 1), 0);
+    int sends = 0, recvs = 0;
+    ibv_wc wc;
+    while (sends < 1 || recvs < 1) {
+      ASSERT_TRUE(wait_one(a, &wc));
+      ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+      (wc.opcode == IBV_WC_RECV ? recvs : sends)++;
+    }
+    ASSERT_EQ(recv_one(a), 0);
+  }
+  pong.join();
+  done = true;
+  watchdog.join();
+  EXPECT_EQ(counter("pg0", "timeouts") + counter("pg1", "timeouts"), 0u);
+}
+
+}  // namespace
