@@ -158,6 +158,7 @@ struct SoftCq : verbs::CqBase {
   uint64_t wc_flags = 0;
   bool ignore_overrun = false;
   std::atomic<int> users{0};  // QPs
+  std::atomic<uint32_t> lanes{0};  // bit i: a QP of lane i has completed or may complete here (soft_qp.h)
 
   std::mutex mu;  // guards everything below
   std::vector<ibv_wc> ring;
@@ -177,6 +178,7 @@ struct SoftCq : verbs::CqBase {
 struct SoftSrq : verbs::SrqBase {
   SoftContext* ctx = nullptr;
   Hub* hub = nullptr;
+  size_t lane = 0;  // the SRQ and its QPs live in one lane (soft_qp.h)
   rc::Srq* engine = nullptr;
   uint32_t srqn = 0;
   uint32_t max_wr = 0, max_sge = 0;
@@ -226,13 +228,16 @@ class SoftContext : public verbs::ContextBase, public verbs::ContextOps {
   // The device's transport, started on first use (QP or SRQ) and held until close.
   Hub* hub(int* err);
   Hub* hub_if_started() const { return hub_.load(std::memory_order_acquire); }
+  // A QP of `lane` completes on `cq` (bit in SoftCq::lanes, and in its channel's lanes).
+  void cq_uses_lane(SoftCq* cq, size_t lane);
   bool owns(const ibv_pd* pd) const { return pd && pd->context == &vctx.context; }
   bool owns(const ibv_cq* cq) const { return cq && cq->context == &vctx.context; }
 
  private:
   SoftDevice* dev_;
   std::atomic<Hub*> hub_{nullptr};
-  std::mutex hub_mu_;
+  std::mutex hub_mu_;  // also guards channel_lanes_
+  std::unordered_map<int, uint32_t> channel_lanes_;  // completion channel fd -> lanes of its CQs' QPs
 };
 
 // Access bits that reg_mr accepts (the rest of the defined bits are EOPNOTSUPP / EINVAL).

@@ -37,7 +37,9 @@ namespace melon::soft {
   X(offload_fallbacks, "sockets without UDP GSO or GRO, and GSO sends the kernel refused")                    \
   X(tx_calls, "send system calls (sendmmsg, or sendmsg where there is none)")                                 \
   X(tx_deferred, "packets a post left queued to leave with later ones (doorbell batching)")                   \
-  X(busy_poll_leases, "times a busy-polling application took receiving over from the progress thread")
+  X(busy_poll_leases, "times a busy-polling application took receiving over from the progress thread")        \
+  X(lanes, "transports (engine, sockets, thread) of the device; 1 where steering by QPN is unavailable")      \
+  X(rx_lane_handovers, "packets steered to a lane for another lane's QP (merged by GRO), handed over")
 
 struct TransportStats {
 #define MELON_SOFT_COUNTER_FIELD(name, text) std::atomic<uint64_t> name{0};

@@ -78,7 +78,8 @@ int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
   int r = advance(c);
   // An empty CQ: the application waits, so what posts left queued goes out now (as in poll_cq).
   if (r == ENOENT)
-    if (Hub* h = c->ctx->hub_if_started()) h->transport().flush_held();
+    if (Hub* h = c->ctx->hub_if_started())
+      h->each_lane(c->lanes.load(std::memory_order_relaxed), [](UdpTransport& l) { l.flush_held(); });
   return r;
 }
 int next_poll(ibv_cq_ex* cq) { return advance(cqx(cq)); }
@@ -165,7 +166,7 @@ int SoftContext::destroy_cq(ibv_cq* cq) {
 
 int SoftSrq::post(ibv_recv_wr* wr, ibv_recv_wr** bad) {
   static_assert(sizeof(ibv_sge) == sizeof(rc::Sge), "ibv_sge and rc::Sge share a layout");
-  return hub->transport().post_engine([&](rc::Engine& e) {
+  return hub->lane(lane).post_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::RecvWr r;
       r.wr_id = wr->wr_id;
@@ -196,9 +197,10 @@ ibv_srq* SoftContext::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   auto* s = new SoftSrq();
   s->ctx = this;
   s->hub = h;
+  s->lane = h->choose_lane();
   s->max_wr = a.max_wr;
   s->max_sge = a.max_sge ? a.max_sge : 1;
-  err = h->transport().with_engine([&](rc::Engine& e) {
+  err = h->lane(s->lane).with_engine([&](rc::Engine& e) {
     return e.create_srq(pd->handle, s->max_wr, s->max_sge, a.srq_limit, &s->engine, &s->srqn);
   });
   if (err) {
@@ -208,6 +210,7 @@ ibv_srq* SoftContext::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   }
   verbs::init_srq_fields(s, &vctx.context, pd, attr->srq_context);
   h->add_srq(s->srqn, &s->ibv);
+  h->use(s->lane);
   a.max_wr = s->max_wr;  // report what was granted
   a.max_sge = s->max_sge;
   reinterpret_cast<SoftPd*>(pd)->users++;
@@ -221,7 +224,7 @@ int SoftContext::modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   // Resizing an SRQ is not supported (docs/verbs.md); asking for the current size is fine.
   if ((mask & IBV_SRQ_MAX_WR) && attr->max_wr != s->max_wr) return EOPNOTSUPP;
   if (!(mask & IBV_SRQ_LIMIT)) return 0;
-  return s->hub->transport().with_engine([&](rc::Engine& e) { return e.modify_srq(s->engine, attr->srq_limit); });
+  return s->hub->lane(s->lane).with_engine([&](rc::Engine& e) { return e.modify_srq(s->engine, attr->srq_limit); });
 }
 
 int SoftContext::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
@@ -230,7 +233,7 @@ int SoftContext::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
   attr->max_wr = s->max_wr;
   attr->max_sge = s->max_sge;
   uint32_t limit = 0;
-  int err = s->hub->transport().with_engine([&](rc::Engine& e) { return e.query_srq(s->engine, &limit); });
+  int err = s->hub->lane(s->lane).with_engine([&](rc::Engine& e) { return e.query_srq(s->engine, &limit); });
   if (err) return err;
   attr->srq_limit = limit;
   return 0;
@@ -239,9 +242,10 @@ int SoftContext::query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
 int SoftContext::destroy_srq(ibv_srq* srq) {
   if (srq->context != &vctx.context) return EINVAL;
   SoftSrq* s = SoftSrq::from(srq);
-  int err = s->hub->transport().with_engine([&](rc::Engine& e) { return e.destroy_srq(s->engine); });
+  int err = s->hub->lane(s->lane).with_engine([&](rc::Engine& e) { return e.destroy_srq(s->engine); });
   if (err) return err;  // EBUSY: a QP still uses it
   s->hub->remove_srq(s->srqn);
+  s->hub->unuse(s->lane);
   reinterpret_cast<SoftPd*>(srq->pd)->users--;
   verbs::destroy_sync_fields(&srq->mutex, &srq->cond);
   delete s;

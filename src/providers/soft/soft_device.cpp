@@ -94,11 +94,13 @@ verbs::ContextBase* SoftDevice::open() {
     SoftCq* c = SoftCq::from(cq);
     int got = c->poll(n, wc);
     // An empty CQ: send what posts left queued (doorbell batching: the application now waits for
-    // it), and do the progress thread's work here rather than wait for it to be scheduled.
+    // it), and do the progress threads' work here rather than wait for them to be scheduled, on the
+    // lanes of this CQ's QPs.
     if (got == 0)
       if (Hub* h = c->ctx->hub_if_started()) {
-        h->transport().flush_held();
-        if (h->transport().poll_progress()) got = c->poll(n, wc);
+        const uint32_t lanes = c->lanes.load(std::memory_order_relaxed);
+        h->each_lane(lanes, [](UdpTransport& l) { l.flush_held(); });
+        if (h->poll_progress(lanes)) got = c->poll(n, wc);
       }
     return got;
   };
@@ -111,7 +113,8 @@ verbs::ContextBase* SoftDevice::open() {
     }
     // The application will block on the channel: arrivals must wake the progress thread, not wait
     // for a busy-poll lease to run out (udp_transport.h).
-    if (Hub* h = c->ctx->hub_if_started()) h->transport().app_waits();
+    if (Hub* h = c->ctx->hub_if_started())
+      h->each_lane(c->lanes.load(std::memory_order_relaxed), [](UdpTransport& l) { l.app_waits(); });
     return 0;
   };
   ops.post_srq_recv = [](ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
@@ -235,8 +238,19 @@ int SoftContext::query_gid_entry(uint32_t port, uint32_t index, ibv_gid_entry* e
 }
 
 int SoftContext::wait_channel(int fd) {
+  // The waiter receives for the one lane whose QPs complete on this channel's CQs. Where they are
+  // in several lanes (or none yet) it leaves the receiving to the progress threads, which wake it
+  // through the channel.
   Hub* h = hub_if_started();
-  return h ? h->transport().wait_readable(fd) : 0;
+  if (!h) return 0;
+  uint32_t lanes = h->lanes() == 1 ? 1u : 0u;
+  if (!lanes) {
+    std::lock_guard<std::mutex> g(hub_mu_);
+    auto it = channel_lanes_.find(fd);
+    if (it != channel_lanes_.end()) lanes = it->second;
+  }
+  if (!lanes || (lanes & (lanes - 1))) return 0;
+  return h->lane(size_t(__builtin_ctz(lanes))).wait_readable(fd);
 }
 
 void SoftContext::close() {

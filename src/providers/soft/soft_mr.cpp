@@ -216,7 +216,7 @@ int SoftContext::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t 
   if (!range_mapped(new_addr, new_len)) return EFAULT;
   MrTable::Keys keys;
   if (!dev_->mrs().update(mr->lkey, new_pd, new_iova, new_len, new_addr, new_access, &keys)) return EINVAL;
-  if (Hub* h = hub_if_started()) h->transport().drain();  // nothing queued still reads the old memory
+  if (Hub* h = hub_if_started()) h->drain();  // nothing queued still reads the old memory
   mr->lkey = keys.lkey;
   mr->rkey = keys.rkey;
   if (new_pd != mr->pd) {
@@ -236,7 +236,7 @@ int SoftContext::dereg_mr(ibv_mr* mr) {
   auto* m = reinterpret_cast<SoftMr*>(mr);
   dev_->mrs().remove(mr->lkey);
   // Packets already built from this region (READ responses) leave before the memory may go.
-  if (Hub* h = hub_if_started()) h->transport().drain();
+  if (Hub* h = hub_if_started()) h->drain();
   reinterpret_cast<SoftPd*>(mr->pd)->users--;
   delete m;
   return 0;

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "roce/ip_udp.h"
 
 namespace melon::soft {
@@ -61,6 +63,30 @@ uint32_t requester_window(unsigned pmtu) {
   return w;
 }
 
+// How many lanes a device runs (soft_qp.h): MELON_SOFT_LANES=N (1..kMaxLanes), else one per online
+// CPU up to 4; 1 where the kernel cannot steer datagrams by QPN (said with MELON_SOFT_DEBUG=1).
+uint32_t lane_count(const char* device) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  uint32_t n = uint32_t(std::clamp<long>(cpus, 1, 4));
+  if (const char* env = getenv("MELON_SOFT_LANES")) {
+    unsigned long v = strtoul(env, nullptr, 10);
+    if (v >= 1 && v <= kMaxLanes) n = uint32_t(v);
+  }
+  std::string why;
+  if (n > 1 && !lane_steering_available(n, &why)) {
+    if (getenv("MELON_SOFT_DEBUG"))
+      fprintf(stderr, "melondma soft: %s: one lane instead of %u: %s\n", device, n, why.c_str());
+    n = 1;
+  }
+  return n;
+}
+
+// EngineConfig::random_qpn of a lane: its index and the lane count packed into the argument.
+uint32_t lane_random_qpn(void* arg) {
+  const auto v = uint32_t(reinterpret_cast<uintptr_t>(arg));
+  return lane_qpn(random_u32(), v >> 8, v & 0xff);  // QPNs nobody can predict (random.h), steered here
+}
+
 }  // namespace
 
 Hub::Hub(SoftDevice* dev) : dev_(dev) {
@@ -72,12 +98,39 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
     addrs.push_back(l);
   }
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
+  const uint32_t n = lane_count(dev->name());
+  counters_.reset(new CounterFile(dev->name()));
+  counters_->counters().lanes.store(n, std::memory_order_relaxed);
   rc::EngineConfig config;
   config.max_inflight_packets =
       requester_window(ib_mtu_for_interface(dev->spec().if_mtu, false));  // IPv4: the larger MTU, the smaller window
-  config.random_qpn = [](void*) { return random_u32(); };  // QPNs nobody can predict (random.h)
-  transport_.reset(new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this),
-                                    config, roce::kRoceV2Port, dev->name()));
+  config.random_qpn = lane_random_qpn;
+  lane_ptrs_.assign(n, nullptr);
+  load_.reset(new std::atomic<int>[n]);
+  for (uint32_t i = 0; i < n; ++i) {
+    load_[i] = 0;
+    config.random_qpn_arg = reinterpret_cast<void*>(uintptr_t(i << 8 | n));
+    LaneConfig lane{n, i, &counters_->counters(), lane_ptrs_.data()};
+    lanes_.emplace_back(new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this),
+                                         config, roce::kRoceV2Port, dev->name(), lane));
+    lane_ptrs_[i] = lanes_.back().get();
+  }
+}
+
+Hub::~Hub() {
+  for (auto& l : lanes_) l->halt();  // every thread first: a lane may hand packets to another until then
+  for (auto& l : lanes_) l->stop();
+  for (auto& l : lanes_) l->publish_totals();
+  if (started_) UdpTransport::print_counters(dev_->name(), counters_->counters());
+  lanes_.clear();
+}
+
+int Hub::start(std::string* why) {
+  // Lane 0 first: it claims each address and attaches the steering program, then the others join.
+  for (auto& l : lanes_)
+    if (int e = l->start(why)) return e;
+  started_ = true;
+  return 0;
 }
 
 Hub* Hub::acquire(SoftDevice* dev, int* err) {
@@ -86,9 +139,10 @@ Hub* Hub::acquire(SoftDevice* dev, int* err) {
   if (!h) {
     auto* n = new Hub(dev);
     std::string why;
-    if (int e = n->transport_->start(&why)) {
+    if (int e = n->start(&why)) {
       std::fprintf(stderr, "melondma soft: %s: cannot start the RoCEv2 transport: %s\n", dev->name(), why.c_str());
       delete n;
+      hubs().erase(dev);
       *err = e;
       return nullptr;
     }
@@ -102,8 +156,24 @@ void Hub::release(Hub* hub) {
   std::lock_guard<std::mutex> g(g_hubs_mu);
   if (--hub->refs_ > 0) return;
   hubs().erase(hub->dev_);
-  hub->transport_->stop();
   delete hub;
+}
+
+size_t Hub::choose_lane() {
+  size_t best = 0;
+  for (size_t i = 1; i < lanes_.size(); ++i)
+    if (load_[i].load(std::memory_order_relaxed) < load_[best].load(std::memory_order_relaxed)) best = i;
+  return best;
+}
+
+bool Hub::poll_progress(uint32_t mask) {
+  bool got = false;
+  each_lane(mask, [&](UdpTransport& l) { got |= l.poll_progress(); });
+  return got;
+}
+
+void Hub::drain() {
+  each_lane(~0u, [](UdpTransport& l) { l.drain(); });
 }
 
 void Hub::add_qp(uint32_t qpn, ibv_qp* qp) {
@@ -185,6 +255,14 @@ Hub* SoftContext::hub(int* err) {
   return hub_;
 }
 
+void SoftContext::cq_uses_lane(SoftCq* cq, size_t lane) {
+  cq->lanes.fetch_or(1u << lane, std::memory_order_relaxed);
+  if (ibv_comp_channel* ch = cq->ibv.channel) {
+    std::lock_guard<std::mutex> g(hub_mu_);
+    channel_lanes_[ch->fd] |= 1u << lane;
+  }
+}
+
 ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   auto fail = [](int e) -> ibv_qp* {
     errno = e;
@@ -216,9 +294,13 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   Hub* h = hub(&err);
   if (!h) return fail(err);
 
+  // The SRQ's lane, or the least busy one.
+  const size_t lane = attr->srq ? SoftSrq::from(attr->srq)->lane : h->choose_lane();
   auto* qp = new SoftQp();
   qp->ctx = this;
   qp->hub = h;
+  qp->lane = &h->lane(lane);
+  qp->lane_index = lane;
   qp->scq.cq = SoftCq::from(attr->send_cq);
   qp->rcq.cq = SoftCq::from(attr->recv_cq);
   rc::QpInit init;
@@ -243,7 +325,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   init.cap.max_send_sge = cap.max_send_sge;
   init.cap.max_recv_sge = cap.max_recv_sge;
   init.cap.max_inline_data = cap.max_inline_data;
-  err = h->transport().with_engine([&](rc::Engine& e) { return e.create_qp(init, &qp->qpn); });
+  err = qp->lane->with_engine([&](rc::Engine& e) { return e.create_qp(init, &qp->qpn); });
   if (err) {
     delete qp;
     return fail(err);
@@ -254,7 +336,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   q.handle = qp->qpn;
   if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
     if (int e = verbs::init_qp_ex_ops(qp, attr->send_ops_flags)) {
-      h->transport().with_engine([&](rc::Engine& en) { return en.destroy_qp(qp->qpn); });
+      qp->lane->with_engine([&](rc::Engine& en) { return en.destroy_qp(qp->qpn); });
       delete qp;
       return fail(e);
     }
@@ -267,6 +349,10 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   qp->init.qp_type = attr->qp_type;
   qp->init.sq_sig_all = attr->sq_sig_all;
   h->add_qp(qp->qpn, &q);
+  h->use(lane);
+  // Polling these CQs receives on this lane (soft_device.cpp, poll_cq).
+  cq_uses_lane(qp->scq.cq, lane);
+  cq_uses_lane(qp->rcq.cq, lane);
   reinterpret_cast<SoftPd*>(attr->pd)->users++;
   qp->scq.cq->users++;
   qp->rcq.cq->users++;
@@ -315,7 +401,7 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   }
   uint32_t emask = uint32_t(mask) & ~uint32_t(IBV_QP_PORT);
   if (mask & IBV_QP_PORT) emask |= rc::kAttrPort;
-  int err = qp->hub->transport().with_engine([&](rc::Engine& e) { return e.modify_qp(qp->qpn, r, emask); });
+  int err = qp->lane->with_engine([&](rc::Engine& e) { return e.modify_qp(qp->qpn, r, emask); });
   if (!err && (mask & IBV_QP_STATE)) ibqp->state = a->qp_state;
   return err;
 }
@@ -324,7 +410,7 @@ int SoftContext::query_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask, ibv_qp_init_at
   if (ibqp->context != &vctx.context) return EINVAL;
   SoftQp* qp = SoftQp::from(ibqp);
   rc::QpAttr r;
-  int err = qp->hub->transport().with_engine([&](rc::Engine& e) { return e.query_qp(qp->qpn, &r, nullptr); });
+  int err = qp->lane->with_engine([&](rc::Engine& e) { return e.query_qp(qp->qpn, &r, nullptr); });
   if (err) return err;
   (void)mask;  // everything is cheap to report
   std::memset(a, 0, sizeof *a);
@@ -361,9 +447,10 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
   if (ibqp->context != &vctx.context) return EINVAL;
   SoftQp* qp = SoftQp::from(ibqp);
   qp->hub->remove_qp(qp->qpn);
+  qp->hub->unuse(qp->lane_index);
   // Queued packets may carry this QP's inline data, which lives in its send queue: send them first.
-  qp->hub->transport().drain();
-  qp->hub->transport().with_engine([&](rc::Engine& e) { return e.destroy_qp(qp->qpn); });
+  qp->lane->drain();
+  qp->lane->with_engine([&](rc::Engine& e) { return e.destroy_qp(qp->qpn); });
   reinterpret_cast<SoftPd*>(ibqp->pd)->users--;
   qp->scq.cq->users--;
   qp->rcq.cq->users--;
@@ -377,7 +464,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
 
 int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->hub->transport().post_send_engine(qp->qpn, [&](rc::Engine& e) {
+  return qp->lane->post_send_engine(qp->qpn, [&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::SendWr w;
       w.wr_id = wr->wr_id;
@@ -432,7 +519,7 @@ int soft_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
 
 int soft_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   SoftQp* qp = SoftQp::from(ibqp);
-  return qp->hub->transport().post_engine([&](rc::Engine& e) {
+  return qp->lane->post_engine([&](rc::Engine& e) {
     for (; wr; wr = wr->next) {
       rc::RecvWr r;
       r.wr_id = wr->wr_id;

@@ -1,12 +1,22 @@
-// The soft provider's data path: QPs on the transport engine (src/rc), carried by one UDP socket
-// per device (udp_transport.h). A Hub joins a device to its engine: it answers the engine's memory
-// lookups from the device's MR table, turns engine completions into ibv_wc on the provider's CQs,
-// and engine events into async events.
+// The soft provider's data path: QPs on the transport engine (src/rc), carried over UDP
+// (udp_transport.h). A Hub joins a device to its lanes: it answers the engines' memory lookups
+// from the device's MR table, turns engine completions into ibv_wc on the provider's CQs, and
+// engine events into async events.
+//
+// Lanes: a device runs `MELON_SOFT_LANES` transports (default: one per online CPU, at most 4; 1
+// where the kernel cannot steer by QPN), each an engine, a socket per address and a progress
+// thread. The sockets of one address form a SO_REUSEPORT group steered by destination QPN
+// (udp_socket.h), and each lane draws QPNs that steer to it, so the QPs of a device spread over
+// cores. A QP lives in one lane, and so do its verbs; a QP on an SRQ lives in the SRQ's lane; a CQ
+// may collect from QPs of several lanes. The counter file shows the device's totals.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "providers/soft/soft.h"
 #include "providers/soft/udp_transport.h"
@@ -26,9 +36,26 @@ class Hub final : private rc::HostMemory, private rc::EventSink {
   static Hub* acquire(SoftDevice* dev, int* err);
   static void release(Hub* hub);
 
-  UdpTransport& transport() { return *transport_; }
   SoftDevice* device() const { return dev_; }
   const uint8_t* gid() const { return gid_; }
+
+  size_t lanes() const { return lanes_.size(); }
+  UdpTransport& lane(size_t i) { return *lanes_[i]; }
+  UdpTransport& lane_of(uint32_t qpn) { return *lanes_[lane_of_qpn(qpn, uint32_t(lanes_.size()))]; }
+  // The lane for a new QP or SRQ: the one holding the fewest; released with unuse().
+  size_t choose_lane();
+  void use(size_t lane) { load_[lane]++; }
+  void unuse(size_t lane) { load_[lane]--; }
+  // Receive on the lanes in `mask` (bit i: lane i) from the caller's thread (UdpTransport::poll_progress).
+  bool poll_progress(uint32_t mask);
+  // Everything queued on every lane handed to the kernel (UdpTransport::drain).
+  void drain();
+  // f(lane) for each lane in `mask` (bit i: lane i; a CQ's `lanes`, or ~0u for all).
+  template <typename F>
+  void each_lane(uint32_t mask, F&& f) {
+    for (size_t i = 0; i < lanes_.size(); ++i)
+      if (mask & (1u << i)) f(*lanes_[i]);
+  }
 
   void add_qp(uint32_t qpn, ibv_qp* qp);
   void remove_qp(uint32_t qpn);
@@ -37,6 +64,8 @@ class Hub final : private rc::HostMemory, private rc::EventSink {
 
  private:
   explicit Hub(SoftDevice* dev);
+  ~Hub() override;
+  int start(std::string* why);
   // Process memory: a key's range is one span.
   rc::MemStatus map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
                     rc::Span* first) override;
@@ -47,7 +76,11 @@ class Hub final : private rc::HostMemory, private rc::EventSink {
   SoftDevice* dev_;
   uint8_t gid_[16];
   int refs_ = 0;
-  std::unique_ptr<UdpTransport> transport_;
+  bool started_ = false;
+  std::unique_ptr<CounterFile> counters_;  // the device's, shared by its lanes
+  std::vector<std::unique_ptr<UdpTransport>> lanes_;
+  std::vector<UdpTransport*> lane_ptrs_;  // the same, for LaneConfig::lanes
+  std::unique_ptr<std::atomic<int>[]> load_;  // QPs and SRQs per lane
   std::mutex map_mu_;
   std::map<uint32_t, ibv_qp*> qps_;
   std::map<uint32_t, ibv_srq*> srqs_;
@@ -56,6 +89,8 @@ class Hub final : private rc::HostMemory, private rc::EventSink {
 struct SoftQp : verbs::QpBase {
   SoftContext* ctx = nullptr;
   Hub* hub = nullptr;
+  UdpTransport* lane = nullptr;  // hub->lane_of(qpn)
+  size_t lane_index = 0;
   uint32_t qpn = 0;
   CqForward scq, rcq;
   ibv_qp_init_attr init{};  // as granted, for ibv_query_qp

@@ -67,12 +67,14 @@ bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) 
 }  // namespace
 
 UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
-                           const rc::EngineConfig& config, uint16_t port, const char* counter_name)
+                           const rc::EngineConfig& config, uint16_t port, const char* counter_name,
+                           const LaneConfig& lane)
     : port_(port),
       engine_(rc::Host{memory, *this, *this, events}, config),
       name_(counter_name ? counter_name : "?"),
-      counters_(counter_name),
-      stats_(counters_.counters()) {
+      lane_(lane),
+      counters_(lane.stats ? nullptr : counter_name),
+      stats_(lane.stats ? *lane.stats : counters_.counters()) {
   for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1, {}, 0});
   window_ = std::max<uint32_t>(config.max_inflight_packets, 64);
   if (const char* e = getenv("MELON_SOFT_POLL_NS")) poll_interval_ns_ = strtoull(e, nullptr, 10);
@@ -120,6 +122,9 @@ int UdpTransport::start(std::string* why) {
   std::string last_why = "no address";
   std::vector<std::string> unbound;
   for (Socket& k : socks_) {
+    // The other lanes join lane 0's groups only: an address lane 0 could not claim and bind may
+    // belong to another process's group.
+    if (lane_.index > 0 && lane_.lanes[0]->socks_[size_t(&k - socks_.data())].fd < 0) continue;
     if (const char* no = gid_family_unusable(k.v6)) {  // refused at use too, with the reason (soft_device.cpp)
       last_err = EAFNOSUPPORT;
       last_why = no;
@@ -127,7 +132,8 @@ int UdpTransport::start(std::string* why) {
     }
     std::string w;
     bool bind_failed = false;
-    int fd = open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed);
+    int fd =
+        open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed, {lane_.count, lane_.index}, &k.claim);
     if (fd >= 0) {
       k.fd = fd;
       k.offloads = enable_offloads(fd);
@@ -180,32 +186,28 @@ int UdpTransport::start(std::string* why) {
   return 0;
 }
 
-void UdpTransport::stop() {
-  const bool was_running = running_.exchange(false);
-  if (was_running) {
+bool UdpTransport::halt() {
+  if (running_.exchange(false)) {
     wake();
     thread_.join();
+    halted_ = true;
   }
+  return halted_;
+}
+
+void UdpTransport::stop() {
+  const bool was_running = halt();
+  halted_ = false;
   drain();
+  if (was_running) publish_totals();
   // MELON_SOFT_STATS=1: the final counters on stderr (the counter file goes with the process), so a
-  // benchmark can show the losses and retries of each run.
-  if (const char* e = getenv("MELON_SOFT_STATS"); was_running && e && !strcmp(e, "1")) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      const rc::QpCounters t = engine_.totals();
-      stats_.retransmits = t.retransmits;
-      stats_.timeouts = t.timeouts;
-      stats_.acks_coalesced = t.acks_coalesced;
-    }
-    std::string line = "melondma soft: " + name_ + " counters:";
-#define MELON_SOFT_COUNTER_TEXT(name, text) line += " " #name " " + std::to_string(stats_.name.load());
-    MELON_SOFT_COUNTERS(MELON_SOFT_COUNTER_TEXT)
-#undef MELON_SOFT_COUNTER_TEXT
-    fprintf(stderr, "%s\n", line.c_str());
-  }
+  // benchmark can show the losses and retries of each run. Lanes share the device's counters: the
+  // Hub prints them once.
+  if (was_running && !lane_.stats) print_counters(name_.c_str(), stats_);
   for (Socket& k : socks_) {
     if (k.fd >= 0) close(k.fd);
-    k.fd = -1;
+    if (k.claim >= 0) close(k.claim);
+    k.fd = k.claim = -1;
   }
   if (wake_rd_ >= 0) close(wake_rd_);
   if (wake_wr_ >= 0) close(wake_wr_);
@@ -412,6 +414,34 @@ void UdpTransport::send_batch(TxBatch& b) {
   }
 }
 
+void UdpTransport::print_counters(const char* name, const TransportStats& stats) {
+  const char* e = getenv("MELON_SOFT_STATS");
+  if (!e || strcmp(e, "1")) return;
+  std::string line = std::string("melondma soft: ") + name + " counters:";
+#define MELON_SOFT_COUNTER_TEXT(name, text) line += " " #name " " + std::to_string(stats.name.load());
+  MELON_SOFT_COUNTERS(MELON_SOFT_COUNTER_TEXT)
+#undef MELON_SOFT_COUNTER_TEXT
+  fprintf(stderr, "%s\n", line.c_str());
+}
+
+void UdpTransport::publish_totals() {
+  std::lock_guard<std::mutex> g(mu_);
+  publish_totals_locked();
+}
+
+void UdpTransport::publish_totals_locked() {
+  // Added as differences, not stored: several lanes add into one device's counters. The engine's
+  // totals only grow (destroyed QPs included).
+  const rc::QpCounters t = engine_.totals();
+  stats_.retransmits.fetch_add(t.retransmits - published_.retransmits, std::memory_order_relaxed);
+  stats_.timeouts.fetch_add(t.timeouts - published_.timeouts, std::memory_order_relaxed);
+  stats_.acks_coalesced.fetch_add(t.acks_coalesced - published_.acks_coalesced, std::memory_order_relaxed);
+  published_ = t;
+  const uint64_t d = engine_.dropped_packets();
+  stats_.rx_engine_dropped.fetch_add(d - published_dropped_, std::memory_order_relaxed);
+  published_dropped_ = d;
+}
+
 void UdpTransport::after_engine_call() {
   handoff();
   timer_moved(engine_.next_deadline());
@@ -486,7 +516,45 @@ void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, cons
   }
   ip.ip_id = id;
   stats_.rx_packets++;
+  lane_rx_packets_.store(lane_rx_packets_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (lane_.count > 1 && len >= 8) {
+    const uint32_t qpn = uint32_t(pkt[5]) << 16 | uint32_t(pkt[6]) << 8 | pkt[7];  // BTH: destination QP
+    const uint32_t to = lane_of_qpn(qpn, lane_.count);
+    if (to != lane_.index) {
+      foreign_.push_back({to, ip, pkt, len});
+      return;
+    }
+  }
   engine_.receive(ip, pkt, len);
+}
+
+void UdpTransport::hand_over() {
+  // Lane by lane, in arrival order within each (a QP's packets stay in order).
+  lane_handed_over_.store(lane_handed_over_.load(std::memory_order_relaxed) + foreign_.size(),
+                          std::memory_order_relaxed);
+  stats_.rx_lane_handovers.fetch_add(foreign_.size(), std::memory_order_relaxed);
+  std::vector<Foreign> mine;
+  for (uint32_t l = 0; l < lane_.count; ++l) {
+    mine.clear();
+    for (const Foreign& f : foreign_)
+      if (f.lane == l) mine.push_back(f);
+    if (!mine.empty()) lane_.lanes[l]->receive_handed(mine.data(), mine.size());
+  }
+  foreign_.clear();
+}
+
+void UdpTransport::receive_handed(const Foreign* f, size_t n) {
+  if (!running_) return;  // the device is closing: nothing to deliver to
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    batch_now_ = now_ns();
+    engine_.begin_batch();
+    for (size_t i = 0; i < n; ++i) engine_.receive(f[i].ip, f[i].pkt, f[i].len);
+    engine_.end_batch();
+    batch_now_ = 0;
+    after_engine_call();
+  }
+  send_queued(false);
 }
 
 int UdpTransport::receive_batch(size_t sock, bool hold) {
@@ -511,7 +579,7 @@ int UdpTransport::receive_batch(size_t sock, bool hold) {
     rx_hint_.store(false, std::memory_order_relaxed);
     return 0;
   }
-  std::lock_guard<std::mutex> g(mu_);
+  std::unique_lock<std::mutex> g(mu_);
   batch_now_ = now_ns();
   engine_.begin_batch();  // one ACK per QP for the whole batch (Engine::begin_batch)
   for (int i = 0; i < n; ++i) {
@@ -542,18 +610,25 @@ int UdpTransport::receive_batch(size_t sock, bool hold) {
     for (size_t off = 0; off < len; off += seg) rx_packet(k, rx_from_[i], buf + off, std::min(seg, len - off));
   }
   engine_.end_batch();
-  stats_.rx_engine_dropped.store(engine_.dropped_packets(), std::memory_order_relaxed);
+  const uint64_t dropped = engine_.dropped_packets();
+  stats_.rx_engine_dropped.fetch_add(dropped - published_dropped_, std::memory_order_relaxed);
+  published_dropped_ = dropped;
   engine_.tick();
   batch_now_ = 0;
-  if (hold && defer_) {
+  if (hold && defer_ && stage_->nslots <= kMaxHeldReplies) {
     // A busy-polling application's or a waiter's own receive: its replies (ACKs) wait in stage_ for
     // the application's next post, which sends them in the same sendmmsg (after_post), or its next
     // poll (flush_held), arming, or the end of its lease (run()).
     if (stage_->nslots) held_.store(true, std::memory_order_relaxed);
     timer_moved(engine_.next_deadline());
   } else {
+    // More than a ping-pong's replies: a stream whose ACKs open the window. Sending it is work for
+    // the progress thread on the other core, not for the polling thread: the lease ends (poll_progress).
+    if (hold) stream_seen_.store(true, std::memory_order_relaxed);
     after_engine_call();
   }
+  g.unlock();
+  if (!foreign_.empty()) hand_over();
   if (n < nmsg) rx_hint_.store(false, std::memory_order_relaxed);  // drained (for now)
   return n;
 }
@@ -569,7 +644,8 @@ bool UdpTransport::poll_progress() {
     const uint64_t prev = app_polled_at_.exchange(now, std::memory_order_relaxed);
     if (now - prev > kSpinGapNs) {
       spin_since_.store(now, std::memory_order_relaxed);
-    } else if (!lease && now - spin_since_.load(std::memory_order_relaxed) >= kSpinMinNs) {
+    } else if (!lease && now - spin_since_.load(std::memory_order_relaxed) >= kSpinMinNs &&
+               now >= no_lease_until_.load(std::memory_order_relaxed)) {
       lease = true;
       if (!lease_.exchange(true)) {  // the progress thread leaves the sockets to us
         stats_.busy_poll_leases++;
@@ -589,10 +665,19 @@ bool UdpTransport::poll_progress() {
     if (socks_[s].fd >= 0) got += receive_batch(s, lease);
   rx_mu_.unlock();
   send_queued(false);
+  if (lease && stream_seen_.exchange(false, std::memory_order_relaxed)) {
+    // Streaming: hand receiving back to the progress thread and stay away, twice as long each
+    // time in a row (10 ms .. 1.3 s), so a long stream pays for a few leases only.
+    const uint64_t backoff = no_lease_backoff_ns_.load(std::memory_order_relaxed);
+    no_lease_backoff_ns_.store(std::min<uint64_t>(backoff * 2, kNoLeaseAfterStreamNs << 7), std::memory_order_relaxed);
+    no_lease_until_.store(now + backoff, std::memory_order_relaxed);
+    if (lease_.exchange(false)) wake();
+  }
   return got > 0;
 }
 
 void UdpTransport::app_waits() {
+  no_lease_backoff_ns_.store(kNoLeaseAfterStreamNs, std::memory_order_relaxed);
   // A poll right after arming (closing the race with a completion) starts a new spin, not a lease.
   const uint64_t now = now_ns();
   spin_since_.store(now, std::memory_order_relaxed);
@@ -690,10 +775,7 @@ void UdpTransport::run() {
       // QPs); while they may be stale the wait is capped so they catch up.
       const uint64_t now = now_ns();
       if (now - totals_at_ >= 1000000) {
-        const rc::QpCounters t = engine_.totals();
-        stats_.retransmits.store(t.retransmits, std::memory_order_relaxed);
-        stats_.timeouts.store(t.timeouts, std::memory_order_relaxed);
-        stats_.acks_coalesced.store(t.acks_coalesced, std::memory_order_relaxed);
+        publish_totals_locked();
         totals_stale_ = false;
         totals_at_ = now;
       } else {

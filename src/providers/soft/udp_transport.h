@@ -32,6 +32,16 @@ struct LocalAddress {
   uint32_t scope_id = 0;
 };
 
+class UdpTransport;
+
+// Where a transport stands among its device's lanes (soft_qp.h, Hub; udp_socket.h, ReuseGroup).
+// The default is a device of one lane: its own counter file, an ordinary socket.
+struct LaneConfig {
+  uint32_t count = 1, index = 0;
+  TransportStats* stats = nullptr;  // the device's counters, shared by its lanes (nullptr: own file)
+  UdpTransport* const* lanes = nullptr;  // every lane by index: packets for their QPs go there
+};
+
 // The engine's frame link and clock; memory and events are the provider's (rc/host.h).
 class UdpTransport final : private rc::FrameLink, private rc::Clock {
  public:
@@ -39,7 +49,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // Memory and events are called with the engine lock held. With a `counter_name` (the device
   // name) the counters are published for melonctl (soft_counters.h).
   UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
-               const rc::EngineConfig& config = {}, uint16_t port = 4791, const char* counter_name = nullptr);
+               const rc::EngineConfig& config = {}, uint16_t port = 4791, const char* counter_name = nullptr,
+               const LaneConfig& lane = {});
   ~UdpTransport() override;
 
   // Opens every address's socket (udp_socket.h) and starts the progress thread. A socket option
@@ -48,6 +59,9 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // none could be bound.
   int start(std::string* why = nullptr);
   void stop();
+  // Stops the progress thread only (sockets open, nothing more received); stop() does the rest.
+  // A device's lanes all halt before any closes, since a lane may hand packets to another.
+  bool halt();
   size_t bound() const;
 
   // Runs `f(engine)` under the engine lock, wakes the progress thread if a timer moved earlier,
@@ -102,9 +116,21 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
 
+  // Lanes: packets this lane's sockets received (ICRC right), and those among them that belonged
+  // to another lane's QP (UDP GRO merges one sender's packets for several QPs into one buffer,
+  // which the kernel steers by the first) and were handed to it. For tests.
+  uint64_t lane_rx_packets() const { return lane_rx_packets_.load(std::memory_order_relaxed); }
+  uint64_t lane_handed_over() const { return lane_handed_over_.load(std::memory_order_relaxed); }
+  // The engine's counters (retransmissions, ...) added to the shared counters (the progress thread
+  // does it every millisecond; the Hub before it prints a device's totals).
+  void publish_totals();
+  // With MELON_SOFT_STATS=1: every counter of a device in one line on stderr.
+  static void print_counters(const char* name, const TransportStats& stats);
+
   // Locks, in the order they may nest: rx_mu_ (receive buffers, recvmmsg) -> mu_ (the engine and
   // the batch being filled) -> q_mu_ (the send queue, held for pointer moves only). tx_mu_ (the
-  // one thread sending) -> q_mu_. No thread makes a syscall while holding mu_, so a post waits at
+  // one thread sending) -> q_mu_. Lanes: this lane's rx_mu_ -> another lane's mu_ (hand_over), and
+  // no thread holds two lanes' mu_. No thread makes a syscall while holding mu_, so a post waits at
   // most for engine work, never for a recvmmsg or a sendmmsg.
  private:
   enum class Mode { control, post, post_send };
@@ -142,6 +168,17 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // blocked waiter; what the engine sends in reply stays in stage_ (held_) for the application's
   // next post (one sendmmsg with it), poll or ibv_req_notify_cq, or the end of the lease.
   int receive_batch(size_t sock, bool hold = false);
+  void publish_totals_locked();  // with mu_ held
+  // Packets of another lane's QPs: set aside while processing a batch (pointing into the receive
+  // buffers, under rx_mu_), handed over after mu_ is released (no thread holds two lanes' mu_).
+  struct Foreign {
+    uint32_t lane;
+    roce::IpUdp ip;
+    const uint8_t* pkt;
+    size_t len;
+  };
+  void hand_over();
+  void receive_handed(const Foreign* f, size_t n);  // from another lane's thread
   void wake();
   // With mu_ held: the engine's next deadline is now d. If that is earlier than the progress thread
   // will wake, arm the timer fd for d (Linux), else wake the thread.
@@ -165,6 +202,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     int fd = -1;
     SocketOffloads offloads;
     uint32_t rxq_drops = 0;  // the kernel's drop count at the last receive (SO_RXQ_OVFL)
+    int claim = -1;  // lane 0 of several: this process's claim on the address (udp_socket.h)
   };
   std::vector<Socket> socks_;
   uint16_t port_;
@@ -174,6 +212,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   rc::Engine engine_;
   std::thread thread_;
   std::atomic<bool> running_{false};
+  bool halted_ = false;  // halt() stopped a running thread; stop() has yet to finish
   // Set when the progress thread's ppoll saw a socket readable, cleared when a receive drains it:
   // an application polling an empty CQ reads this instead of making an empty recvmmsg.
   std::atomic<bool> rx_hint_{false};
@@ -187,6 +226,14 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<uint64_t> app_polled_at_{0};  // the last poll_progress()
   std::atomic<uint64_t> spin_since_{0};  // start of the application's current spin
   std::atomic<bool> lease_{false};
+  // A leased receive that made more than kMaxHeldReplies packets to send (a window refill, not a
+  // ping-pong's ACK) ends the lease, and none is taken for kNoLeaseAfterStreamNs: a stream keeps
+  // the progress thread (and the second core) sending while the application posts.
+  static constexpr int kMaxHeldReplies = 4;
+  static constexpr uint64_t kNoLeaseAfterStreamNs = 10000000;
+  std::atomic<bool> stream_seen_{false};
+  std::atomic<uint64_t> no_lease_until_{0};
+  std::atomic<uint64_t> no_lease_backoff_ns_{kNoLeaseAfterStreamNs};  // reset when a CQ is armed
   std::atomic<int> waiters_{0};
   std::atomic<bool> watching_{false};  // the progress thread's next wait includes the sockets
   // Threads that must receive (the progress thread, waiters) take rx_mu_ through this, and a polling
@@ -207,8 +254,13 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   uint64_t totals_at_ = 0;  // when the engine's counter totals were last copied out (progress thread)
   bool totals_stale_ = false;
   std::string name_;
+  LaneConfig lane_;
   CounterFile counters_;
-  TransportStats& stats_;  // in counters_
+  TransportStats& stats_;  // in counters_, or the device's (lane_.stats)
+  rc::QpCounters published_;  // the engine totals already added to stats_ (guarded by mu_)
+  uint64_t published_dropped_ = 0;
+  std::vector<Foreign> foreign_;  // guarded by rx_mu_
+  std::atomic<uint64_t> lane_rx_packets_{0}, lane_handed_over_{0};  // written under rx_mu_
 
   // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
   // the send queue, and whichever thread holds tx_mu_ sends queued batches in order.
