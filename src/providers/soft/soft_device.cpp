@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 
 namespace melon::soft {
 
@@ -236,7 +237,9 @@ int SoftContext::query_gid_entry(uint32_t port, uint32_t index, ibv_gid_entry* e
 
 int SoftContext::wait_channel(int fd) {
   Hub* h = hub_if_started();
-  return h ? h->transport().wait_readable(fd) : 0;
+  if (!h) return 0;
+  const int fl = fcntl(fd, F_GETFL);  // an O_NONBLOCK channel must not block here
+  return fl >= 0 && !(fl & O_NONBLOCK) ? h->transport().wait_readable(fd) : 0;
 }
 
 void SoftContext::close() {
