@@ -506,9 +506,8 @@ MELON_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void**
     return -1;
   }
   ibv_cq* got;
-  // A blocking channel: the provider may do its receive work in this thread until an event comes.
-  const int fl = fcntl(channel->fd, F_GETFL);
-  if (fl >= 0 && !(fl & O_NONBLOCK)) (void)ContextBase::from(channel->context)->ops->wait_channel(channel->fd);
+  // The provider may do its receive work in this thread until an event comes (a blocking channel).
+  (void)ContextBase::from(channel->context)->ops->wait_channel(channel->fd);
   if (int rc = CompChannel::from(channel)->queue->pop(&got)) {
     errno = rc;
     return -1;

@@ -107,10 +107,11 @@ class ContextOps {
   // code (src/providers/mlx5/dv_types.h). EOPNOTSUPP by default.
   virtual int direct(uint32_t request, void* in, void* out);
 
-  // ibv_get_cq_event on a blocking channel of this context calls this before its blocking read:
-  // return once `fd` is readable, doing the provider's receive work in this thread meanwhile, so a
-  // software provider wakes the waiter itself rather than through a thread of its own. An errno
-  // value leaves the waiting to the read. The default returns 0 at once.
+  // ibv_get_cq_event on a channel of this context calls this before it reads `fd`: if `fd` is
+  // blocking, a provider may return once it is readable, doing its receive work in this thread
+  // meanwhile, so a software provider wakes the waiter itself rather than through a thread of its
+  // own (a non-blocking fd must return at once). An errno value leaves the waiting to the read.
+  // The default returns 0 at once.
   virtual int wait_channel(int fd);
 
   // Called once from ibv_close_device after the library has released its own resources.

@@ -7,6 +7,7 @@
 // This executable defines sendmmsg(): the provider (linked in as objects) calls this one, which
 // can drop the next datagrams that carry a payload, then forwards to the C library's.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
@@ -379,6 +380,31 @@ TEST_F(SoftProgress, APingPongOfBlockingWaitersCompletesEveryMessage) {
   done = true;
   watchdog.join();
   EXPECT_EQ(counter("pg0", "timeouts") + counter("pg1", "timeouts"), 0u);
+}
+
+// A channel fd the application made non-blocking is never waited on, even on a device whose
+// transport runs (where ibv_get_cq_event would otherwise receive and wait in the caller's thread).
+TEST_F(SoftProgress, GetCqEventOnANonBlockingChannelStillReturnsEagainAtOnce) {
+  connect();
+  ASSERT_EQ(fcntl(b.ch->fd, F_SETFL, fcntl(b.ch->fd, F_GETFL) | O_NONBLOCK), 0);
+  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+  std::atomic<bool> back{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 5000 && !back.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!back.load()) {
+      fprintf(stderr, "ibv_get_cq_event blocked on a non-blocking channel\n");
+      _exit(1);
+    }
+  });
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  errno = 0;
+  const int r = ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx);
+  const int err = errno;
+  back = true;
+  watchdog.join();
+  EXPECT_EQ(r, -1);
+  EXPECT_EQ(err, EAGAIN);
 }
 
 }  // namespace

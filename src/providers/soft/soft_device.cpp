@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 
 namespace melon::soft {
 
@@ -250,6 +251,8 @@ int SoftContext::wait_channel(int fd) {
     if (it != channel_lanes_.end()) lanes = it->second;
   }
   if (!lanes || (lanes & (lanes - 1))) return 0;
+  const int fl = fcntl(fd, F_GETFL);  // an O_NONBLOCK channel must not block here
+  if (fl < 0 || (fl & O_NONBLOCK)) return 0;
   return h->lane(size_t(__builtin_ctz(lanes))).wait_readable(fd);
 }
 
