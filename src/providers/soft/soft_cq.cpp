@@ -38,7 +38,10 @@ bool SoftCq::push(const ibv_wc& wc, bool solicited) {
       notify = true;
     }
   }
-  if (notify) verbs::signal_comp_channel(cq());
+  if (notify) {
+    verbs::signal_comp_channel(cq());
+    if (cq()->channel) UdpTransport::note_channel_signalled(cq()->channel->fd);
+  }
   return true;
 }
 

@@ -112,6 +112,9 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // timers), so an arrival wakes the waiter directly, not the progress thread and then the waiter.
   // 0, or an errno value of poll().
   int wait_readable(int fd);
+  // The soft CQ signalled the completion channel `fd` from this thread (a waiter receiving for
+  // itself then knows its event came without asking the kernel).
+  static void note_channel_signalled(int fd);
 
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
