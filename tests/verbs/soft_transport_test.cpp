@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -239,6 +240,8 @@ TEST_F(SoftTransport, ReceiveBufferDropsAreCountedExactlyAsTheKernelDroppedThem)
   melon::test::sockopt_rcvbuf(1);  // the kernel raises it to its minimum (SOCK_MIN_RCVBUF): room for a few datagrams
   ibv_context* ctx = ibv_open_device(dev("tr4"));
   ASSERT_NE(ctx, nullptr);
+  // Closed on every way out: a device left open keeps its shrunk buffer for the tests after this one.
+  std::unique_ptr<ibv_context, int (*)(ibv_context*)> close_ctx(ctx, ibv_close_device);
   {
     melon::test::UdReceiver rx;  // starts the transport: its socket is open and read from now on
     ASSERT_EQ(rx.open(ctx), "");
@@ -246,6 +249,7 @@ TEST_F(SoftTransport, ReceiveBufferDropsAreCountedExactlyAsTheKernelDroppedThem)
     const long long drops0 = proc_udp_drops();
     int s = socket(AF_INET, SOCK_DGRAM, 0);
     ASSERT_GE(s, 0);
+    std::unique_ptr<int, void (*)(int*)> close_s(&s, [](int* fd) { close(*fd); });
     sockaddr_in from{}, to{};
     from.sin_family = to.sin_family = AF_INET;
     from.sin_port = htons(49153);
@@ -307,9 +311,7 @@ TEST_F(SoftTransport, ReceiveBufferDropsAreCountedExactlyAsTheKernelDroppedThem)
     while (fgets(line, sizeof line, p)) out += line;
     EXPECT_EQ(pclose(p), 0) << out;
     EXPECT_NE(out.find(" rx_buffer_drops " + std::to_string(kernel_drops) + " "), std::string::npos) << out;
-    close(s);
   }
-  ibv_close_device(ctx);
 }
 
 // ---- batching: UDP GSO on send, UDP GRO on receive, and the fallback without them -------------
