@@ -7,6 +7,7 @@
 #include <infiniband/verbs.h>
 #include <stdlib.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -32,6 +33,20 @@ class SoftDeviceTest : public ::testing::Test {
     if (list) ibv_free_device_list(list);
     list = nullptr;
     if (!stats_dir.empty()) ASSERT_EQ(system(("rm -rf '" + stats_dir + "'").c_str()), 0);
+  }
+  // What `melonctl stat` prints for this process's counter directory; its exit status is checked.
+  std::string melonctl_stat() const {
+    std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) {
+      ADD_FAILURE() << "cannot run " << cmd;
+      return "";
+    }
+    char line[2048];
+    std::string out;
+    while (fgets(line, sizeof line, p)) out += line;
+    EXPECT_EQ(pclose(p), 0) << out;
+    return out;
   }
   ibv_device* dev(const char* name) const {
     for (int i = 0; i < n; ++i)

@@ -235,13 +235,7 @@ TEST_F(SoftLanes, EachQpIsInTheLaneItsQpnNamesAndItsPacketsArriveThere) {
   EXPECT_EQ(cb["rx_lane_handovers"], 0u);  // one QP at a time: nothing merged across QPs
   EXPECT_EQ(cb["rx_engine_dropped"], 0u);
 
-  std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char line[1024];
-  std::string out;
-  while (fgets(line, sizeof line, p)) out += line;
-  EXPECT_EQ(pclose(p), 0) << out;
+  const std::string out = melonctl_stat();
   EXPECT_NE(out.find(" lanes 3 "), std::string::npos) << out;
   EXPECT_NE(out.find(" rx_packets " + std::to_string(sum) + " "), std::string::npos) << out;
 }

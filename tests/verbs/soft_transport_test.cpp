@@ -183,13 +183,7 @@ TEST_F(SoftTransport, BadIcrcIsDroppedAndCountedWhereAPersonCanSeeIt) {
       ibv_wc none{};
       EXPECT_EQ(ibv_poll_cq(rx.cq, 1, &none), 0);  // nothing delivered
 
-      std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
-      FILE* p = popen(cmd.c_str(), "r");
-      ASSERT_NE(p, nullptr);
-      char line[1024];
-      std::string out;
-      while (fgets(line, sizeof line, p)) out += line;
-      EXPECT_EQ(pclose(p), 0) << out;
+      const std::string out = melonctl_stat();
       EXPECT_NE(out.find("tr4 pid " + std::to_string(getpid()) + ":"), std::string::npos) << out;
       EXPECT_NE(out.find(" rx_bad_icrc 1 "), std::string::npos) << out;
       EXPECT_NE(out.find(" rx_packets 0 "), std::string::npos) << out;
@@ -303,13 +297,7 @@ TEST_F(SoftTransport, ReceiveBufferDropsAreCountedExactlyAsTheKernelDroppedThem)
     EXPECT_EQ(c["rx_buffer_drops"], uint64_t(kernel_drops)) << "/proc/net/udp drops";
     EXPECT_EQ(c["rx_packets"], 0u);
 
-    std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    char line[1024];
-    std::string out;
-    while (fgets(line, sizeof line, p)) out += line;
-    EXPECT_EQ(pclose(p), 0) << out;
+    const std::string out = melonctl_stat();
     EXPECT_NE(out.find(" rx_buffer_drops " + std::to_string(kernel_drops) + " "), std::string::npos) << out;
   }
 }
@@ -588,13 +576,7 @@ TEST_F(SoftTransport, SmallWritesToAQpAwaitingAnAckShareSendsAndArriveInOrder) {
     EXPECT_EQ(a["retransmits"], 0u);
 
     // Where a person sees it.
-    std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
-    FILE* f = popen(cmd.c_str(), "r");
-    ASSERT_NE(f, nullptr);
-    char line[2048];
-    std::string out;
-    while (fgets(line, sizeof line, f)) out += line;
-    EXPECT_EQ(pclose(f), 0) << out;
+    const std::string out = melonctl_stat();
     EXPECT_NE(out.find(" tx_deferred " + std::to_string(a["tx_deferred"])), std::string::npos) << out;
   }
 }
