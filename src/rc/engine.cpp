@@ -125,6 +125,8 @@ int Engine::destroy_qp(uint32_t qpn) {
   EngineImpl& e = *impl_;
   if (!e.find(qpn)) return EINVAL;
   std::unique_ptr<Qp>& slot = e.slots_[qpn & EngineImpl::kQpnSlotMask];
+  if (slot->sending) --e.sending_qps_;
+  e.inflight_total_ -= slot->counted_inflight;
   add_counters(e.retired_, slot->counters);
   slot.reset();
   --e.nqps_;

@@ -113,6 +113,11 @@ struct EngineConfig {
   uint32_t (*random_qpn)(void* arg) = nullptr;
   void* random_qpn_arg = nullptr;
   uint32_t max_inflight_packets = 128;  // requester window per QP
+  // Non-zero: the packets in flight of all RC QPs of this engine together, shared out evenly among
+  // the QPs that have some in flight (each still gets at least kMinSharedWindow and at most
+  // max_inflight_packets). A host sizes it to the receive buffer one peer socket has for all of
+  // them; per-QP windows alone overflow it once enough QPs stream at once. 0: per-QP windows only.
+  uint32_t max_inflight_total = 0;
   uint32_t ack_every = 64;  // AckReq at least every N packets of a long message
 };
 

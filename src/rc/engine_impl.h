@@ -76,7 +76,20 @@ class EngineImpl {
 
   // requester.cpp
   int post_send(Qp& qp, const SendWr& wr, uint64_t now);
-  void requester_progress(Qp& qp, uint64_t now);
+  void requester_progress(Qp& qp, uint64_t now);  // note_sending around send_more
+  void send_more(Qp& qp, uint64_t now);
+  // The shared window (EngineConfig::max_inflight_total): the RC QPs with packets in flight and
+  // their packets together. note_sending keeps both; it runs around every requester pass, at ERR,
+  // RESET and destroy, so a QP's acknowledged packets leave the total by its next pass at the latest.
+  // A QP below kMinSharedWindow in flight may always send, so that each has ACKs coming to clock it
+  // (nothing else wakes a QP when another's ACK frees room): the total stays within the budget plus
+  // kMinSharedWindow per QP.
+  static constexpr uint32_t kMinSharedWindow = 4;
+  uint32_t sending_qps_ = 0;
+  uint32_t inflight_total_ = 0;
+  void note_sending(Qp& qp);
+  uint32_t window(const Qp& qp) const;  // this QP's share: at most max_inflight_packets
+  bool budget_full(const Qp& qp, uint32_t own) const;  // the total would pass the budget
   void rewind(Qp& qp, uint32_t psn);  // go-back-N to `psn`
   uint32_t read_chunk(const Qp& qp, uint32_t npkts) const;  // response packets per READ request
   uint32_t rd_atomic_requests(const Qp& qp) const;  // READ/atomic requests outstanding (max_rd_atomic)

@@ -102,6 +102,8 @@ struct ResponderState {
 class Qp {
  public:
   uint32_t qpn = 0;
+  bool sending = false;  // RC with packets in flight, counted in EngineImpl::sending_qps_
+  uint32_t counted_inflight = 0;  // its packets in flight as last added to EngineImpl::inflight_total_
   QpInit init;
   QpAttr attr;
   QpState state = QpState::reset;

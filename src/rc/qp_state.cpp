@@ -155,6 +155,7 @@ void EngineImpl::to_sq_error(Qp& qp) {
 void EngineImpl::to_error(Qp& qp) {
   qp.state = QpState::err;
   qp.attr.qp_state = QpState::err;
+  note_sending(qp);
   qp.resp.in_send = qp.resp.in_write = qp.resp.ack_pending = false;  // ERR sends nothing
   flush_sq(qp);
   flush_rq(qp);
@@ -163,6 +164,7 @@ void EngineImpl::to_error(Qp& qp) {
 void EngineImpl::reset(Qp& qp) {
   qp.state = QpState::reset;
   qp.attr.qp_state = QpState::reset;
+  note_sending(qp);
   qp.sq_head = qp.sq_cur = qp.sq_count = 0;
   qp.comp.retrans_deadline = qp.req.rnr_deadline = 0;
   qp.comp.probing = false;

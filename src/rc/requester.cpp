@@ -170,7 +170,36 @@ uint32_t EngineImpl::rd_atomic_requests(const Qp& qp) const {
   return n;
 }
 
+void EngineImpl::note_sending(Qp& qp) {
+  const int32_t d = psn_diff(qp.req.next_send_psn, qp.comp.una_psn);
+  const uint32_t inflight =
+      qp.init.type == QpType::rc && qp.state != QpState::err && qp.state != QpState::reset && d > 0 ? uint32_t(d) : 0;
+  inflight_total_ = inflight_total_ - qp.counted_inflight + inflight;
+  qp.counted_inflight = inflight;
+  if ((inflight > 0) == qp.sending) return;
+  qp.sending = inflight > 0;
+  sending_qps_ += qp.sending ? 1 : uint32_t(-1);
+}
+
+uint32_t EngineImpl::window(const Qp& qp) const {
+  const uint32_t own = cfg_.max_inflight_packets ? cfg_.max_inflight_packets : 1;
+  if (!cfg_.max_inflight_total) return own;
+  const uint32_t share = cfg_.max_inflight_total / (sending_qps_ + (qp.sending ? 0 : 1));
+  return share < kMinSharedWindow ? (own < kMinSharedWindow ? own : kMinSharedWindow) : share < own ? share : own;
+}
+
+bool EngineImpl::budget_full(const Qp& qp, uint32_t own) const {
+  if (!cfg_.max_inflight_total || own < kMinSharedWindow) return false;
+  return inflight_total_ - qp.counted_inflight + own >= cfg_.max_inflight_total;
+}
+
 void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
+  note_sending(qp);
+  send_more(qp, now);
+  note_sending(qp);
+}
+
+void EngineImpl::send_more(Qp& qp, uint64_t now) {
   if (qp.state != QpState::rts && qp.state != QpState::sqd) return;
   if (qp.req.rnr_deadline) return;  // waiting out an RNR NAK
   const QpType type = qp.init.type;
@@ -191,8 +220,10 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
         to_sq_error(qp);
       return;
     }
-    if (type == QpType::rc && uint32_t(psn_diff(qp.req.next_send_psn, qp.comp.una_psn)) >= cfg_.max_inflight_packets)
-      break;
+    const uint32_t win = window(qp);
+    const int32_t own_d = psn_diff(qp.req.next_send_psn, qp.comp.una_psn);
+    const uint32_t own = own_d > 0 ? uint32_t(own_d) : 0;
+    if (type == QpType::rc && (own >= win || budget_full(qp, own))) break;
     if (type == QpType::rc && qp.comp.probing && psn_diff(qp.req.next_send_psn, qp.comp.probe_psn) > 0) break;
     const uint32_t max_rd = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
     // READ: the request at next_send_psn asks for responses [read_off, read_end) of the WQE, up to
@@ -205,7 +236,8 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
       read_off = w.started ? uint32_t(psn_diff(qp.req.next_send_psn, w.first_psn)) : 0;
       read_end = (read_off / chunk + 1) * chunk < npkts ? (read_off / chunk + 1) * chunk : npkts;
       int32_t inflight = psn_diff(qp.req.next_send_psn, qp.comp.una_psn);
-      if ((inflight > 0 ? uint32_t(inflight) : 0) + (read_end - read_off) > cfg_.max_inflight_packets) break;
+      // With nothing in flight a chunk goes even if a shared window has shrunk below it.
+      if (inflight > 0 && uint32_t(inflight) + (read_end - read_off) > win) break;
       bool fresh = !w.started || read_off >= w.read_issued;
       if (fresh && rd_atomic_requests(qp) >= max_rd) break;
     }
@@ -281,7 +313,10 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
       }
       if (type == QpType::rc) {
         ++qp.req.pkts_since_ackreq;
-        if (last || qp.comp.probing || qp.req.pkts_since_ackreq >= cfg_.ack_every) {
+        // A packet that fills a window smaller than ack_every (a shared one) asks for the ACK that
+        // reopens it, or the QP would wait for its ACK timer.
+        const bool fills = win < cfg_.ack_every && (own + 1 >= win || budget_full(qp, own + 1));
+        if (last || fills || qp.comp.probing || qp.req.pkts_since_ackreq >= cfg_.ack_every) {
           tx.pkt.bth.ack_req = true;
           qp.req.pkts_since_ackreq = 0;
         }

@@ -1147,3 +1147,84 @@ TEST(AckCoalescing, ReceiveBatchesSendFewerAcksAndRetransmitExactlyAsBefore) {
   EXPECT_LE(batch.acks * 3, one.acks) << batch.acks << " ACKs in batches, " << one.acks << " one at a time";
   EXPECT_GT(batch.resp.acks_coalesced, 0u);
 }
+
+// A window shared by the QPs of an engine (EngineConfig::max_inflight_total, what the soft provider
+// sizes to a socket's receive buffer): four QPs streaming long WRITEs at once never have more than
+// the budget in flight together, though each alone may use its whole per-QP window, and every
+// WRITE completes with its data.
+TEST(SharedWindow, StreamingQpsTogetherStayWithinTheEnginesBudget) {
+  constexpr int kQps = 4;
+  constexpr uint32_t kPerQp = 64, kTotal = 96, kLen = 256 << 10, kWrites = 4;  // 256 packets per WRITE
+  Sim sim(test_seed(0x5a4ed));
+  EngineConfig c;
+  c.max_inflight_packets = kPerQp;
+  c.max_inflight_total = kTotal;
+  const int a = sim.add_node("A", false, c), b = sim.add_node("B", false, c);
+  kit::Cq scq[kQps], rcq[kQps], scq_b[kQps], rcq_b[kQps];
+  QpEnd ea[kQps], eb[kQps];
+  std::map<uint32_t, uint32_t> a_of_b;  // B's QPN -> its peer's on A
+  for (int i = 0; i < kQps; ++i) {
+    ea[i] = {a, 0, &scq[i], &rcq[i]};
+    eb[i] = {b, 0, &scq_b[i], &rcq_b[i]};
+    QpOptions o;
+    o.pd = kPd;
+    ASSERT_EQ(connect_pair(sim, ea[i], eb[i], o, o), 0);
+    a_of_b[eb[i].qpn] = ea[i].qpn;
+  }
+  Region& src = sim.mem(a).add(kPd, kLen, 0);
+  for (uint32_t i = 0; i < kLen; ++i) src.data()[i] = uint8_t(i * 7 + (i >> 12));
+  Region& dst = sim.mem(b).add(kPd, size_t(kQps) * kLen, kRemoteWrite);
+
+  // Packets in flight per QP of A: data sent (PSNs start at 0 and stay far from wrapping) less what
+  // B's ACKs acknowledged.
+  std::map<uint32_t, uint32_t> sent_end, acked_end;
+  uint32_t peak = 0, peak_one = 0;
+  sim.on_transmit = [&](const WireFrame& w) {
+    if (w.from == a) {
+      if (!w.pkt.payload_len) return true;
+      uint32_t& e = sent_end[a_of_b[w.pkt.bth.dest_qp]];
+      e = std::max(e, w.pkt.bth.psn + 1);
+    } else if (w.pkt.info().is(melon::roce::kAcknowledge) &&
+               melon::roce::syndrome_type(w.pkt.aeth.syndrome) == AckType::ack) {
+      uint32_t& e = acked_end[w.pkt.bth.dest_qp];
+      e = std::max(e, w.pkt.bth.psn + 1);
+    }
+    uint32_t total = 0;
+    for (auto& [qpn, end] : sent_end) {
+      const uint32_t one = end - std::min(end, acked_end[qpn]);
+      total += one;
+      peak_one = std::max(peak_one, one);
+    }
+    peak = std::max(peak, total);
+    return true;
+  };
+  for (uint32_t k = 0; k < kWrites; ++k)
+    for (int i = 0; i < kQps; ++i) {
+      Sge s{src.va(), kLen, src.lkey};
+      SendWr wr = make_wr(WrOpcode::rdma_write, k, &s, 1);
+      wr.remote_addr = dst.va() + uint64_t(i) * kLen;
+      wr.rkey = dst.rkey;
+      ASSERT_EQ(sim.engine(a).post_send(ea[i].qpn, wr), 0);
+    }
+  ASSERT_TRUE(sim.run_until(
+      [&] {
+        for (auto& q : scq)
+          if (q.size() < kWrites) return false;
+        return true;
+      },
+      sim.now() + 5000 * kMs));
+  for (auto& q : scq) {
+    Wc wc;
+    while (q.poll(&wc)) EXPECT_EQ(wc.status, WcStatus::success);
+  }
+  for (int i = 0; i < kQps; ++i) EXPECT_EQ(memcmp(dst.data() + size_t(i) * kLen, src.data(), kLen), 0) << "QP " << i;
+  // The budget, plus the few packets (kMinSharedWindow, 4) a QP may always have out so that ACKs
+  // keep coming to it.
+  EXPECT_LE(peak, kTotal + kQps * 4) << "the QPs together had more than the engine's budget in flight";
+  uint64_t timeouts = 0;
+  for (const QpEnd& e : ea) timeouts += sim.engine(a).counters(e.qpn)->timeouts;
+  EXPECT_EQ(timeouts, 0u) << "a QP held below ack_every by its share must still ask for its ACK";
+  EXPECT_GE(peak, kTotal * 3 / 4) << "the budget should be used, not starved";
+  EXPECT_LE(peak_one, kPerQp);
+  for (const std::string& e : sim.errors()) ADD_FAILURE() << "simulator: " << e;
+}

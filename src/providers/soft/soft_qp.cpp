@@ -37,29 +37,40 @@ std::map<SoftDevice*, Hub*>& hubs() {
   static auto* m = new std::map<SoftDevice*, Hub*>;  // never destroyed: progress threads may outlive statics
   return *m;
 }
-// The requester window per QP, in packets. The engine's default (128: 128 KiB at path MTU 1024)
-// stalls a QP on every scheduling delay of a loaded host (docs/performance.md, "Soft path"); a
-// larger one is only safe while the receive buffer holds it, or the window itself causes drops.
-// UdpTransport asks for 8 MiB, which Linux caps at rmem_max and then doubles. Half of that is
-// shared by four busy QPs, a packet of path MTU `pmtu` taking about 2 * pmtu of buffer; 128..512.
-// MELON_SOFT_WINDOW=N (1..16384) overrides it, for benchmarks comparing windows in one run.
-uint32_t requester_window(unsigned pmtu) {
-  if (const char* env = getenv("MELON_SOFT_WINDOW")) {
-    unsigned long v = strtoul(env, nullptr, 10);
-    if (v >= 1 && v <= kMaxQpWr) return uint32_t(v);
-  }
+// The requester windows, in packets: per QP, and shared by all QPs of a lane
+// (rc::EngineConfig::max_inflight_total). The engine's default per-QP window (128: 128 KiB at path
+// MTU 1024) stalls a QP on every scheduling delay of a loaded host (docs/performance.md, "Soft
+// path"); a larger one is only safe while the receive buffer holds it, or the window itself causes
+// drops. UdpTransport asks for 8 MiB, which Linux caps at rmem_max and then doubles; a packet of path
+// MTU `pmtu` takes about 2 * pmtu of it. Half the buffer is what all QPs of a lane may have in
+// flight together; one QP alone may use a quarter of that (128..512). Without the shared budget,
+// 16 or 32 QPs streaming at once overflowed the peer's buffer (docs/performance.md).
+// MELON_SOFT_WINDOW=N (1..16384) sets the per-QP window; MELON_SOFT_SHARED_WINDOW=0 turns the shared
+// one off (benchmarks comparing them in one run).
+struct Windows {
+  uint32_t per_qp, shared;
+};
+Windows requester_windows(unsigned pmtu) {
   uint64_t rcvbuf = 0;
   unsigned long long rmem_max = 0;
   if (FILE* f = fopen("/proc/sys/net/core/rmem_max", "r")) {
     if (fscanf(f, "%llu", &rmem_max) == 1) rcvbuf = 2 * std::min<uint64_t>(rmem_max, 8u << 20);
     fclose(f);
   }
-  uint32_t w = uint32_t(std::clamp<uint64_t>(rcvbuf / 2 / (4 * 2 * uint64_t(pmtu)), 128, 512));
+  Windows w;
+  const uint64_t half = rcvbuf / 2 / (2 * uint64_t(pmtu));
+  w.per_qp = uint32_t(std::clamp<uint64_t>(half / 4, 128, 512));
+  if (const char* env = getenv("MELON_SOFT_WINDOW")) {
+    unsigned long v = strtoul(env, nullptr, 10);
+    if (v >= 1 && v <= kMaxQpWr) w.per_qp = uint32_t(v);
+  }
+  w.shared = uint32_t(std::clamp<uint64_t>(half, w.per_qp, kMaxQpWr));
+  if (const char* env = getenv("MELON_SOFT_SHARED_WINDOW"); env && !strcmp(env, "0")) w.shared = 0;
   if (getenv("MELON_SOFT_DEBUG") && rmem_max < (8u << 20))
     fprintf(stderr,
             "melondma soft: net.core.rmem_max = %llu caps the 8 MiB receive buffer asked for; requester window "
-            "%u packets at path MTU %u (raise rmem_max for more)\n",
-            rmem_max, w, pmtu);
+            "%u packets per QP, %u per lane, at path MTU %u (raise rmem_max for more)\n",
+            rmem_max, w.per_qp, w.shared, pmtu);
   return w;
 }
 
@@ -102,8 +113,10 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
   counters_.reset(new CounterFile(dev->name()));
   counters_->counters().lanes.store(n, std::memory_order_relaxed);
   rc::EngineConfig config;
-  config.max_inflight_packets =
-      requester_window(ib_mtu_for_interface(dev->spec().if_mtu, false));  // IPv4: the larger MTU, the smaller window
+  // IPv4: the larger MTU, the smaller windows.
+  const Windows w = requester_windows(ib_mtu_for_interface(dev->spec().if_mtu, false));
+  config.max_inflight_packets = w.per_qp;
+  config.max_inflight_total = w.shared;
   config.random_qpn = lane_random_qpn;
   lane_ptrs_.assign(n, nullptr);
   load_.reset(new std::atomic<int>[n]);
