@@ -540,7 +540,6 @@ void UdpTransport::rx_setup() {
     rx_msgs_[i].msg_hdr.msg_iovlen = 1;
     rx_msgs_[i].msg_hdr.msg_name = &rx_from_[i];
   }
-  rx_dirty_ = int(n);
 }
 
 void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len) {
@@ -610,9 +609,7 @@ int UdpTransport::receive_batch(size_t sock, bool hold) {
   // is taken only after recvmmsg returns.
   Socket& k = socks_[sock];
   const int nmsg = int(rx_msgs_.size());
-  // Only the headers the last receive may have changed are set again (an empty poll resets none
-  // but the first: without GRO the batch has up to 512).
-  for (int i = 0; i < rx_dirty_; ++i) {
+  for (int i = 0; i < nmsg; ++i) {
     msghdr& h = rx_msgs_[i].msg_hdr;
     h.msg_namelen = sizeof(sockaddr_storage);
     h.msg_control = &rx_ctrl_[size_t(i) * kRxCtrl];
@@ -624,7 +621,6 @@ int UdpTransport::receive_batch(size_t sock, bool hold) {
 #else  // recvmsg_x with MELON_SOFT_DARWIN_BATCH, else one recvmsg per datagram (msg_batch.h)
   int n = recv_msg_x(system_msg_x(), k.fd, rx_msgs_.data(), unsigned(nmsg));
 #endif
-  rx_dirty_ = std::min(std::max(n, 0) + 1, nmsg);  // those filled, and the one that failed (recv_each)
   if (n <= 0) {
     rx_hint_.store(false, std::memory_order_relaxed);
     return 0;
@@ -716,7 +712,7 @@ bool UdpTransport::poll_progress() {
   for (size_t s = 0; s < socks_.size(); ++s)
     if (socks_[s].fd >= 0) got += receive_batch(s, lease);
   rx_mu_.unlock();
-  if (got) send_queued(false);  // an empty receive queued nothing: no locks to take
+  send_queued(false);
   if (lease && stream_seen_.exchange(false, std::memory_order_relaxed)) {
     // Streaming: hand receiving back to the progress thread and stay away, twice as long each
     // time in a row (10 ms .. 1.3 s), so a long stream pays for a few leases only.

@@ -325,7 +325,6 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::vector<sockaddr_storage> rx_from_;
   static constexpr size_t kRxCtrl = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint32_t));
   std::vector<char> rx_ctrl_;
-  int rx_dirty_ = 0;  // rx_msgs_[0 .. rx_dirty_) need their fields set again before a receive
   uint32_t window_;
 };
 
