@@ -79,6 +79,9 @@ struct TxPacket {
   const AddressVector* av = nullptr;
   uint32_t src_qpn = 0;
   uint16_t udp_sport = 0xc000;  // entropy source port (from the flow label)
+  // The payload is the WQE's inline copy, which lives in the engine and goes with the QP: a host that
+  // sends after releasing its engine lock must copy it (registered memory stays the application's).
+  bool inline_payload = false;
 };
 
 class FrameLink {

@@ -53,6 +53,7 @@ MemStatus gather(HostMemory& mem, uint32_t pd, const Seg* seg, int nseg, bool in
     if (inline_data) {
       tx.iov[tx.niov++] = Span{reinterpret_cast<uint8_t*>(uintptr_t(s.addr)) + off, n};
       tx.payload_len += n;
+      tx.inline_payload = true;
     } else if (MemStatus st = append_spans(mem, KeyKind::local, pd, s.lkey, s.addr + off, n, 0, tx);
                st != MemStatus::ok) {
       return st;

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string>
 
+#include "verbs/soft_fixture.h"
 #include "verbs/soft_inject.h"
 
 namespace {
@@ -71,22 +72,12 @@ void inject(const std::vector<uint8_t>& dgram) {
 
 const uint8_t kLoopback6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
 
-class ZeroChecksumIpv6 : public ::testing::Test {
+class ZeroChecksumIpv6 : public melon::test::SoftDeviceTest {
  protected:
   void SetUp() override {
     if (!private_network().empty()) GTEST_SKIP() << private_network();
-    char tmpl[] = "/tmp/melon-stats-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    stats_dir = tmpl;
-    setenv("MELON_STATS_DIR", stats_dir.c_str(), 1);
-    setenv("MELON_SOFT_AUTO", "0", 1);
-    setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
-    setenv("MELON_SOFT_DEVICES", "z6=::1,z4=127.0.0.1", 1);
+    use_devices("z6=::1,z4=127.0.0.1", false);
   }
-  void TearDown() override {
-    if (!stats_dir.empty()) ASSERT_EQ(system(("rm -rf '" + stats_dir + "'").c_str()), 0);
-  }
-  std::string stats_dir;
 };
 
 // The control: a plain UDP socket on [::1]:4792 never sees the datagram, and the kernel says why.

@@ -5,10 +5,9 @@
 // are handed over; the address stays exclusive to one process and one device; and where the
 // steering program cannot be attached the device runs one lane.
 //
-// This executable defines setsockopt() (as soft_transport_test does): it records each call and can
-// make one option fail, then forwards to the C library's.
+// The executable's setsockopt() is setsockopt_spy.cpp's: it records each call and can make an
+// option fail.
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -21,7 +20,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -29,29 +27,9 @@
 #include <vector>
 
 #include "providers/soft/soft_qp.h"
+#include "verbs/setsockopt_spy.h"
+#include "verbs/soft_fixture.h"
 #include "verbs/soft_inject.h"
-
-namespace {
-
-std::mutex g_mu;
-std::set<std::pair<int, int>> g_seen;  // (level, name) of every setsockopt call
-std::set<std::pair<int, int>> g_fail;  // these fail with EINVAL
-
-}  // namespace
-
-extern "C" int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
-  using Fn = int (*)(int, int, int, const void*, socklen_t);
-  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "setsockopt"));
-  {
-    std::lock_guard<std::mutex> g(g_mu);
-    g_seen.insert({level, name});
-    if (g_fail.count({level, name})) {
-      errno = EINVAL;
-      return -1;
-    }
-  }
-  return real(fd, level, name, val, len);
-}
 
 namespace {
 
@@ -183,44 +161,18 @@ std::vector<uint64_t> lane_rx(Hub* h) {
   return v;
 }
 
-class SoftLanes : public ::testing::Test {
+class SoftLanes : public melon::test::SoftDeviceTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/melon-lanes-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    stats_dir = tmpl;
-    setenv("MELON_STATS_DIR", stats_dir.c_str(), 1);
-    setenv("MELON_SOFT_AUTO", "0", 1);
-    setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
+    melon::test::sockopt_reset();
     setenv("MELON_SOFT_LANES", "3", 1);  // three, not a power of two, whatever the CPU count
     // ln0b sits on ln0's address: a second device there must be refused, as a second process is.
-    setenv("MELON_SOFT_DEVICES", "ln0=127.0.11.2,ln1=127.0.11.3,ln0b=127.0.11.2", 1);
-    {
-      std::lock_guard<std::mutex> g(g_mu);
-      g_fail.clear();
-      g_seen.clear();
-    }
-    list = ibv_get_device_list(&n);
-    ASSERT_NE(list, nullptr);
+    use_devices("ln0=127.0.11.2,ln1=127.0.11.3,ln0b=127.0.11.2");
   }
   void TearDown() override {
-    {
-      std::lock_guard<std::mutex> g(g_mu);
-      g_fail.clear();
-    }
-    ibv_free_device_list(list);
-    std::string cmd = "rm -rf '" + stats_dir + "'";
-    ASSERT_EQ(system(cmd.c_str()), 0);
+    melon::test::sockopt_reset();
+    SoftDeviceTest::TearDown();
   }
-  ibv_device* dev(const char* name) {
-    for (int i = 0; i < n; ++i)
-      if (!strcmp(ibv_get_device_name(list[i]), name)) return list[i];
-    ADD_FAILURE() << "no device " << name;
-    return nullptr;
-  }
-  std::string stats_dir;
-  ibv_device** list = nullptr;
-  int n = 0;
 };
 
 // Three RC pairs: every QP is in the lane its QPN steers to, the lanes are all used, and a WRITE and a
@@ -283,13 +235,7 @@ TEST_F(SoftLanes, EachQpIsInTheLaneItsQpnNamesAndItsPacketsArriveThere) {
   EXPECT_EQ(cb["rx_lane_handovers"], 0u);  // one QP at a time: nothing merged across QPs
   EXPECT_EQ(cb["rx_engine_dropped"], 0u);
 
-  std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char line[1024];
-  std::string out;
-  while (fgets(line, sizeof line, p)) out += line;
-  EXPECT_EQ(pclose(p), 0) << out;
+  const std::string out = melonctl_stat();
   EXPECT_NE(out.find(" lanes 3 "), std::string::npos) << out;
   EXPECT_NE(out.find(" rx_packets " + std::to_string(sum) + " "), std::string::npos) << out;
 }
@@ -592,10 +538,7 @@ TEST_F(SoftLanes, DISABLED_ChildGetsEaddrinuse) {
 // Where the steering program cannot be attached, the device runs one lane (said with
 // MELON_SOFT_DEBUG=1, and shown as lanes 1) and works.
 TEST_F(SoftLanes, OneLaneWhereTheSteeringProgramCannotBeAttached) {
-  {
-    std::lock_guard<std::mutex> g(g_mu);
-    g_fail.insert({SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF});
-  }
+  melon::test::sockopt_fail(SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, EINVAL);
   setenv("MELON_SOFT_DEBUG", "1", 1);
   Side a, b;
   ASSERT_EQ(a.open(dev("ln0")), "");
@@ -628,11 +571,8 @@ TEST_F(SoftLanes, OneLaneIsOneOrdinarySocket) {
   ibv_qp* qb = b.add_qp(IBV_QPT_RC);
   ASSERT_TRUE(qa && qb);
   EXPECT_EQ(a.hub()->lanes(), 1u);
-  {
-    std::lock_guard<std::mutex> g(g_mu);
-    EXPECT_EQ(g_seen.count({SOL_SOCKET, SO_REUSEPORT}), 0u);
-    EXPECT_EQ(g_seen.count({SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF}), 0u);
-  }
+  EXPECT_FALSE(melon::test::sockopt_seen(SOL_SOCKET, SO_REUSEPORT));
+  EXPECT_FALSE(melon::test::sockopt_seen(SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF));
   ASSERT_EQ(connect_pair(qa, qb), "");
   for (uint32_t j = 0; j < 8192; ++j) a.buf[j] = uint8_t(j * 5);
   EXPECT_EQ(rdma(a, qa, b, IBV_WR_RDMA_WRITE, 0, 8192, 1).status, IBV_WC_SUCCESS);

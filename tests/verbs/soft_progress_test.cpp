@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "verbs/soft_fixture.h"
 #include "verbs/soft_inject.h"
 
 namespace {
@@ -109,20 +110,12 @@ struct Side {
   std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 16);
 };
 
-class SoftProgress : public ::testing::Test {
+class SoftProgress : public melon::test::SoftDeviceTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/melon-stats-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    stats_dir = tmpl;
-    setenv("MELON_STATS_DIR", stats_dir.c_str(), 1);
-    setenv("MELON_SOFT_AUTO", "0", 1);
-    setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
-    setenv("MELON_SOFT_DEVICES", "pg0=127.0.18.2,pg1=127.0.18.3", 1);
     g_drop = 0;
     g_gso_sends = g_gso_bad = 0;
-    list = ibv_get_device_list(&n);
-    ASSERT_NE(list, nullptr);
+    use_devices("pg0=127.0.18.2,pg1=127.0.18.3");
   }
   void TearDown() override {
     g_drop = 0;
@@ -134,10 +127,8 @@ class SoftProgress : public ::testing::Test {
       if (s->pd) ibv_dealloc_pd(s->pd);
       if (s->ctx) ibv_close_device(s->ctx);
     }
-    ibv_free_device_list(list);
     unsetenv("MELON_SOFT_BUSY_NS");
-    std::string cmd = "rm -rf '" + stats_dir + "'";
-    ASSERT_EQ(system(cmd.c_str()), 0);
+    SoftDeviceTest::TearDown();
   }
 
   // a on pg0, b on pg1, one RC QP each, connected; every CQ has a completion channel.
@@ -146,8 +137,7 @@ class SoftProgress : public ::testing::Test {
     const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     for (Side* s : {&a, &b}) {
       const char* want = s == &a ? "pg0" : "pg1";
-      for (int i = 0; i < n; ++i)
-        if (!strcmp(ibv_get_device_name(list[i]), want)) s->ctx = ibv_open_device(list[i]);
+      s->ctx = ibv_open_device(dev(want));
       ASSERT_NE(s->ctx, nullptr) << want;
       s->pd = ibv_alloc_pd(s->ctx);
       s->ch = ibv_create_comp_channel(s->ctx);
@@ -219,9 +209,6 @@ class SoftProgress : public ::testing::Test {
 
   uint64_t counter(const char* dev, const char* name) { return melon::test::read_counters(stats_dir, dev)[name]; }
 
-  std::string stats_dir;
-  ibv_device** list = nullptr;
-  int n = 0;
   Side a, b;
 };
 

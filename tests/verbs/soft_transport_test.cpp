@@ -3,9 +3,8 @@
 // drops are counted where a person can read them (the counter file, `melonctl stat`), and a GID
 // pair that mixes IPv4 and IPv6 is refused.
 //
-// This executable defines setsockopt(): the provider (linked in as objects) calls this one, which
-// records each call and can make one option fail or shrink SO_RCVBUF, then forwards to the C
-// library's.
+// The executable's setsockopt() is setsockopt_spy.cpp's: it records each call and can make an
+// option fail or shrink SO_RCVBUF.
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -21,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -28,98 +28,45 @@
 #include <utility>
 #include <vector>
 
+#include "verbs/setsockopt_spy.h"
+#include "verbs/soft_fixture.h"
 #include "verbs/soft_inject.h"
 
 namespace {
 
-std::mutex g_mu;
-std::set<std::pair<int, int>> g_seen;  // (level, name) of every setsockopt call
-std::set<std::pair<int, int>> g_fail;  // these fail with ENOPROTOOPT
-int g_rcvbuf = 0;  // non-zero: SO_RCVBUF is set to this instead of what the caller asks
-
-}  // namespace
-
-extern "C" int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
-  using Fn = int (*)(int, int, int, const void*, socklen_t);
-  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "setsockopt"));
-  {
-    std::lock_guard<std::mutex> g(g_mu);
-    g_seen.insert({level, name});
-    if (g_fail.count({level, name})) {
-      errno = ENOPROTOOPT;
-      return -1;
-    }
-    if (level == SOL_SOCKET && name == SO_RCVBUF && g_rcvbuf) return real(fd, level, name, &g_rcvbuf, sizeof g_rcvbuf);
-  }
-  return real(fd, level, name, val, len);
-}
-
-namespace {
+using melon::test::sockopt_seen;
 
 void fail_option(int level, int name) {  // (-1, -1): none fails
-  std::lock_guard<std::mutex> g(g_mu);
-  g_fail.clear();
-  g_rcvbuf = 0;
-  if (level != -1) g_fail.insert({level, name});
+  melon::test::sockopt_reset();
+  if (level != -1) melon::test::sockopt_fail(level, name, ENOPROTOOPT);
 }
-void also_fail_option(int level, int name) {
-  std::lock_guard<std::mutex> g(g_mu);
-  g_fail.insert({level, name});
-}
-bool seen(int level, int name) {
-  std::lock_guard<std::mutex> g(g_mu);
-  return g_seen.count({level, name}) > 0;
-}
+void also_fail_option(int level, int name) { melon::test::sockopt_fail(level, name, ENOPROTOOPT); }
 
-class SoftTransport : public ::testing::Test {
+class SoftTransport : public melon::test::SoftDeviceTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/melon-stats-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    stats_dir = tmpl;
-    setenv("MELON_STATS_DIR", stats_dir.c_str(), 1);
-    setenv("MELON_SOFT_AUTO", "0", 1);
-    setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
-    // Addresses of their own (other tests use 127.0.0.2 and 127.0.2.x); ::1 is only opened, never bound.
-    setenv("MELON_SOFT_DEVICES", "tr4=127.0.4.2,tr6=::1,tr4b=127.0.4.3", 1);
     fail_option(-1, -1);
-    {
-      std::lock_guard<std::mutex> g(g_mu);
-      g_seen.clear();
-    }
-    list = ibv_get_device_list(&n);
-    ASSERT_NE(list, nullptr);
+    // Addresses of their own (other tests use 127.0.0.2 and 127.0.2.x); ::1 is only opened, never bound.
+    use_devices("tr4=127.0.4.2,tr6=::1,tr4b=127.0.4.3");
   }
   void TearDown() override {
     fail_option(-1, -1);
-    ibv_free_device_list(list);
-    std::string cmd = "rm -rf '" + stats_dir + "'";
-    ASSERT_EQ(system(cmd.c_str()), 0);
+    SoftDeviceTest::TearDown();
   }
-  ibv_device* dev(const char* name) {
-    for (int i = 0; i < n; ++i)
-      if (!strcmp(ibv_get_device_name(list[i]), name)) return list[i];
-    ADD_FAILURE() << "no device " << name;
-    return nullptr;
-  }
-
-  std::string stats_dir;
-  ibv_device** list = nullptr;
-  int n = 0;
 };
 
 TEST_F(SoftTransport, OpenSetsTheOptionThatGivesIpv4IdentificationZero) {
   ibv_context* ctx = ibv_open_device(dev("tr4"));
   ASSERT_NE(ctx, nullptr);
-  EXPECT_TRUE(seen(IPPROTO_IP, IP_MTU_DISCOVER));
-  EXPECT_FALSE(seen(IPPROTO_UDP, UDP_NO_CHECK6_RX));  // an IPv4-only device needs no IPv6 socket
+  EXPECT_TRUE(sockopt_seen(IPPROTO_IP, IP_MTU_DISCOVER));
+  EXPECT_FALSE(sockopt_seen(IPPROTO_UDP, UDP_NO_CHECK6_RX));  // an IPv4-only device needs no IPv6 socket
   ibv_close_device(ctx);
 }
 
 TEST_F(SoftTransport, OpenSetsZeroChecksumReceiveForIpv6) {
   ibv_context* ctx = ibv_open_device(dev("tr6"));
   ASSERT_NE(ctx, nullptr);
-  EXPECT_TRUE(seen(IPPROTO_UDP, UDP_NO_CHECK6_RX));
+  EXPECT_TRUE(sockopt_seen(IPPROTO_UDP, UDP_NO_CHECK6_RX));
   ibv_close_device(ctx);
 }
 
@@ -236,13 +183,7 @@ TEST_F(SoftTransport, BadIcrcIsDroppedAndCountedWhereAPersonCanSeeIt) {
       ibv_wc none{};
       EXPECT_EQ(ibv_poll_cq(rx.cq, 1, &none), 0);  // nothing delivered
 
-      std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
-      FILE* p = popen(cmd.c_str(), "r");
-      ASSERT_NE(p, nullptr);
-      char line[1024];
-      std::string out;
-      while (fgets(line, sizeof line, p)) out += line;
-      EXPECT_EQ(pclose(p), 0) << out;
+      const std::string out = melonctl_stat();
       EXPECT_NE(out.find("tr4 pid " + std::to_string(getpid()) + ":"), std::string::npos) << out;
       EXPECT_NE(out.find(" rx_bad_icrc 1 "), std::string::npos) << out;
       EXPECT_NE(out.find(" rx_packets 0 "), std::string::npos) << out;
@@ -290,12 +231,11 @@ long long proc_udp_drops() {
 // both what was sent minus what was read and the kernel's own per-socket count. The datagrams carry
 // a broken ICRC so that each one read is counted once, in rx_bad_icrc, and goes no further.
 TEST_F(SoftTransport, ReceiveBufferDropsAreCountedExactlyAsTheKernelDroppedThem) {
-  {
-    std::lock_guard<std::mutex> g(g_mu);
-    g_rcvbuf = 1;  // the kernel raises it to its minimum (SOCK_MIN_RCVBUF): room for a few datagrams
-  }
+  melon::test::sockopt_rcvbuf(1);  // the kernel raises it to its minimum (SOCK_MIN_RCVBUF): room for a few datagrams
   ibv_context* ctx = ibv_open_device(dev("tr4"));
   ASSERT_NE(ctx, nullptr);
+  // Closed on every way out: a device left open keeps its shrunk buffer for the tests after this one.
+  std::unique_ptr<ibv_context, int (*)(ibv_context*)> close_ctx(ctx, ibv_close_device);
   {
     melon::test::UdReceiver rx;  // starts the transport: its socket is open and read from now on
     ASSERT_EQ(rx.open(ctx), "");
@@ -303,6 +243,7 @@ TEST_F(SoftTransport, ReceiveBufferDropsAreCountedExactlyAsTheKernelDroppedThem)
     const long long drops0 = proc_udp_drops();
     int s = socket(AF_INET, SOCK_DGRAM, 0);
     ASSERT_GE(s, 0);
+    std::unique_ptr<int, void (*)(int*)> close_s(&s, [](int* fd) { close(*fd); });
     sockaddr_in from{}, to{};
     from.sin_family = to.sin_family = AF_INET;
     from.sin_port = htons(49153);
@@ -356,17 +297,9 @@ TEST_F(SoftTransport, ReceiveBufferDropsAreCountedExactlyAsTheKernelDroppedThem)
     EXPECT_EQ(c["rx_buffer_drops"], uint64_t(kernel_drops)) << "/proc/net/udp drops";
     EXPECT_EQ(c["rx_packets"], 0u);
 
-    std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    char line[1024];
-    std::string out;
-    while (fgets(line, sizeof line, p)) out += line;
-    EXPECT_EQ(pclose(p), 0) << out;
+    const std::string out = melonctl_stat();
     EXPECT_NE(out.find(" rx_buffer_drops " + std::to_string(kernel_drops) + " "), std::string::npos) << out;
-    close(s);
   }
-  ibv_close_device(ctx);
 }
 
 // ---- batching: UDP GSO on send, UDP GRO on receive, and the fallback without them -------------
@@ -643,13 +576,7 @@ TEST_F(SoftTransport, SmallWritesToAQpAwaitingAnAckShareSendsAndArriveInOrder) {
     EXPECT_EQ(a["retransmits"], 0u);
 
     // Where a person sees it.
-    std::string cmd = "MELON_STATS_DIR='" + stats_dir + "' '" MELON_TEST_DATA "/../../tools/melonctl' stat";
-    FILE* f = popen(cmd.c_str(), "r");
-    ASSERT_NE(f, nullptr);
-    char line[2048];
-    std::string out;
-    while (fgets(line, sizeof line, f)) out += line;
-    EXPECT_EQ(pclose(f), 0) << out;
+    const std::string out = melonctl_stat();
     EXPECT_NE(out.find(" tx_deferred " + std::to_string(a["tx_deferred"])), std::string::npos) << out;
   }
 }

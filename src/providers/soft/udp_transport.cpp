@@ -342,9 +342,10 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   int n = 0;
   v[n++] = {s.frame.transport, s.frame.transport_len};
   // RC payloads are sent from registered memory: their WQE completes only when the ACK comes,
-  // after the send. UC and UD sends complete when handed over (and inline data lives in the WQE),
-  // so the application may reuse the buffer before this batch leaves: those are copied.
-  const bool copy = (p.pkt.bth.opcode >> 5) != 0;  // IBA 9.2: the top three bits are the transport
+  // after the send. UC and UD sends complete when handed over, so the application may reuse the
+  // buffer before this batch leaves; and inline data lives in the engine's WQE, which a concurrent
+  // ibv_destroy_qp frees: those are copied.
+  const bool copy = (p.pkt.bth.opcode >> 5) != 0 || p.inline_payload;  // IBA 9.2: top three bits = transport
   const OpInfo& op = op_info(p.pkt.bth.opcode);
   const uint8_t kind = op.is(kRequest) ? kTxRequest : op.is(kAck | kAtomicAck | kReadResp) ? kTxReply : kTxOther;
   for (int i = 0; i < p.niov; ++i) v[n++] = {copy ? b.copy(p.iov[i].ptr, p.iov[i].len) : p.iov[i].ptr, p.iov[i].len};
