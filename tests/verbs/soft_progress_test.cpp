@@ -5,9 +5,13 @@
 // woken by the next arrival.
 //
 // This executable defines sendmmsg(): the provider (linked in as objects) calls this one, which
-// can drop the next datagrams that carry a payload, then forwards to the C library's.
+// can drop the next datagrams that carry a payload, checks the ICRC of every UDP GSO send's
+// segments, then forwards to the C library's.
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
@@ -15,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -30,11 +35,52 @@ namespace {
 std::atomic<int> g_drop{0};  // datagrams of at least kDropMin bytes still to drop
 constexpr size_t kDropMin = 200;  // more than any ACK or empty SEND; less than the WRITEs below
 
+// UDP GSO sends seen, and those with a segment whose ICRC a receiver that sees the real IPv4
+// header (Linux rxe) would refuse: the kernel gives segment i of one send the identification i,
+// so its ICRC must be the one for i (the solver in roce/icrc_udp.h finds the id a packet was
+// summed with).
+std::atomic<int> g_gso_sends{0}, g_gso_bad{0};
+
+void check_gso(int fd, const msghdr& h) {
+#if defined(UDP_SEGMENT)
+  uint16_t seg = 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c))
+    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_SEGMENT) memcpy(&seg, CMSG_DATA(c), sizeof seg);
+  sockaddr_in self{};
+  socklen_t self_len = sizeof self;
+  if (!seg || !h.msg_name || static_cast<const sockaddr*>(h.msg_name)->sa_family != AF_INET ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&self), &self_len) != 0)
+    return;
+  std::vector<uint8_t> bytes;
+  for (size_t j = 0; j < h.msg_iovlen; ++j) {
+    const auto* p = static_cast<const uint8_t*>(h.msg_iov[j].iov_base);
+    bytes.insert(bytes.end(), p, p + h.msg_iov[j].iov_len);
+  }
+  const auto* to = static_cast<const sockaddr_in*>(h.msg_name);
+  melon::roce::IpUdp ip;
+  melon::roce::gid_from_ipv4(ip.src, ntohl(self.sin_addr.s_addr));
+  melon::roce::gid_from_ipv4(ip.dst, ntohl(to->sin_addr.s_addr));
+  ip.sport = ntohs(self.sin_port);
+  ip.dport = ntohs(to->sin_port);
+  g_gso_sends++;
+  uint16_t i = 0;
+  for (size_t off = 0; off < bytes.size(); off += seg, ++i) {
+    const size_t len = std::min<size_t>(seg, bytes.size() - off);
+    ip.udp_len = uint16_t(len + 8);
+    uint16_t id = 0xffff;
+    if (!melon::roce::icrc_check_udp_payload(ip, bytes.data() + off, len, &id) || id != i) g_gso_bad++;
+  }
+#else
+  (void)fd, (void)h;
+#endif
+}
+
 }  // namespace
 
 extern "C" int sendmmsg(int fd, struct mmsghdr* v, unsigned int n, int flags) {
   using Fn = int (*)(int, struct mmsghdr*, unsigned int, int);
   static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "sendmmsg"));
+  for (unsigned i = 0; i < n; ++i) check_gso(fd, v[i].msg_hdr);
   if (g_drop.load() <= 0) return real(fd, v, n, flags);
   // Send message by message, leaving out the dropped ones (reported as sent, as a lossy wire would).
   for (unsigned i = 0; i < n; ++i) {
@@ -68,6 +114,7 @@ class SoftProgress : public melon::test::SoftDeviceTest {
  protected:
   void SetUp() override {
     g_drop = 0;
+    g_gso_sends = g_gso_bad = 0;
     use_devices("pg0=127.0.18.2,pg1=127.0.18.3");
   }
   void TearDown() override {
@@ -335,14 +382,18 @@ TEST_F(SoftProgress, APingPongOfBlockingWaitersCompletesEveryMessage) {
   ASSERT_EQ(recv_one(a), 0);
   ASSERT_EQ(recv_one(b), 0);
   std::thread pong([&] {  // b: receive, answer
+    // Completions of the send and receive queues sharing a CQ have no order between them: a's next
+    // SEND may complete b's receive before a's ACK completes b's SEND (both in one GSO send, the
+    // SEND first). So counts carry over from round to round.
+    int sends = 0, recvs = 0;
     for (int i = 0; i < kRounds; ++i) {
-      int sends = 0, recvs = 0;
       ibv_wc wc;
       while (recvs < 1) {
         ASSERT_TRUE(wait_one(b, &wc));
         ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
         (wc.opcode == IBV_WC_RECV ? recvs : sends)++;
       }
+      --recvs;
       ASSERT_EQ(recv_one(b), 0);
       ASSERT_EQ(send_one(b, 2), 0);
       while (sends < 1) {
@@ -350,6 +401,7 @@ TEST_F(SoftProgress, APingPongOfBlockingWaitersCompletesEveryMessage) {
         ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
         (wc.opcode == IBV_WC_RECV ? recvs : sends)++;
       }
+      --sends;
     }
   });
   for (int i = 0; i < kRounds; ++i) {  // a: send, wait for its completion and for the answer
@@ -366,6 +418,88 @@ TEST_F(SoftProgress, APingPongOfBlockingWaitersCompletesEveryMessage) {
   pong.join();
   done = true;
   watchdog.join();
+  EXPECT_EQ(counter("pg0", "timeouts") + counter("pg1", "timeouts"), 0u);
+}
+
+// Both sides busy-poll a ping-pong of SENDs, each waiting for its SEND's completion and for the
+// answer (as ib_send_lat does). The ACK a spinning side's receive holds leaves with its next SEND
+// in one UDP GSO send (SEND first, ACK as the last segment): every message and completion must
+// still arrive, and the ACK's ICRC must be the one for its new place (IPv4 identification 1).
+TEST_F(SoftProgress, ABusyPollingPingPongSendsEachAckWithTheNextSendInOneGsoSend) {
+  connect();
+  auto recv_one = [](Side& s, uint64_t id) {
+    ibv_sge sge{uint64_t(uintptr_t(s.buf.data() + 32768)), 64, s.mr->lkey};
+    ibv_recv_wr r{}, *bad = nullptr;
+    r.wr_id = id;
+    r.sg_list = &sge;
+    r.num_sge = 1;
+    return ibv_post_recv(s.qp, &r, &bad);
+  };
+  auto send_one = [](Side& s, uint32_t value) {
+    memcpy(s.buf.data(), &value, sizeof value);
+    ibv_sge sge{uint64_t(uintptr_t(s.buf.data())), 8, s.mr->lkey};
+    ibv_send_wr w{}, *bad = nullptr;
+    w.wr_id = value;
+    w.opcode = IBV_WR_SEND;
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.send_flags = IBV_SEND_SIGNALED;
+    return ibv_post_send(s.qp, &w, &bad);
+  };
+  // One round of a side: its SEND's completion and the other side's message (`expect`), in either
+  // order (the ACK may come in the same batch as the answer, after it). Then a receive is posted.
+  auto finish = [&](Side& s, uint32_t sent, uint32_t expect) {
+    bool sent_done = false, got = false;
+    while (!sent_done || !got) {
+      ibv_wc wc{};
+      if (!spin_for(s.cq, &wc, 5000) || wc.status != IBV_WC_SUCCESS) return false;
+      if (wc.opcode == IBV_WC_SEND) {
+        if (sent_done || wc.wr_id != sent) return false;
+        sent_done = true;
+      } else {
+        uint32_t v;
+        memcpy(&v, s.buf.data() + 32768, sizeof v);
+        if (got || wc.opcode != IBV_WC_RECV || v != expect || recv_one(s, 1)) return false;
+        got = true;
+      }
+    }
+    return true;
+  };
+  constexpr uint32_t kRounds = 300;
+  ASSERT_EQ(recv_one(a, 1), 0);
+  ASSERT_EQ(recv_one(b, 1), 0);
+  std::atomic<bool> b_ok{true}, b_spinning{false};
+  std::thread pong([&] {  // b: answer a's i with i + 1000
+    ibv_wc wc{};
+    spin_for(b.cq, &wc, 20);  // long enough to take the sockets over
+    b_spinning = true;
+    uint32_t v;
+    if (!spin_for(b.cq, &wc, 5000) || wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || recv_one(b, 1) ||
+        (memcpy(&v, b.buf.data() + 32768, sizeof v), v != 0)) {
+      b_ok = false;
+      return;
+    }
+    for (uint32_t i = 0; i < kRounds && b_ok; ++i)
+      if (send_one(b, i + 1000) || !finish(b, i + 1000, i + 1)) b_ok = false;
+  });
+  ibv_wc wc{};
+  spin_for(a.cq, &wc, 20);
+  while (!b_spinning) std::this_thread::yield();  // a's first SEND must not end b's first spin
+  // No ASSERT before pong is joined: a failed round ends both loops, then the test reports it.
+  uint32_t round = 0;
+  bool a_ok = send_one(a, 0) == 0;
+  for (; round < kRounds && a_ok && b_ok; ++round)  // the last SEND only ends b's last round
+    a_ok = finish(a, round, round + 1000) && send_one(a, round + 1) == 0;
+  a_ok = a_ok && spin_for(a.cq, &wc, 5000) && wc.opcode == IBV_WC_SEND && wc.status == IBV_WC_SUCCESS;
+  if (!a_ok) b_ok = false;
+  pong.join();
+  ASSERT_TRUE(a_ok) << "the first side lost a message or a completion in round " << round;
+  ASSERT_TRUE(b_ok.load()) << "the answering side lost a message or a completion";
+  EXPECT_GE(counter("pg0", "tx_replies_joined") + counter("pg1", "tx_replies_joined"), 1u);
+  EXPECT_GE(g_gso_sends.load(), 1);
+  EXPECT_EQ(g_gso_bad.load(), 0) << "a GSO segment carried the ICRC of another IPv4 identification";
+  EXPECT_GE(counter("pg0", "rx_gro_buffers") + counter("pg1", "rx_gro_buffers"), 1u);
+  EXPECT_EQ(counter("pg0", "rx_bad_icrc") + counter("pg1", "rx_bad_icrc"), 0u);
   EXPECT_EQ(counter("pg0", "timeouts") + counter("pg1", "timeouts"), 0u);
 }
 

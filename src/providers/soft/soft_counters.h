@@ -39,7 +39,8 @@ namespace melon::soft {
   X(tx_deferred, "packets a post left queued to leave with later ones (doorbell batching)")                   \
   X(busy_poll_leases, "times a busy-polling application took receiving over from the progress thread")        \
   X(lanes, "transports (engine, sockets, thread) of the device; 1 where steering by QPN is unavailable")      \
-  X(rx_lane_handovers, "packets steered to a lane for another lane's QP (merged by GRO), handed over")
+  X(rx_lane_handovers, "packets steered to a lane for another lane's QP (merged by GRO), handed over")        \
+  X(tx_replies_joined, "held replies (ACKs) sent in one GSO send with the next post's request (busy-poll ping-pong)")
 
 struct TransportStats {
 #define MELON_SOFT_COUNTER_FIELD(name, text) std::atomic<uint64_t> name{0};

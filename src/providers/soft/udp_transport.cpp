@@ -20,6 +20,7 @@
 #include "providers/soft/udp_socket.h"
 #include "rc/wire.h"
 #include "roce/frame.h"
+#include "roce/icrc.h"
 #include "roce/icrc_udp.h"
 #include "roce/ip_udp.h"
 
@@ -250,6 +251,8 @@ void UdpTransport::wake() {
 
 void UdpTransport::handoff() {
   if (!stage_->nmsgs) return;
+  if (replies_end_ == 1) join_held_reply();
+  replies_end_ = 0;
   held_.store(false, std::memory_order_relaxed);
   ++handoffs_;
   std::lock_guard<std::mutex> g(q_mu_);
@@ -260,6 +263,42 @@ void UdpTransport::handoff() {
     stage_ = std::move(spare_.back());
     spare_.pop_back();
   }
+}
+
+void UdpTransport::join_held_reply() {
+  // A busy-polling ping-pong: the ACK a receive held (receive_batch) and the SEND the application
+  // posted next would leave as two datagrams, and the peer, which waits for both (its SEND's
+  // completion and our SEND), would wait for two trips through the stack. As one UDP GSO send
+  // they make one: the requests first (every GSO segment but the last has the segment size, and the
+  // ACK is the shortest packet), the reply as the last segment. Requests and replies are separate
+  // packet streams (a QP's requester and responder), so each stream keeps its order. The reply's
+  // ICRC is computed again: as segment i its IPv4 identification becomes i (transmit()).
+  TxBatch& b = *stage_;
+  if (b.nmsgs != 2) return;
+  TxMsg& a = b.msgs[0];
+  TxMsg& m = b.msgs[1];
+  TxSlot& s = b.slots[a.first_slot];
+  const int n = a.niov + m.niov;
+  if (a.kinds != kTxReply || a.npkts != 1 || a.niov != 2 || m.kinds != kTxRequest || !m.open || m.sock != a.sock ||
+      !gso_[m.sock].load(std::memory_order_relaxed) || a.seg > m.seg || m.npkts >= kMaxGsoSegments ||
+      size_t(m.npkts + 1) * m.seg > kMaxGsoBytes || n > kMaxIovPerMsg || memcmp(m.dgid, a.dgid, 16) ||
+      a.first_iov != 0 || m.first_iov != a.niov)
+    return;
+  const size_t pad = s.frame.tail_len - kIcrcSize;
+  uint8_t body[kMaxTransportHeader + 3];
+  memcpy(body, s.frame.transport, s.frame.transport_len);
+  memcpy(body + s.frame.transport_len, s.frame.tail, pad);
+  s.ip.ip_id = uint16_t(m.npkts);
+  store_icrc(s.frame.tail + pad, icrc_for_udp_payload(s.ip, body, s.frame.transport_len + pad));
+  std::rotate(b.iov.begin(), b.iov.begin() + a.niov, b.iov.begin() + n);
+  m.first_iov = 0;
+  m.niov = n;
+  ++m.npkts;
+  m.kinds |= kTxReply;
+  m.open = false;
+  b.msgs[0] = m;
+  b.nmsgs = 1;
+  stats_.tx_replies_joined.fetch_add(1, std::memory_order_relaxed);
 }
 
 void UdpTransport::transmit(const rc::TxPacket& p) {
@@ -298,6 +337,7 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   ip.df = true;
   TxSlot& s = b.slots[b.nslots++];
   write_payload_frame(ip, p.pkt, p.iov, p.niov, s.frame);
+  s.ip = ip;
   iovec* v = &b.iov[b.n_iov];
   int n = 0;
   v[n++] = {s.frame.transport, s.frame.transport_len};
@@ -306,12 +346,15 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   // buffer before this batch leaves; and inline data lives in the engine's WQE, which a concurrent
   // ibv_destroy_qp frees: those are copied.
   const bool copy = (p.pkt.bth.opcode >> 5) != 0 || p.inline_payload;  // IBA 9.2: top three bits = transport
+  const OpInfo& op = op_info(p.pkt.bth.opcode);
+  const uint8_t kind = op.is(kRequest) ? kTxRequest : op.is(kAck | kAtomicAck | kReadResp) ? kTxReply : kTxOther;
   for (int i = 0; i < p.niov; ++i) v[n++] = {copy ? b.copy(p.iov[i].ptr, p.iov[i].len) : p.iov[i].ptr, p.iov[i].len};
   v[n++] = {s.frame.tail, s.frame.tail_len};
   b.n_iov += n;
   if (join) {
     m->niov += n;
     ++m->npkts;
+    m->kinds |= kind;
     if (len < m->seg) m->open = false;
   } else {
     m = &b.msgs[b.nmsgs++];
@@ -322,6 +365,8 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
     m->npkts = 1;
     m->seg = len;
     m->open = true;
+    m->kinds = kind;
+    m->first_slot = b.nslots - 1;
     m->to_len = to_sockaddr(p.av->dgid, kRoceV2Port, &m->to);
   }
 }
@@ -582,6 +627,7 @@ int UdpTransport::receive_batch(size_t sock, bool hold) {
     return 0;
   }
   std::unique_lock<std::mutex> g(mu_);
+  const bool stage_empty = !stage_->nmsgs;
   batch_now_ = now_ns();
   engine_.begin_batch();  // one ACK per QP for the whole batch (Engine::begin_batch)
   for (int i = 0; i < n; ++i) {
@@ -622,6 +668,7 @@ int UdpTransport::receive_batch(size_t sock, bool hold) {
     // the application's next post, which sends them in the same sendmmsg (after_post), or its next
     // poll (flush_held), arming, or the end of its lease (run()).
     if (stage_->nslots) held_.store(true, std::memory_order_relaxed);
+    if (stage_empty) replies_end_ = stage_->nmsgs;  // a post's requests may join them (join_held_reply)
     timer_moved(engine_.next_deadline());
   } else {
     // More than a ping-pong's replies: a stream whose ACKs open the window. Sending it is work for

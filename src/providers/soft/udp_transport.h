@@ -269,6 +269,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // the send queue, and whichever thread holds tx_mu_ sends queued batches in order.
   struct TxSlot {
     roce::PayloadFrame frame;  // transport headers, pad + ICRC around the payload
+    roce::IpUdp ip;  // what its ICRC covers (join_held_reply computes it again for another IPv4 id)
   };
   struct TxMsg {
     size_t sock;
@@ -277,10 +278,13 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     int npkts;
     uint32_t seg;  // size of every packet but the last (the GSO segment size)
     bool open;  // a further packet of size <= seg may join
+    uint8_t kinds;  // TxKind bits of its packets (join_held_reply)
+    int first_slot;
     sockaddr_storage to;
     socklen_t to_len;
     alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(uint16_t))];
   };
+  enum TxKind : uint8_t { kTxRequest = 1, kTxReply = 2, kTxOther = 4 };
   struct TxBatch {
     explicit TxBatch(uint32_t window);
     bool full(int niov) const {
@@ -298,11 +302,15 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     size_t chunk = 0, chunk_off = 0;
   };
   void handoff();  // with mu_ held: stage_ joins the send queue
+  // With mu_ held, from handoff(): a lone reply a receive held (replies_end_ == 1) and the one
+  // message of requests that followed it become one GSO send, the requests first.
+  void join_held_reply();
   void send_queued(bool wait);
   void send_batch(TxBatch& b);  // with tx_mu_ held
   std::unique_ptr<TxBatch> stage_;  // guarded by mu_
   uint64_t staged_ = 0, handoffs_ = 0;  // packets transmit() staged, batches handed off (guarded by mu_)
   std::atomic<bool> held_{false};  // stage_ holds packets a post left there (set and cleared under mu_)
+  int replies_end_ = 0;  // stage_'s first messages, held by a receive into an empty stage_ (guarded by mu_)
   std::deque<std::unique_ptr<TxBatch>> sendq_;  // guarded by q_mu_
   std::vector<std::unique_ptr<TxBatch>> spare_;  // guarded by q_mu_
   std::unique_ptr<std::atomic<bool>[]> gso_;  // per socket: cleared by the sender if the kernel refuses
