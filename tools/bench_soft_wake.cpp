@@ -27,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench_rc_connect.h"
+
 namespace {
 
 uint64_t now_ns() {
@@ -46,33 +48,7 @@ void sleep_us(unsigned us) {
 }
 
 void connect_qp(ibv_qp* qp, uint32_t dest, uint8_t peer_octet) {
-  ibv_qp_attr at{};
-  at.qp_state = IBV_QPS_INIT;
-  at.port_num = 1;
-  at.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
-  if (ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) die("INIT");
-  at.qp_state = IBV_QPS_RTR;
-  at.path_mtu = IBV_MTU_1024;
-  at.dest_qp_num = dest;
-  at.max_dest_rd_atomic = 1;
-  at.min_rnr_timer = 1;
-  at.ah_attr.is_global = 1;
-  at.ah_attr.port_num = 1;
-  const uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 19, peer_octet};
-  memcpy(at.ah_attr.grh.dgid.raw, gid, 16);
-  if (ibv_modify_qp(qp, &at,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    die("RTR");
-  at.qp_state = IBV_QPS_RTS;
-  at.timeout = 14;
-  at.retry_cnt = 7;
-  at.rnr_retry = 7;
-  at.max_rd_atomic = 1;
-  if (ibv_modify_qp(qp, &at,
-                    IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                        IBV_QP_MAX_QP_RD_ATOMIC))
-    die("RTS");
+  if (const char* step = bench_connect_rc(qp, dest, 19, peer_octet, IBV_MTU_1024, IBV_ACCESS_LOCAL_WRITE)) die(step);
 }
 
 ibv_context* open_dev(ibv_device** list, int n, const char* want) {
