@@ -98,7 +98,7 @@ struct Rig {
   void pump() {
     for (int round = 0; round < 8; ++round) {
       int i = 0;
-      while (i < 10000 && (a.h.dev.service() | b.h.dev.service())) ++i;
+      while (i < 10000 && (int(a.h.dev.service()) | int(b.h.dev.service()))) ++i;
       if (i == 10000) fail("the devices never went idle");
       a.h.clock.advance(100'000'000);
       b.h.clock.advance(100'000'000);

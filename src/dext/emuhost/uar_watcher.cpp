@@ -106,7 +106,7 @@ void UarWatcher::bind(uint64_t bar_off, uint8_t kind, uint32_t number, uint8_t* 
     if (kind == kCq) __atomic_store_n(reinterpret_cast<uint32_t*>(dbr + 4), uapi::kCqArmNone, __ATOMIC_RELEASE);
     for (Page& p : pages_)
       if (p.bar_off == bar_off)
-        p.bound.push_back(Bound{kind, number, dbr, kind == kCq ? arm_bits(uapi::kCqArmNone) : load_record(dbr), false});
+        p.bound.push_back(Bound{kind, number, dbr, kind == kCq ? arm_bits(uapi::kCqArmNone) : load_record(dbr)});
   }
   wake_thread();
 }
@@ -118,10 +118,16 @@ void UarWatcher::unbind(uint8_t kind, uint32_t number) {
       if (p.bound[i].kind == kind && p.bound[i].number == number) p.bound.erase(p.bound.begin() + long(i--));
 }
 
+// The record is cleared here, before the RESET's response reaches the client, rather than waited
+// for: the client may clear it and post again (back to the value seen before the reset) between two
+// scans, and a scan could not tell that from a record not yet cleared.
 void UarWatcher::rewind(uint8_t kind, uint32_t number) {
   std::lock_guard<std::mutex> g(mu_);
   for (Page& p : pages_)
-    if (Bound* b = find(p, kind, number)) b->last = 0, b->rewound = true;
+    if (Bound* b = find(p, kind, number)) {
+      __atomic_store_n(reinterpret_cast<uint32_t*>(b->dbr + 4), 0u, __ATOMIC_RELEASE);
+      b->last = 0;
+    }
 }
 
 UarWatcher::Bound* UarWatcher::find(Page& p, uint8_t kind, uint32_t number) {
@@ -174,7 +180,6 @@ bool UarWatcher::scan_page(Page& p) {
       }
     } else if (Bound* q = find(p, kQp, uint32_t(mlx5::prm::get(b, mlx5::prm::wqe_ctrl_seg::qpn)))) {
       q->last = load_record(q->dbr);
-      q->rewound = false;
     }
     dev_.write64(p.bar_off + p.off[i], v);  // memory order in, memory order out (Device::write64)
     stats_.forwarded++;
@@ -200,9 +205,6 @@ bool UarWatcher::scan_records(Page& p) {
     if (b.kind == kCq) {
       if (r == uapi::kCqArmNone) continue;
       r = arm_bits(r);
-    } else if (b.rewound) {
-      if (r != 0) continue;  // the client has not cleared it yet
-      b.rewound = false;
     }
     if (r == b.last) continue;
     b.last = r;

@@ -43,9 +43,10 @@ class UarWatcher {
   // uapi::kCqArmNone here.
   void bind(uint64_t bar_off, uint8_t kind, uint32_t number, uint8_t* dbr);
   void unbind(uint8_t kind, uint32_t number);
-  // The QP went to RESET: the client clears its record and counts from 0 again, so the first post
-  // after it may write the very words and record the watcher saw before. Until the record reads 0
-  // it is not followed; from then on 0 is the baseline.
+  // The QP went to RESET: the client counts from 0 again, so the first post after it may write the
+  // very words and record the watcher saw before. The send counter of its record is set to 0 here
+  // (the client clears it too, rdma-core's qp.c) and 0 becomes the baseline, so any post after the
+  // RESET's response rings. Called before that response is sent.
   void rewind(uint8_t kind, uint32_t number);
 
   struct Stats {
@@ -65,7 +66,6 @@ class UarWatcher {
     uint32_t number;
     uint8_t* dbr;
     uint32_t last;  // record dword 1 (as stored) last rung or armed with
-    bool rewound;  // QP reset: waiting for the client to clear the record
   };
   struct Page {
     uint8_t* va;

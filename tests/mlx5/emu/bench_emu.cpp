@@ -97,7 +97,7 @@ double run_emu(double secs, int depth, bool over_udp) {
   while (seconds_since(t0) < secs) {
     while (inflight < depth) a.h.post_send(a.qp, prm::wqe_opcode::RDMA_WRITE, sg, o), ++inflight;
     if (over_udp) wa.poll(0), wb.poll(0);
-    while (a.h.dev.service() | b.h.dev.service()) {
+    while (int(a.h.dev.service()) | int(b.h.dev.service())) {  // both, every round
       if (over_udp) wa.poll(0), wb.poll(0);
     }
     while (const uint8_t* e = a.h.poll_cq(a.cq)) {
@@ -134,7 +134,7 @@ double run_soft(double secs, int depth) {
     ibv_qp* qp;
     ibv_mr* mr;
     std::vector<uint8_t> buf = std::vector<uint8_t>(kMsg * 2);
-  } a{ca}, b{cb};
+  } a{ca, nullptr, nullptr, nullptr, nullptr}, b{cb, nullptr, nullptr, nullptr, nullptr};
   for (S* s : {&a, &b}) {
     s->pd = ibv_alloc_pd(s->ctx);
     s->cq = ibv_create_cq(s->ctx, 256, nullptr, nullptr, 0);

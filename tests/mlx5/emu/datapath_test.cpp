@@ -81,7 +81,7 @@ class EmuDataPath : public ::testing::Test {
   }
   void pump() {
     for (int i = 0; i < 100000; ++i)
-      if (!(a.h.dev.service() | b.h.dev.service())) return;
+      if (!(int(a.h.dev.service()) | int(b.h.dev.service()))) return;  // both, every round
     FAIL() << "devices never went idle";
   }
   const uint8_t* cqe(Side& s) {

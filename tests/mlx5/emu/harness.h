@@ -40,11 +40,11 @@ class Harness {
   // steady_clock: the device runs on CLOCK_MONOTONIC (tests against a real peer), not `clock`.
   explicit Harness(DeviceConfig cfg = {}, FramePort* wire = nullptr, bool steady_clock = false)
       : dev(HostPorts{&host, &host, steady_clock ? nullptr : &clock, wire}, cfg), steady_(steady_clock) {}
-  bool steady_ = false;
 
   TestHost host;
   ManualClock clock;
   Device dev;
+  bool steady_ = false;
   TestHost::Buffer cmdq;
   uint8_t token = 0x5a;
   uint32_t uar = 0, eqn = 0, pd = 0;

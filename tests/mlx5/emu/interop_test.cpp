@@ -16,7 +16,7 @@ namespace op = prm::opcode;
 namespace wo = prm::wqe_opcode;
 namespace co = prm::cqe_opcode;
 
-constexpr uint32_t kSoftIp = 0x7f000502, kEmuIp = 0x7f000503;
+constexpr uint32_t kEmuIp = 0x7f000503;  // the soft side is named by MELON_SOFT_DEVICES below
 constexpr size_t kBuf = 1 << 20;
 
 class EmuSoftInterop : public ::testing::Test {

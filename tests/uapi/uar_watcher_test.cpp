@@ -1,0 +1,75 @@
+// melon-emud's doorbell watcher on a QP reset: the client counts from 0 again and may write the very
+// words and record the watcher saw before the reset. Whatever the client does after the RESET's
+// response (clear then post between two scans included), its next post must ring the device.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "dext/emuhost/uar_watcher.h"
+#include "mlx5/emu/test_host.h"
+#include "mlx5/prm/doorbell.h"
+
+namespace melon::dext {
+namespace {
+
+namespace p = mlx5::prm;
+constexpr uint8_t kQp = 2;  // UarWatcher's kind numbering (uar_watcher.h)
+constexpr uint32_t kQpn = 0x1c;
+constexpr uint64_t kBarOff = 0x1000;  // a UAR page of BAR0; the device is not initialised and ignores it
+
+struct WatchedQp : ::testing::Test {
+  mlx5::emu::TestHost host;
+  mlx5::emu::Device dev{mlx5::emu::HostPorts{&host}};
+  UarWatcher w{dev};
+  alignas(4096) uint8_t page[4096] = {};
+  alignas(64) uint8_t dbr[64] = {};
+
+  void SetUp() override {
+    const uint32_t bf[2] = {0x800, 0x900};
+    w.add(page, kBarOff, bf);
+    w.bind(kBarOff, kQp, kQpn, dbr);
+    w.start();
+  }
+  void set_counter(uint32_t v) {  // the send counter, stored as the client stores it
+    uint8_t rec[8] = {};
+    p::set(rec, p::qp_dbrec::snd_counter, v);
+    __atomic_store_n(reinterpret_cast<uint32_t*>(dbr + 4), *reinterpret_cast<uint32_t*>(rec + 4), __ATOMIC_RELEASE);
+  }
+  uint32_t counter() { return uint32_t(p::get(dbr, p::qp_dbrec::snd_counter)); }
+  bool forwarded_reaches(uint64_t n) {
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5); w.stats().forwarded < n;) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      usleep(200);
+    }
+    return true;
+  }
+};
+
+// The record goes 1 -> (reset) -> 1 with no scan seeing the 0 the client wrote in between: the
+// watcher that waited to see the record cleared never rang again (a CI failure of
+// EmudDataPath.ForgedLkeyGetsLocalProtectionErrorCqe).
+TEST_F(WatchedQp, APostAfterResetRingsEvenWhenTheRecordReturnsToItsOldValue) {
+  set_counter(1);
+  ASSERT_TRUE(forwarded_reaches(1));
+  w.rewind(kQp, kQpn);
+  EXPECT_EQ(counter(), 0u) << "the reset clears the record on the daemon's side";
+  set_counter(1);  // the client's first post after the reset, no scan between
+  EXPECT_TRUE(forwarded_reaches(2)) << "the post after the reset never rang";
+}
+
+// A reset with no post after it rings nothing: the stale count the record held is gone before the
+// RESET's response, so the device cannot be rung up to WQEs of before the reset.
+TEST_F(WatchedQp, AResetAloneRingsNothing) {
+  set_counter(5);
+  ASSERT_TRUE(forwarded_reaches(1));
+  w.rewind(kQp, kQpn);
+  EXPECT_EQ(counter(), 0u);
+  usleep(50'000);
+  EXPECT_EQ(w.stats().forwarded, 1u);
+  set_counter(2);
+  EXPECT_TRUE(forwarded_reaches(2));
+}
+
+}  // namespace
+}  // namespace melon::dext
