@@ -546,7 +546,7 @@ TEST_F(EmudDataPath, MalformedWqeGetsLocalQpOpErrorCqe) {
   stop_daemons();
 }
 
-// Doorbells naming another client's QP and CQ, written to the caller's own UAR page: the device
+// Doorbells naming another client's QP and CQ, written to the caller's own UAR pages: the device
 // takes doorbells only through the UAR the object was created with, so it ignores (and counts)
 // every one, and the other client's QP and CQ go on as if nothing happened.
 TEST_F(EmudDataPath, DoorbellsNamingAnotherClientsObjectsAreIgnored) {
@@ -555,6 +555,15 @@ TEST_F(EmudDataPath, DoorbellsNamingAnotherClientsObjectsAreIgnored) {
     pair(a, b, /*same_daemon=*/true);
     x.build(da.sock);
     ASSERT_FALSE(HasFatalFailure());
+    // Each doorbell in a word of its own (two BlueFlame buffers on each of two pages): a word the
+    // watcher polls keeps only the last value written (uapi/doorbell.h), and these name no object
+    // of the page, so no record stands in for one overwritten before a scan. (Two on one word, 5 ms
+    // apart, made 3 or 4 out of 5 on a loaded machine.)
+    uapi::UarResp u2{};
+    ASSERT_EQ(x.cl->call(Selector::alloc_uar, uapi::EmptyReq{}, &u2), Status::ok);
+    uint64_t page2_len = 0;
+    auto* page2 = static_cast<uint8_t*>(x.map(uapi::MapKind::uar, u2.handle, &page2_len));
+    ASSERT_NE(page2, nullptr);
     for (uint32_t i = 0; i < 4; i++) {  // four different send doorbells naming a's QP
       uint8_t w[8] = {};
       p::wqe_ctrl_seg::view(w)
@@ -562,14 +571,15 @@ TEST_F(EmudDataPath, DoorbellsNamingAnotherClientsObjectsAreIgnored) {
           .set(p::wqe_ctrl_seg::wqe_index, i)
           .set(p::wqe_ctrl_seg::qpn, a.q.qpn)
           .set(p::wqe_ctrl_seg::ds, 3);
-      x.doorbell(x.db_offset + (i & 1) * x.bf_bytes, w);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      x.doorbell(x.db_offset + (i & 1) * x.bf_bytes, w, i < 2 ? x.uar_page : page2);
     }
     uint8_t arm[8] = {};  // and an arm of a's CQ
     p::set(arm, p::cq_uar_db::cqn, a.cqn);
     x.doorbell(p::kUarCqDoorbell, arm);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    // a's CQ was not armed: its next completion raises no event; its QP starts at WQE 0.
+    // a's CQ was not armed: its next completion raises no event; its QP starts at WQE 0. The scan
+    // that finds a's doorbell goes on to x's pages (added after a's), so all five reach the device
+    // before a's completion can.
     fill(a.buf, 256, 11);
     uint16_t idx = a.post_send(p::wqe_opcode::RDMA_WRITE, uint64_t(uintptr_t(a.buf)), 256, a.lkey,
                                uint64_t(uintptr_t(b.buf)), b.rkey);
@@ -582,6 +592,7 @@ TEST_F(EmudDataPath, DoorbellsNamingAnotherClientsObjectsAreIgnored) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     uapi::EventResp ev{};
     EXPECT_EQ(a.c.call(Selector::get_event, uapi::EmptyReq{}, &ev), Status::no_event);
+    munmap(page2, page2_len);
   }
   stop_daemons();
   // The device's own count, printed by the daemon at stop: the five doorbells, no more.
