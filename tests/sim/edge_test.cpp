@@ -1228,3 +1228,62 @@ TEST(SharedWindow, StreamingQpsTogetherStayWithinTheEnginesBudget) {
   EXPECT_LE(peak_one, kPerQp);
   for (const std::string& e : sim.errors()) ADD_FAILURE() << "simulator: " << e;
 }
+
+// The soft provider's windows on loopback (path MTU 4096): 128 packets per QP, 512 for a lane, and
+// perftest's pattern: `ib_write_bw -q 8` posts its 64 KiB WRITEs (16 packets) QP after QP. The
+// first four QPs fill the budget; each later one may still send kMinSharedWindow (4) packets, and
+// its share (512 / 5..8 = 64..102 packets) is not below ack_every, so no window rule asked for an
+// ACK on them: the budget stopped those QPs with four packets out and none AckReq'd, nothing
+// answered them, and each waited out its 67 ms ACK timer (the "8 timeouts with nothing dropped" of
+// `ib_write_bw -q 16` over two lanes). The packet after which the budget stops a QP must ask for
+// the ACK that restarts it.
+TEST(SharedWindow, AQpTheBudgetStopsAsksForTheAckThatRestartsIt) {
+  constexpr int kQps = 8;
+  constexpr uint32_t kLen = 64 << 10, kWrites = 16;
+  Sim sim(test_seed(0xb0d6e7));
+  EngineConfig c;
+  c.max_inflight_packets = 128;
+  c.max_inflight_total = 512;
+  const int a = sim.add_node("A", false, c), b = sim.add_node("B", false, c);
+  kit::Cq scq[kQps], rcq[kQps], scq_b[kQps], rcq_b[kQps];
+  QpEnd ea[kQps], eb[kQps];
+  for (int i = 0; i < kQps; ++i) {
+    ea[i] = {a, 0, &scq[i], &rcq[i]};
+    eb[i] = {b, 0, &scq_b[i], &rcq_b[i]};
+    QpOptions o;
+    o.pd = kPd;
+    o.path_mtu = 5;  // 4096
+    o.timeout = 14;  // 67 ms, perftest's
+    ASSERT_EQ(connect_pair(sim, ea[i], eb[i], o, o), 0);
+  }
+  Region& src = sim.mem(a).add(kPd, kLen, 0);
+  for (uint32_t i = 0; i < kLen; ++i) src.data()[i] = uint8_t(i * 13 + (i >> 12));
+  Region& dst = sim.mem(b).add(kPd, size_t(kQps) * kLen, kRemoteWrite);
+  for (int i = 0; i < kQps; ++i)
+    for (uint32_t k = 0; k < kWrites; ++k) {
+      Sge s{src.va(), kLen, src.lkey};
+      SendWr wr = make_wr(WrOpcode::rdma_write, k, &s, 1);
+      wr.remote_addr = dst.va() + uint64_t(i) * kLen;
+      wr.rkey = dst.rkey;
+      ASSERT_EQ(sim.engine(a).post_send(ea[i].qpn, wr), 0);
+    }
+  const uint64_t start = sim.now(), timeout_ns = melon::roce::ack_timeout_ns(14);
+  ASSERT_TRUE(sim.run_until(
+      [&] {
+        for (auto& q : scq)
+          if (q.size() < kWrites) return false;
+        return true;
+      },
+      start + 10 * timeout_ns));
+  for (auto& q : scq) {
+    Wc wc;
+    while (q.poll(&wc)) EXPECT_EQ(wc.status, WcStatus::success) << describe(wc);
+  }
+  for (int i = 0; i < kQps; ++i) {
+    EXPECT_EQ(sim.engine(a).counters(ea[i].qpn)->timeouts, 0u) << "QP " << i << " waited for its ACK timer";
+    EXPECT_EQ(memcmp(dst.data() + size_t(i) * kLen, src.data(), kLen), 0) << "QP " << i;
+  }
+  // On a link that loses nothing every WRITE completes long before one ACK timeout.
+  EXPECT_LT(sim.now() - start, timeout_ns / 10);
+  for (const std::string& e : sim.errors()) ADD_FAILURE() << "simulator: " << e;
+}
