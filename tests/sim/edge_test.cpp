@@ -287,6 +287,68 @@ TEST_F(Edge, PeerGoneCompletesWithRetryExcErrAfterRetryCntPlusOneTimeouts) {
   EXPECT_EQ(qp_state(*sim_, a_, qa_.qpn), QpState::err);
 }
 
+// A responder that takes nothing in for a while, as one whose only progress thread waits for a CPU
+// on a loaded host (docs/performance.md, "Fourth part (timeouts)": 0.1-0.8 s measured at load 11):
+// every frame A sends meanwhile reaches B, in order, when the stall ends. perftest's ACK timeout
+// (14: 67.1 ms) and retry_cnt (7). A stall shorter than retry_cnt + 1 timeouts loses nothing and
+// costs one AckReq'd probe per timeout, not a window; a longer one is what RETRY_EXC_ERR means.
+class ResponderStall : public Edge {
+ protected:
+  static constexpr uint8_t kTimeout = 14, kRetryCnt = 7;
+  static constexpr uint32_t kWrites = 8, kLen = 64 << 10;  // 128 packets at path MTU 4096: one window
+  void run(uint64_t stall_ns) {
+    QpOptions o;
+    o.path_mtu = 5;
+    o.timeout = kTimeout;
+    o.retry_cnt = kRetryCnt;
+    connect(o, o);
+    src_ = &mr(a_, kWrites * kLen, 0, 0x5a);
+    dst_ = &mr(b_, kWrites * kLen, kRemoteWrite);
+    drop_ = [this, stall_ns](const WireFrame& w) {
+      if (w.from != a_) return false;
+      if (!stall_end_) stall_end_ = w.time + stall_ns;
+      if (w.time >= stall_end_) return false;
+      ++sent_in_stall_;
+      sim_->inject(b_, *w.frame, stall_end_);
+      return true;
+    };
+    start_ = sim_->now();
+    for (uint32_t i = 0; i < kWrites; ++i) {
+      Sge s{src_->va() + i * kLen, kLen, src_->lkey};
+      SendWr wr = make_wr(WrOpcode::rdma_write, i, &s, 1);
+      wr.remote_addr = dst_->va() + i * kLen;
+      wr.rkey = dst_->rkey;
+      ASSERT_EQ(post(qa_, wr), 0);
+    }
+    ASSERT_TRUE(wait(scq_a_, kWrites, 2000 * kMs));
+    end_ = sim_->now();
+  }
+  uint64_t timeout_ns() const { return melon::roce::ack_timeout_ns(kTimeout); }
+  Region *src_ = nullptr, *dst_ = nullptr;
+  uint64_t stall_end_ = 0, start_ = 0, end_ = 0, sent_in_stall_ = 0;
+};
+
+TEST_F(ResponderStall, ShorterThanRetryCntPlusOneTimeoutsLosesNothingAndSendsOneProbePerTimeout) {
+  run(timeout_ns() * 15 / 2);  // 7.5 timeouts: 503 ms
+  for (const Wc& wc : drain(scq_a_)) EXPECT_EQ(wc.status, WcStatus::success) << describe(wc);
+  EXPECT_EQ(src_->contents(), dst_->contents());
+  const QpCounters& c = *sim_->engine(a_).counters(qa_.qpn);
+  EXPECT_EQ(c.timeouts, 7u);
+  EXPECT_EQ(c.retransmits, 7u);
+  EXPECT_EQ(sent_in_stall_, 128u + 7u) << "the window once, then one probe per timeout";
+  EXPECT_LT(end_ - stall_end_, kMs) << "the first ACK after the stall reopens the window";
+}
+
+TEST_F(ResponderStall, OfRetryCntPlusOneTimeoutsEndsInRetryExcErr) {
+  run(timeout_ns() * 17 / 2);  // 8.5 timeouts: 570 ms
+  std::vector<Wc> wcs = drain(scq_a_);
+  ASSERT_EQ(wcs.size(), kWrites);
+  EXPECT_EQ(wcs[0].status, WcStatus::retry_exc_err) << describe(wcs[0]);
+  for (size_t i = 1; i < wcs.size(); ++i) EXPECT_EQ(wcs[i].status, WcStatus::wr_flush_err) << describe(wcs[i]);
+  EXPECT_EQ(sim_->engine(a_).counters(qa_.qpn)->timeouts, kRetryCnt + 1u);
+  EXPECT_EQ(end_ - start_, (kRetryCnt + 1u) * timeout_ns()) << "silence the requester waits before giving up";
+}
+
 // ---- remote access ------------------------------------------------------------------------------
 
 struct AccessCase {
@@ -501,6 +563,10 @@ TEST_F(Edge, ModifyToErrorFlushesAllOutstandingWrsInOrder) {
     EXPECT_EQ(rwc[i].wr_id, 101 + i);
     EXPECT_EQ(rwc[i].status, WcStatus::wr_flush_err);
   }
+  // Its retransmit timer was armed: moving to ERR (as a QP destroyed at the end of a run goes)
+  // retires it without counting a timeout.
+  sim_->run_for(2 * melon::roce::ack_timeout_ns(12));
+  EXPECT_EQ(sim_->engine(a_).counters(qa_.qpn)->timeouts, 0u);
   for (const Seen& x : tx_)
     if (x.from == a_) EXPECT_LE(x.t, t_err) << "a QP in ERR sends nothing";
 }
