@@ -160,6 +160,12 @@ struct SoftCq : verbs::CqBase {
   std::atomic<int> users{0};  // QPs
   std::atomic<uint32_t> lanes{0};  // bit i: a QP of lane i has completed or may complete here (soft_qp.h)
 
+  // `count` as push() and poll() last left it (written under mu): poll() of an empty CQ, which a
+  // busy-polling application makes all the time, reads this instead of taking the lock. A push
+  // always stores it, so it is never 0 while a completion waits; after an extended-CQ poll it may
+  // be high for a while, which only costs a lock.
+  std::atomic<size_t> ready{0};
+
   std::mutex mu;  // guards everything below
   std::vector<ibv_wc> ring;
   size_t head = 0, count = 0;

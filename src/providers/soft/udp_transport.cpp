@@ -34,15 +34,17 @@ thread_local const UdpTransport* tls_progress = nullptr;  // the transport whose
 thread_local int tls_signalled_fd = -1;  // the last completion channel this thread signalled
 
 socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss, uint32_t scope = 0) {
-  memset(ss, 0, sizeof *ss);
+  // Only the address's own size is cleared and passed (a message's; the rest of ss is never read).
   if (gid_is_v4_mapped(gid)) {
     auto* s = reinterpret_cast<sockaddr_in*>(ss);
+    memset(s, 0, sizeof *s);
     s->sin_family = AF_INET;
     s->sin_port = htons(port);
     memcpy(&s->sin_addr, gid + 12, 4);
     return sizeof *s;
   }
   auto* s = reinterpret_cast<sockaddr_in6*>(ss);
+  memset(s, 0, sizeof *s);
   s->sin6_family = AF_INET6;
   s->sin6_port = htons(port);
   s->sin6_scope_id = scope;
@@ -705,7 +707,10 @@ bool UdpTransport::poll_progress() {
   const uint64_t now = now_ns();
   bool lease = lease_.load(std::memory_order_relaxed);
   if (busy_ns_) {
-    const uint64_t prev = app_polled_at_.exchange(now, std::memory_order_relaxed);
+    // A load and a store, not an exchange (a locked instruction on every poll): two threads polling
+    // at once may both see the older time, which only delays a lease.
+    const uint64_t prev = app_polled_at_.load(std::memory_order_relaxed);
+    app_polled_at_.store(now, std::memory_order_relaxed);
     if (now - prev > kSpinGapNs) {
       spin_since_.store(now, std::memory_order_relaxed);
     } else if (!lease && now - spin_since_.load(std::memory_order_relaxed) >= kSpinMinNs &&
