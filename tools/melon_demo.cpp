@@ -438,6 +438,7 @@ int main(int argc, char** argv) {
       if (e.broken) {  // the QP is in error: nothing after this cell can run
         failures++;
         std::printf("%-10s %9u %10s %10s  %s\n", kOpNames[op], sz, "-", "-", "not run");
+        std::fflush(stdout);
         continue;
       }
       uint32_t n = size >= 1048576 ? iters / 20 + 10 : size >= 65536 ? iters / 4 + 10 : iters;

@@ -72,20 +72,20 @@ TEST_F(WatchedQp, AResetAloneRingsNothing) {
   EXPECT_TRUE(forwarded_reaches(2));
 }
 
-// Waits until the watcher has made its last scan before sleeping (it counts the sleep after it),
-// then a little more, so that it is (most likely) in its futex wait.
-void wait_asleep(UarWatcher& w) {
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5); w.stats().sleeps == 0;) {
+// Waits until the watcher begins a sleep (it counts one after its last scan, right before the futex
+// wait) and returns at once: a write now lands in that sleep, which only its 200 ms timeout ends.
+void wait_sleep_begins(UarWatcher& w) {
+  const uint64_t before = w.stats().sleeps;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5); w.stats().sleeps == before;) {
     ASSERT_LT(std::chrono::steady_clock::now(), until) << "the watcher never slept";
-    usleep(200);
+    usleep(100);
   }
-  usleep(20'000);
 }
 
 // A post with no kick while the watcher sleeps: found when the sleep ends by itself (200 ms),
 // and counted as found without a kick.
 TEST_F(WatchedQp, APostWithoutAKickIsFoundAfterTheSleepAndCounted) {
-  wait_asleep(w);
+  wait_sleep_begins(w);
   set_counter(1);
   EXPECT_TRUE(forwarded_reaches(1));
   EXPECT_EQ(w.stats().unkicked, 1u);
@@ -95,7 +95,7 @@ TEST_F(WatchedQp, APostWithoutAKickIsFoundAfterTheSleepAndCounted) {
 // sleep times out: the client kicked, and the doorbell is not counted as found without one (it was,
 // and the daemon datapath tests that expect 0 failed now and then on a loaded machine).
 TEST_F(WatchedQp, AKickWhoseWakeUpMetTheTimeoutIsStillAKick) {
-  wait_asleep(w);
+  wait_sleep_begins(w);
   set_counter(1);
   __atomic_fetch_add(&uapi::uar_watch(page)->kick, 1u, __ATOMIC_SEQ_CST);
   EXPECT_TRUE(forwarded_reaches(1));
