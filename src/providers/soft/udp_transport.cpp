@@ -384,33 +384,31 @@ void UdpTransport::drain() {
 
 void UdpTransport::send_queued(bool wait) {
   // One sender at a time keeps the packets in queue order. A thread that finds another sending
-  // leaves its batches to it: that thread looks at the queue again after letting go.
-  // Nothing queued (a receive that made no reply, a post that held its packets): no lock. Every
-  // thread that queues a batch calls this afterwards itself, so a batch another thread queued
-  // meanwhile is that thread's to send (or the current sender's), not ours; our own are seen.
+  // leaves its batches to it. The sender lets go of tx_mu_ inside q_mu_, at the moment it finds the
+  // queue empty (pop_queued): a batch queued before that moment is the sender's, one queued after
+  // it finds tx_mu_ free for the thread that queued it (every thread that queues calls this next).
+  // Nothing queued (a receive that made no reply, a post that held its packets): no lock. Our own
+  // handoffs are seen here; another thread's batch is that thread's to send (or the sender's).
   if (!wait && !queued_.load(std::memory_order_relaxed)) return;
-  for (;;) {
-    if (wait)
-      tx_mu_.lock();
-    else if (!tx_mu_.try_lock())
-      return;
-    std::unique_ptr<TxBatch> b = pop_queued(nullptr);
-    while (b) {
-      send_batch(*b);
-      b->clear();
-      b = pop_queued(std::move(b));  // the sent batch back to the spares and the next one, in one lock
-    }
-    tx_mu_.unlock();
-    std::lock_guard<std::mutex> g(q_mu_);
-    if (sendq_.empty()) return;
-    wait = false;  // queued after our last look: send it unless someone else now is
+  if (wait)
+    tx_mu_.lock();
+  else if (!tx_mu_.try_lock())
+    return;
+  std::unique_ptr<TxBatch> b = pop_queued(nullptr);
+  while (b) {
+    send_batch(*b);
+    b->clear();
+    b = pop_queued(std::move(b));  // the sent batch back to the spares and the next one, in one lock
   }
 }
 
 std::unique_ptr<UdpTransport::TxBatch> UdpTransport::pop_queued(std::unique_ptr<TxBatch> sent) {
   std::lock_guard<std::mutex> g(q_mu_);
   if (sent) spare_.push_back(std::move(sent));
-  if (sendq_.empty()) return nullptr;
+  if (sendq_.empty()) {
+    tx_mu_.unlock();
+    return nullptr;
+  }
   std::unique_ptr<TxBatch> b = std::move(sendq_.front());
   sendq_.pop_front();
   queued_.fetch_sub(1, std::memory_order_relaxed);

@@ -307,7 +307,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // message of requests that followed it become one GSO send, the requests first.
   void join_held_reply();
   void send_queued(bool wait);
-  // With tx_mu_ held: `sent` (if any) back among the spares, and the oldest queued batch taken.
+  // With tx_mu_ held: `sent` (if any) back among the spares, and the oldest queued batch taken; if
+  // there is none, tx_mu_ is released (under q_mu_) and nullptr returned.
   std::unique_ptr<TxBatch> pop_queued(std::unique_ptr<TxBatch> sent);
   void send_batch(TxBatch& b);  // with tx_mu_ held
   std::unique_ptr<TxBatch> stage_;  // guarded by mu_
