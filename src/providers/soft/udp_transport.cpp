@@ -275,7 +275,7 @@ void UdpTransport::join_held_reply() {
   // they make one: the requests first (every GSO segment but the last has the segment size, and the
   // ACK is the shortest packet), the reply as the last segment. Requests and replies are separate
   // packet streams (a QP's requester and responder), so each stream keeps its order. The reply's
-  // ICRC is computed again: as segment i its IPv4 identification becomes i (transmit()).
+  // ICRC changes with its IPv4 identification, which as segment i becomes i (transmit()).
   TxBatch& b = *stage_;
   if (b.nmsgs != 2) return;
   TxMsg& a = b.msgs[0];
@@ -288,11 +288,16 @@ void UdpTransport::join_held_reply() {
       a.first_iov != 0 || m.first_iov != a.niov)
     return;
   const size_t pad = s.frame.tail_len - kIcrcSize;
-  uint8_t body[kMaxTransportHeader + 3];
-  memcpy(body, s.frame.transport, s.frame.transport_len);
-  memcpy(body + s.frame.transport_len, s.frame.tail, pad);
-  s.ip.ip_id = uint16_t(m.npkts);
-  store_icrc(s.frame.tail + pad, icrc_for_udp_payload(s.ip, body, s.frame.transport_len + pad));
+  const uint16_t id = uint16_t(m.npkts);
+  if (!s.ip.v6 && id != s.ip.ip_id) {  // IPv6 has no identification
+    // The ICRC is affine in the identification: one XOR with a difference kept per length and id
+    // (a ping-pong's ACKs all have one length and become segment 1).
+    const size_t len = s.frame.transport_len + pad;
+    if (len != join_delta_.len || s.ip.ip_id != join_delta_.from || id != join_delta_.to)
+      join_delta_ = {len, s.ip.ip_id, id, icrc_id_change(len, s.ip.ip_id, id)};
+    store_icrc(s.frame.tail + pad, load_icrc(s.frame.tail + pad) ^ join_delta_.delta);
+    s.ip.ip_id = id;
+  }
   std::rotate(b.iov.begin(), b.iov.begin() + a.niov, b.iov.begin() + n);
   m.first_iov = 0;
   m.niov = n;
