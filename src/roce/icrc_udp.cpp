@@ -130,6 +130,14 @@ uint32_t icrc_for_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len)
   return icrc_with_id(hdr, hdr.ip_id, hdr.df, roce, len);
 }
 
+uint32_t icrc_id_change(size_t len, uint16_t from, uint16_t to) {
+  // The raw register after the changed id bytes, carried through every byte after them (the same
+  // count the solver below takes back out).
+  uint32_t c = raw_crc_of_id(uint16_t(from ^ to));
+  for (size_t i = 8 + kIpv4HeaderSize + kUdpHeaderSize + len - 14; i > 0; --i) c = zero_byte(c);
+  return c;
+}
+
 bool icrc_check_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len, uint16_t* ip_id, uint16_t likely_id) {
   if (len < kBthSize + kIcrcSize) return false;
   size_t body = len - kIcrcSize;

@@ -25,4 +25,10 @@ bool icrc_check_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len, u
 // with DF set on Linux).
 uint32_t icrc_for_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len);
 
+// How the ICRC of an IPv4 packet changes when its identification goes from `from` to `to`, all else
+// the same (`len` as for icrc_for_udp_payload): the ICRC is affine in every bit it covers, so
+// icrc_for_udp_payload with `to` = the one with `from` ^ this. Costs about as much as a CRC of the
+// packet (a sender that changes many packets' ids alike keeps the result).
+uint32_t icrc_id_change(size_t len, uint16_t from, uint16_t to);
+
 }  // namespace melon::roce

@@ -2,6 +2,7 @@
 // from the ICRC. Oracle: the real ids in rxe's packets.
 #include <gtest/gtest.h>
 
+#include <utility>
 #include <vector>
 
 #include "common/pcap.h"
@@ -72,6 +73,24 @@ TEST(IcrcUdp, AGuessedIdentificationChangesNoAnswer) {
     c[len - 1] ^= 0x10;  // the ICRC itself
     if (icrc_check_udp_payload(seen, c.data(), len, nullptr, h.ip_id)) ++wrong;
   });
+  EXPECT_EQ(wrong, 0u);
+}
+
+TEST(IcrcUdp, AnIdentificationChangeIsOneXor) {
+  // icrc(to) = icrc(from) ^ icrc_id_change(len, from, to), for every captured IPv4 packet's length.
+  size_t wrong = 0, n = 0;
+  for_each_roce_packet([&](const IpUdp& h, const uint8_t* roce, size_t len) {
+    if (h.v6 || n++ % 3) return;
+    IpUdp a = h, b = h;
+    const size_t body = len - kIcrcSize;
+    for (auto [from, to] : {std::pair<uint16_t, uint16_t>{0, 1}, {0, 63}, {h.ip_id, 0}, {7, 0xffff}}) {
+      a.ip_id = from;
+      b.ip_id = to;
+      if ((icrc_for_udp_payload(a, roce, body) ^ icrc_id_change(body, from, to)) != icrc_for_udp_payload(b, roce, body))
+        ++wrong;
+    }
+  });
+  EXPECT_GT(n, 1000u);
   EXPECT_EQ(wrong, 0u);
 }
 

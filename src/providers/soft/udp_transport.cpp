@@ -275,7 +275,7 @@ void UdpTransport::join_held_reply() {
   // they make one: the requests first (every GSO segment but the last has the segment size, and the
   // ACK is the shortest packet), the reply as the last segment. Requests and replies are separate
   // packet streams (a QP's requester and responder), so each stream keeps its order. The reply's
-  // ICRC is computed again: as segment i its IPv4 identification becomes i (transmit()).
+  // ICRC changes with its IPv4 identification, which as segment i becomes i (transmit()).
   TxBatch& b = *stage_;
   if (b.nmsgs != 2) return;
   TxMsg& a = b.msgs[0];
@@ -288,11 +288,16 @@ void UdpTransport::join_held_reply() {
       a.first_iov != 0 || m.first_iov != a.niov)
     return;
   const size_t pad = s.frame.tail_len - kIcrcSize;
-  uint8_t body[kMaxTransportHeader + 3];
-  memcpy(body, s.frame.transport, s.frame.transport_len);
-  memcpy(body + s.frame.transport_len, s.frame.tail, pad);
-  s.ip.ip_id = uint16_t(m.npkts);
-  store_icrc(s.frame.tail + pad, icrc_for_udp_payload(s.ip, body, s.frame.transport_len + pad));
+  const uint16_t id = uint16_t(m.npkts);
+  if (!s.ip.v6 && id != s.ip.ip_id) {  // IPv6 has no identification
+    // The ICRC is affine in the identification: one XOR with a difference kept per length and id
+    // (a ping-pong's ACKs all have one length and become segment 1).
+    const size_t len = s.frame.transport_len + pad;
+    if (len != join_delta_.len || s.ip.ip_id != join_delta_.from || id != join_delta_.to)
+      join_delta_ = {len, s.ip.ip_id, id, icrc_id_change(len, s.ip.ip_id, id)};
+    store_icrc(s.frame.tail + pad, load_icrc(s.frame.tail + pad) ^ join_delta_.delta);
+    s.ip.ip_id = id;
+  }
   std::rotate(b.iov.begin(), b.iov.begin() + a.niov, b.iov.begin() + n);
   m.first_iov = 0;
   m.niov = n;
@@ -384,33 +389,31 @@ void UdpTransport::drain() {
 
 void UdpTransport::send_queued(bool wait) {
   // One sender at a time keeps the packets in queue order. A thread that finds another sending
-  // leaves its batches to it: that thread looks at the queue again after letting go.
-  // Nothing queued (a receive that made no reply, a post that held its packets): no lock. Every
-  // thread that queues a batch calls this afterwards itself, so a batch another thread queued
-  // meanwhile is that thread's to send (or the current sender's), not ours; our own are seen.
+  // leaves its batches to it. The sender lets go of tx_mu_ inside q_mu_, at the moment it finds the
+  // queue empty (pop_queued): a batch queued before that moment is the sender's, one queued after
+  // it finds tx_mu_ free for the thread that queued it (every thread that queues calls this next).
+  // Nothing queued (a receive that made no reply, a post that held its packets): no lock. Our own
+  // handoffs are seen here; another thread's batch is that thread's to send (or the sender's).
   if (!wait && !queued_.load(std::memory_order_relaxed)) return;
-  for (;;) {
-    if (wait)
-      tx_mu_.lock();
-    else if (!tx_mu_.try_lock())
-      return;
-    std::unique_ptr<TxBatch> b = pop_queued(nullptr);
-    while (b) {
-      send_batch(*b);
-      b->clear();
-      b = pop_queued(std::move(b));  // the sent batch back to the spares and the next one, in one lock
-    }
-    tx_mu_.unlock();
-    std::lock_guard<std::mutex> g(q_mu_);
-    if (sendq_.empty()) return;
-    wait = false;  // queued after our last look: send it unless someone else now is
+  if (wait)
+    tx_mu_.lock();
+  else if (!tx_mu_.try_lock())
+    return;
+  std::unique_ptr<TxBatch> b = pop_queued(nullptr);
+  while (b) {
+    send_batch(*b);
+    b->clear();
+    b = pop_queued(std::move(b));  // the sent batch back to the spares and the next one, in one lock
   }
 }
 
 std::unique_ptr<UdpTransport::TxBatch> UdpTransport::pop_queued(std::unique_ptr<TxBatch> sent) {
   std::lock_guard<std::mutex> g(q_mu_);
   if (sent) spare_.push_back(std::move(sent));
-  if (sendq_.empty()) return nullptr;
+  if (sendq_.empty()) {
+    tx_mu_.unlock();
+    return nullptr;
+  }
   std::unique_ptr<TxBatch> b = std::move(sendq_.front());
   sendq_.pop_front();
   queued_.fetch_sub(1, std::memory_order_relaxed);

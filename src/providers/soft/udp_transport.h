@@ -306,8 +306,15 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // With mu_ held, from handoff(): a lone reply a receive held (replies_end_ == 1) and the one
   // message of requests that followed it become one GSO send, the requests first.
   void join_held_reply();
+  // The ICRC change for the last (length, identification) a joined reply moved between (guarded by mu_).
+  struct JoinDelta {
+    size_t len = 0;
+    uint16_t from = 0, to = 0;
+    uint32_t delta = 0;
+  } join_delta_;
   void send_queued(bool wait);
-  // With tx_mu_ held: `sent` (if any) back among the spares, and the oldest queued batch taken.
+  // With tx_mu_ held: `sent` (if any) back among the spares, and the oldest queued batch taken; if
+  // there is none, tx_mu_ is released (under q_mu_) and nullptr returned.
   std::unique_ptr<TxBatch> pop_queued(std::unique_ptr<TxBatch> sent);
   void send_batch(TxBatch& b);  // with tx_mu_ held
   std::unique_ptr<TxBatch> stage_;  // guarded by mu_
