@@ -38,10 +38,7 @@ bool SoftCq::push(const ibv_wc& wc, bool solicited) {
       notify = true;
     }
   }
-  if (notify) {
-    verbs::signal_comp_channel(cq());
-    if (cq()->channel) UdpTransport::note_channel_signalled(cq()->channel->fd);
-  }
+  if (notify) verbs::signal_comp_channel(cq());
   return true;
 }
 

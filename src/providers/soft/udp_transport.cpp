@@ -31,7 +31,6 @@ using namespace roce;
 namespace {
 
 thread_local const UdpTransport* tls_progress = nullptr;  // the transport whose progress thread this is
-thread_local int tls_signalled_fd = -1;  // the last completion channel this thread signalled
 
 socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss, uint32_t scope = 0) {
   memset(ss, 0, sizeof *ss);
@@ -735,9 +734,7 @@ void UdpTransport::app_waits() {
   if (held_.load(std::memory_order_relaxed)) flush_held();
 }
 
-void UdpTransport::note_channel_signalled(int fd) { tls_signalled_fd = fd; }
-
-int UdpTransport::wait_readable(int fd) {
+int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
   if (!running_) return 0;
   waiters_.fetch_add(1);
   if (watching_.load()) wake();  // the progress thread leaves the sockets to waiters
@@ -760,14 +757,14 @@ int UdpTransport::wait_readable(int fd) {
     // Replies (ACKs) are held while this thread looks whether its event came: if it did, they
     // leave after this thread has returned (from the progress thread it wakes below, or with the
     // application's next post); if not, now.
-    tls_signalled_fd = -1;
     {
       RxLock g(this);
       for (size_t s = 0; s < which.size(); ++s)
         if (fds[s + 1].revents & POLLIN) receive_batch(which[s], true);
     }
-    // Our own receive signalled the channel, or another thread did meanwhile.
-    if (tls_signalled_fd == fd || poll(fds.data(), 1, 0) == 1) break;
+    // Our own receive signalled the channel (its event is ours, not in `fd`), or another thread
+    // did meanwhile.
+    if (event_taken() || poll(fds.data(), 1, 0) == 1) break;
     if (held_.load(std::memory_order_relaxed)) flush_held();
     send_queued(false);
   }

@@ -107,14 +107,12 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // A CQ of this transport was armed (ibv_req_notify_cq): the application is about to block, so
   // the progress thread watches the sockets again at once.
   void app_waits();
-  // Blocks until `fd` (a completion channel) is readable, receiving in the caller's thread
-  // meanwhile: while any thread waits here the progress thread leaves the sockets (it keeps the
-  // timers), so an arrival wakes the waiter directly, not the progress thread and then the waiter.
-  // 0, or an errno value of poll().
-  int wait_readable(int fd);
-  // The soft CQ signalled the completion channel `fd` from this thread (a waiter receiving for
-  // itself then knows its event came without asking the kernel).
-  static void note_channel_signalled(int fd);
+  // Blocks until `fd` (a completion channel) is readable or `event_taken()` says this thread's own
+  // receive signalled it (verbs::channel_event_taken: the event then never passes through `fd`),
+  // receiving in the caller's thread meanwhile: while any thread waits here the progress thread
+  // leaves the sockets (it keeps the timers), so an arrival wakes the waiter directly, not the
+  // progress thread and then the waiter. 0, or an errno value of poll().
+  int wait_readable(int fd, bool (*event_taken)());
 
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
