@@ -229,8 +229,25 @@ size_t UdpTransport::socket_for(const uint8_t sgid[16]) const {
 
 void UdpTransport::timer_moved(uint64_t d) {
   // The progress thread reads the deadline again before it sleeps; others make sure it wakes by d.
-  if (d >= armed_deadline_ || tls_progress == this) return;
-  armed_deadline_ = d;
+  // A wake-up already due may be the one the thread is handling now, having read the lease state
+  // before the caller changed it: only one still to come is sure to find the caller's changes.
+  if (tls_progress == this) return;
+  const uint64_t now = now_ns();
+  uint64_t by = armed_deadline_ > now ? armed_deadline_ : UINT64_MAX;
+  if (timer_at_ > now) by = std::min(by, timer_at_);
+  if (d >= by) return;
+  if (timer_fd_ >= 0)
+    timer_at_ = d;
+  else
+    armed_deadline_ = d;  // woken through the pipe, the thread computes its deadline again at once
+  if (d < timer_due_.load(std::memory_order_relaxed)) timer_due_.store(d, std::memory_order_relaxed);
+}
+
+void UdpTransport::arm_timer() {
+  if (timer_due_.load(std::memory_order_relaxed) == UINT64_MAX) return;
+  std::lock_guard<std::mutex> g(timer_mu_);
+  const uint64_t d = timer_due_.exchange(UINT64_MAX, std::memory_order_relaxed);
+  if (d == UINT64_MAX) return;  // another thread armed it meanwhile
 #if defined(__linux__)
   if (timer_fd_ >= 0) {
     itimerspec its{};
@@ -238,6 +255,8 @@ void UdpTransport::timer_moved(uint64_t d) {
     its.it_value.tv_nsec = long(d % 1000000000ull);
     if (!its.it_value.tv_sec && !its.it_value.tv_nsec) its.it_value.tv_nsec = 1;  // 0 would disarm
     if (timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr) == 0) return;
+    std::lock_guard<std::mutex> m(mu_);
+    timer_at_ = UINT64_MAX;  // not armed after all: the wake below makes the thread look again
   }
 #endif
   wake();
@@ -601,6 +620,7 @@ void UdpTransport::receive_handed(const Foreign* f, size_t n) {
     after_engine_call();
   }
   send_queued(false);
+  arm_timer();
 }
 
 int UdpTransport::receive_batch(size_t sock, bool hold) {
@@ -713,6 +733,7 @@ bool UdpTransport::poll_progress() {
     if (socks_[s].fd >= 0) got += receive_batch(s, lease);
   rx_mu_.unlock();
   send_queued(false);
+  arm_timer();
   if (lease && stream_seen_.exchange(false, std::memory_order_relaxed)) {
     // Streaming: hand receiving back to the progress thread and stay away, twice as long each
     // time in a row (10 ms .. 1.3 s), so a long stream pays for a few leases only.
@@ -738,6 +759,15 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
   if (!running_) return 0;
   waiters_.fetch_add(1);
   if (watching_.load()) wake();  // the progress thread leaves the sockets to waiters
+  if (busy_ns_) {
+    // The lease this wait leaves on its way out ends by the timer (below). Armed now, before the
+    // wait, it need not be armed after the wake-up unless the wait outlasted it (timer_moved).
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      timer_moved(now_ns() + busy_ns_);
+    }
+    arm_timer();
+  }
   std::vector<pollfd> fds{{fd, POLLIN, 0}};
   std::vector<size_t> which;
   for (size_t i = 0; i < socks_.size(); ++i)
@@ -767,6 +797,7 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
     if (event_taken() || poll(fds.data(), 1, 0) == 1) break;
     if (held_.load(std::memory_order_relaxed)) flush_held();
     send_queued(false);
+    arm_timer();
   }
   // The last waiter out leaves a lease, as a poll does: the application's next poll, post or
   // ibv_req_notify_cq takes over from here (and sends the held replies); if none comes, the
@@ -782,11 +813,12 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
       wake();
     } else {
       std::lock_guard<std::mutex> g(mu_);
-      timer_moved(now + busy_ns_);
+      timer_moved(now + busy_ns_);  // mostly armed already, on the way in
     }
   } else if (held_.load(std::memory_order_relaxed)) {
     flush_held();
   }
+  arm_timer();  // also what this thread's receive asked for
   return err;
 }
 
@@ -836,6 +868,7 @@ void UdpTransport::run() {
       // A timer set earlier than this needs a wake-up (after_engine_call); later ones are seen
       // when this wait ends anyway, so posts during a lease do not write to the wake pipe.
       armed_deadline_ = deadline;
+      if (timer_at_ <= now) timer_at_ = UINT64_MAX;  // the timer fd has fired (or fires at once)
     }
     timespec ts{}, *tsp = nullptr;
     if (deadline != UINT64_MAX) {
