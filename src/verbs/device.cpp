@@ -251,6 +251,24 @@ void init_cq_fields(CqBase* cq, ibv_context* ctx, ibv_comp_channel* channel, voi
   pthread_cond_init(&c.cond, nullptr);
 }
 
+namespace {
+CqBase* positioned(ibv_cq_ex* cq) { return CqBase::from(ibv_cq_ex_to_cq(cq)); }
+}  // namespace
+
+void init_cq_ex_readers(CqBase* cq) {
+  ibv_cq_ex& x = cq->ibv;
+  x.read_opcode = [](ibv_cq_ex* c) { return positioned(c)->cur.opcode; };
+  x.read_vendor_err = [](ibv_cq_ex* c) { return positioned(c)->cur.vendor_err; };
+  x.read_byte_len = [](ibv_cq_ex* c) { return positioned(c)->cur.byte_len; };
+  x.read_imm_data = [](ibv_cq_ex* c) { return positioned(c)->cur.imm_data; };
+  x.read_qp_num = [](ibv_cq_ex* c) { return positioned(c)->cur.qp_num; };
+  x.read_src_qp = [](ibv_cq_ex* c) { return positioned(c)->cur.src_qp; };
+  x.read_wc_flags = [](ibv_cq_ex* c) { return positioned(c)->cur.wc_flags; };
+  x.read_slid = [](ibv_cq_ex* c) { return uint32_t(positioned(c)->cur.slid); };
+  x.read_sl = [](ibv_cq_ex* c) { return positioned(c)->cur.sl; };
+  x.read_dlid_path_bits = [](ibv_cq_ex* c) { return positioned(c)->cur.dlid_path_bits; };
+}
+
 void init_srq_fields(SrqBase* srq, ibv_context* ctx, ibv_pd* pd, void* srq_context) {
   srq->ibv.context = ctx;
   srq->ibv.pd = pd;
@@ -273,6 +291,17 @@ void init_qp_fields(QpBase* qp, ibv_context* ctx, const ibv_qp_init_attr_ex* att
   q.events_completed = 0;
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
+}
+
+void record_qp_init(QpBase* qp, const ibv_qp_init_attr_ex* attr, const ibv_qp_cap& granted) {
+  ibv_qp_init_attr& i = qp->init;
+  i.qp_context = attr->qp_context;
+  i.send_cq = attr->send_cq;
+  i.recv_cq = attr->recv_cq;
+  i.srq = attr->srq;
+  i.cap = granted;
+  i.qp_type = attr->qp_type;
+  i.sq_sig_all = attr->sq_sig_all;
 }
 
 void destroy_sync_fields(pthread_mutex_t* mutex, pthread_cond_t* cond) {

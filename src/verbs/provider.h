@@ -41,6 +41,14 @@ struct CqBase {
   ibv_cq_ex ibv;
   uint32_t comp_events_delivered = 0;  // guarded by ibv.mutex; compared with comp_events_completed
   uint32_t async_events_delivered = 0;  // guarded by ibv.mutex
+  ibv_wc cur{};  // the completion an extended poll (ibv_start_poll/ibv_next_poll) is positioned on
+
+  // Positions the extended poll on `wc`: ibv_wc_read_* read it, status and wr_id are published.
+  void position_on(const ibv_wc& wc) {
+    cur = wc;
+    ibv.status = wc.status;
+    ibv.wr_id = wc.wr_id;
+  }
 
   static CqBase* from(ibv_cq* cq) { return reinterpret_cast<CqBase*>(cq); }
   ibv_cq* cq() { return reinterpret_cast<ibv_cq*>(&ibv); }
@@ -58,6 +66,7 @@ struct QpBase {
   ibv_qp_ex ibv;  // ibv.qp_base is the ibv_qp
   uint32_t async_events_delivered = 0;  // guarded by ibv.qp_base.mutex
   bool extended = false;  // created with send_ops_flags: ibv_qp_to_qp_ex works
+  ibv_qp_init_attr init{};  // as created, with the capabilities granted: what ibv_query_qp reports
   WrBatch* batch = nullptr;  // state of the generic wr_* builders (init_qp_ex_ops)
   static QpBase* from(ibv_qp* qp) { return reinterpret_cast<QpBase*>(qp); }
 };
@@ -168,6 +177,12 @@ int init_context(ContextBase* base, ContextOps* ops, Device* dev);
 void init_cq_fields(CqBase* cq, ibv_context* ctx, ibv_comp_channel* channel, void* cq_context, int cqe);
 void init_srq_fields(SrqBase* srq, ibv_context* ctx, ibv_pd* pd, void* srq_context);
 void init_qp_fields(QpBase* qp, ibv_context* ctx, const ibv_qp_init_attr_ex* attr);
+// Keeps in qp->init what ibv_query_qp reports of the creation: `attr` with the capabilities granted.
+void record_qp_init(QpBase* qp, const ibv_qp_init_attr_ex* attr, const ibv_qp_cap& granted);
+
+// The ibv_wc_read_* callbacks of an extended CQ whose provider positions the poll with
+// CqBase::position_on (the provider sets start_poll, next_poll and end_poll itself).
+void init_cq_ex_readers(CqBase* cq);
 void destroy_sync_fields(pthread_mutex_t* mutex, pthread_cond_t* cond);
 
 // The ibv_qp_ex "new post send" builders, implemented on top of the context's post_send (each

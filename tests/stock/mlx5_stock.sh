@@ -31,9 +31,8 @@ pids=()
 
 # On failure the daemons are stopped first, so their logs end with their counters.
 fail() { echo "FAIL: $*"; echo "---- output ----"; cat "$out" 2>/dev/null; for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; pids=(); for l in "$dir"/*.log; do [ -f "$l" ] && { echo "---- $l ----"; tail -${MELON_TAIL:-20} "$l"; }; done; cleanup; exit 1; }
-expect() { grep -qE -- "$1" "$out" || fail "expected /$1/"; }
-reject() { ! grep -qE -- "$1" "$out" || fail "unexpected /$1/"; }
-need() { command -v "$1" >/dev/null || { echo "SKIP: $1 not installed"; exit 77; }; }
+# shellcheck source=tests/stock/stock_lib.sh
+. "$(dirname "$0")/stock_lib.sh"
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
@@ -60,24 +59,6 @@ start_daemon() {
     kill -0 "${pids[-1]}" 2>/dev/null || fail "melon-emud $1 exited"
     sleep 0.05
   done
-}
-free_port() {
-  local p
-  while :; do
-    p=$(( 20000 + RANDOM % 20000 ))
-    ss -Hltn "sport = :$p" | grep -q . || { echo $p; return; }
-  done
-}
-wait_listen() {
-  local deadline=$(( SECONDS + 20 ))
-  until ss -Hltn "sport = :$1" | grep -q .; do
-    [ $SECONDS -lt $deadline ] || fail "no server listening on port $1"
-    kill -0 "$2" 2>/dev/null || { cat "$out2" > "$out"; fail "the server exited before listening"; }
-    sleep 0.05
-  done
-}
-loader_clean() {
-  reject "symbol lookup error|version .* not found|no version information available|cannot open shared object"
 }
 # side <role>: the device name and the environment of one side.
 dev_of() { case $1 in mlx5|mlx5b) echo mlx5_0 ;; soft) echo soft0 ;; esac; }

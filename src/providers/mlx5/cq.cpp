@@ -190,11 +190,11 @@ int advance(ibv_cq_ex* c) {
   Mlx5Cq* cq = cqx(c);
   std::lock_guard<std::mutex> lock(cq->mu);
   int r;
-  while ((r = poll_one(cq, &cq->cur)) < 0) {}
+  ibv_wc wc;
+  while ((r = poll_one(cq, &wc)) < 0) {}
   update_ci(cq);
   if (r == 0) return ENOENT;
-  c->status = cq->cur.status;
-  c->wr_id = cq->cur.wr_id;
+  cq->position_on(wc);
   return 0;
 }
 int start_poll(ibv_cq_ex* c, ibv_poll_cq_attr* attr) {
@@ -203,16 +203,6 @@ int start_poll(ibv_cq_ex* c, ibv_poll_cq_attr* attr) {
 }
 int next_poll(ibv_cq_ex* c) { return advance(c); }
 void end_poll(ibv_cq_ex*) {}
-ibv_wc_opcode read_opcode(ibv_cq_ex* c) { return cqx(c)->cur.opcode; }
-uint32_t read_vendor_err(ibv_cq_ex* c) { return cqx(c)->cur.vendor_err; }
-uint32_t read_byte_len(ibv_cq_ex* c) { return cqx(c)->cur.byte_len; }
-__be32 read_imm_data(ibv_cq_ex* c) { return cqx(c)->cur.imm_data; }
-uint32_t read_qp_num(ibv_cq_ex* c) { return cqx(c)->cur.qp_num; }
-uint32_t read_src_qp(ibv_cq_ex* c) { return cqx(c)->cur.src_qp; }
-unsigned int read_wc_flags(ibv_cq_ex* c) { return cqx(c)->cur.wc_flags; }
-uint32_t read_slid(ibv_cq_ex* c) { return cqx(c)->cur.slid; }
-uint8_t read_sl(ibv_cq_ex* c) { return cqx(c)->cur.sl; }
-uint8_t read_dlid_path_bits(ibv_cq_ex* c) { return cqx(c)->cur.dlid_path_bits; }
 }  // namespace
 
 void init_cq_ex_ops(Mlx5Cq* cq) {
@@ -220,16 +210,7 @@ void init_cq_ex_ops(Mlx5Cq* cq) {
   x.start_poll = start_poll;
   x.next_poll = next_poll;
   x.end_poll = end_poll;
-  x.read_opcode = read_opcode;
-  x.read_vendor_err = read_vendor_err;
-  x.read_byte_len = read_byte_len;
-  x.read_imm_data = read_imm_data;
-  x.read_qp_num = read_qp_num;
-  x.read_src_qp = read_src_qp;
-  x.read_wc_flags = read_wc_flags;
-  x.read_slid = read_slid;
-  x.read_sl = read_sl;
-  x.read_dlid_path_bits = read_dlid_path_bits;
+  verbs::init_cq_ex_readers(cq);
 }
 
 // ---- CQ verbs -----------------------------------------------------------------------------------

@@ -73,7 +73,6 @@ struct Mlx5Cq : verbs::CqBase {
   std::atomic<uint32_t> arm_sn{0};  // +1 per completion event (rdma-core mlx5_cq_event); read when arming
   std::atomic<int> users{0};
   std::mutex mu;
-  ibv_wc cur{};  // the extended poll's current completion
   static Mlx5Cq* from(ibv_cq* cq) { return static_cast<Mlx5Cq*>(verbs::CqBase::from(cq)); }
 };
 
@@ -100,7 +99,6 @@ struct Mlx5Qp : verbs::QpBase {
   std::vector<uint64_t> sq_wrid, rq_wrid;
   std::vector<uint32_t> sq_next_tail;
   std::mutex sq_mu, rq_mu;
-  ibv_qp_init_attr init{};
   ibv_qp_attr attr{};  // what modify_qp set (query_qp reports the rest from the driver)
   static Mlx5Qp* from(ibv_qp* q) { return static_cast<Mlx5Qp*>(verbs::QpBase::from(q)); }
 };

@@ -136,13 +136,7 @@ ibv_qp* Mlx5Context::create_qp(ibv_qp_init_attr_ex* attr) {
   cap.max_inline_data = sq.max_inline;
   cap.max_recv_wr = attr->srq ? 0 : rp.rq_wqe_cnt;
   cap.max_recv_sge = attr->srq ? 0 : qp->rq.max_gs;
-  qp->init.qp_context = attr->qp_context;
-  qp->init.send_cq = attr->send_cq;
-  qp->init.recv_cq = attr->recv_cq;
-  qp->init.srq = attr->srq;
-  qp->init.cap = cap;
-  qp->init.qp_type = attr->qp_type;
-  qp->init.sq_sig_all = attr->sq_sig_all;
+  verbs::record_qp_init(qp, attr, cap);
   Mlx5Cq::from(attr->send_cq)->users++;
   Mlx5Cq::from(attr->recv_cq)->users++;
   if (attr->srq) Mlx5Srq::from(attr->srq)->users++;

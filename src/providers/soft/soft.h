@@ -164,7 +164,6 @@ struct SoftCq : verbs::CqBase {
   std::vector<ibv_wc> ring;
   size_t head = 0, count = 0;
   bool armed = false, solicited_only = false, overrun = false;
-  ibv_wc cur{};  // the completion an extended-CQ poll is positioned on
 
   // Deliver one completion. Returns false if the CQ is full (the completion is lost; an
   // IBV_EVENT_CQ_ERR is queued once, as for a hardware CQ overrun). `solicited`: the message

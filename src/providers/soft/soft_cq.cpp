@@ -64,11 +64,9 @@ SoftCq* cqx(ibv_cq_ex* cq) { return SoftCq::from(ibv_cq_ex_to_cq(cq)); }
 int advance(SoftCq* c) {
   std::lock_guard<std::mutex> lock(c->mu);
   if (!c->count) return ENOENT;
-  c->cur = c->ring[c->head];
+  c->position_on(c->ring[c->head]);
   c->head = (c->head + 1) % c->ring.size();
   c->count--;
-  c->ibv.status = c->cur.status;
-  c->ibv.wr_id = c->cur.wr_id;
   return 0;
 }
 
@@ -88,16 +86,6 @@ int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
 }
 int next_poll(ibv_cq_ex* cq) { return advance(cqx(cq)); }
 void end_poll(ibv_cq_ex*) {}
-ibv_wc_opcode read_opcode(ibv_cq_ex* cq) { return cqx(cq)->cur.opcode; }
-uint32_t read_vendor_err(ibv_cq_ex* cq) { return cqx(cq)->cur.vendor_err; }
-uint32_t read_byte_len(ibv_cq_ex* cq) { return cqx(cq)->cur.byte_len; }
-__be32 read_imm_data(ibv_cq_ex* cq) { return cqx(cq)->cur.imm_data; }
-uint32_t read_qp_num(ibv_cq_ex* cq) { return cqx(cq)->cur.qp_num; }
-uint32_t read_src_qp(ibv_cq_ex* cq) { return cqx(cq)->cur.src_qp; }
-unsigned int read_wc_flags(ibv_cq_ex* cq) { return cqx(cq)->cur.wc_flags; }
-uint32_t read_slid(ibv_cq_ex* cq) { return cqx(cq)->cur.slid; }
-uint8_t read_sl(ibv_cq_ex* cq) { return cqx(cq)->cur.sl; }
-uint8_t read_dlid_path_bits(ibv_cq_ex* cq) { return cqx(cq)->cur.dlid_path_bits; }
 
 }  // namespace
 
@@ -130,16 +118,7 @@ ibv_cq_ex* SoftContext::create_cq(const ibv_cq_init_attr_ex* attr) {
   x.start_poll = start_poll;
   x.next_poll = next_poll;
   x.end_poll = end_poll;
-  x.read_opcode = read_opcode;
-  x.read_vendor_err = read_vendor_err;
-  x.read_byte_len = read_byte_len;
-  x.read_imm_data = read_imm_data;
-  x.read_qp_num = read_qp_num;
-  x.read_src_qp = read_src_qp;
-  x.read_wc_flags = read_wc_flags;
-  x.read_slid = read_slid;
-  x.read_sl = read_sl;
-  x.read_dlid_path_bits = read_dlid_path_bits;
+  verbs::init_cq_ex_readers(c);
   return &c->ibv;
 }
 

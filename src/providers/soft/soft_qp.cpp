@@ -354,13 +354,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
       return fail(e);
     }
   }
-  qp->init.qp_context = attr->qp_context;
-  qp->init.send_cq = attr->send_cq;
-  qp->init.recv_cq = attr->recv_cq;
-  qp->init.srq = attr->srq;
-  qp->init.cap = cap;
-  qp->init.qp_type = attr->qp_type;
-  qp->init.sq_sig_all = attr->sq_sig_all;
+  verbs::record_qp_init(qp, attr, cap);
   h->add_qp(qp->qpn, &q);
   h->use(lane);
   // Polling these CQs receives on this lane (soft_device.cpp, poll_cq).

@@ -93,7 +93,6 @@ struct SoftQp : verbs::QpBase {
   size_t lane_index = 0;
   uint32_t qpn = 0;
   CqForward scq, rcq;
-  ibv_qp_init_attr init{};  // as granted, for ibv_query_qp
   static SoftQp* from(ibv_qp* qp) { return static_cast<SoftQp*>(verbs::QpBase::from(qp)); }
 };
 
