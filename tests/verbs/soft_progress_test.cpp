@@ -185,9 +185,11 @@ class SoftProgress : public melon::test::SoftDeviceTest {
   }
 
   // a on pg0, b on pg1, one RC QP each, connected; every CQ has a completion channel.
-  // `timeout`: the requester's local ACK timeout exponent (4.096 us << timeout). `extended`: a's CQ
-  // comes from ibv_create_cq_ex (for ibv_start_poll).
-  void connect(uint8_t timeout = 14, bool extended = false) {
+  // `timeout`: the requester's local ACK timeout exponent (4.096 us << timeout). 18 (1 s) unless a
+  // test is about the timer: tests that count timeouts must not see one because a loaded machine
+  // left a thread unscheduled for 67 ms (14); an ACK truly held still shows, 1 s later.
+  // `extended`: a's CQ comes from ibv_create_cq_ex (for ibv_start_poll).
+  void connect(uint8_t timeout = 18, bool extended = false) {
     for (Side* s : {&a, &b}) {
       const char* want = s == &a ? "pg0" : "pg1";
       s->ctx = ibv_open_device(dev(want));
@@ -721,7 +723,7 @@ TEST_F(SoftProgress, APostSendsBeforeArmingItsTimerAndArmsNoneWhileAnEarlierOneS
 // ibv_start_poll on an empty CQ does what ibv_poll_cq does: it receives in the caller's thread,
 // and a spin of such polls takes the busy-poll lease; completions keep coming, acknowledged in time.
 TEST_F(SoftProgress, ExtendedCqPollingTakesTheBusyPollLeaseAsPollCqDoes) {
-  connect(14, true);
+  connect(18, true);
   ASSERT_NE(a.cqx, nullptr);
   auto spin_ex = [&](int ms, uint64_t* wr_id, ibv_wc_status* status) {
     const auto end = Clock::now() + std::chrono::milliseconds(ms);
@@ -764,8 +766,8 @@ TEST_F(SoftProgress, TwoWaitersOnOneChannelOfTwoCqsReturnOneEventEach) {
   ibv_qp* a2 = make_qp(a, a.cq);
   ibv_qp* b2 = make_qp(b, cq2);
   ASSERT_TRUE(a2 && b2);
-  bring_up(a2, b2->qp_num, 3, 14);
-  bring_up(b2, a2->qp_num, 2, 14);
+  bring_up(a2, b2->qp_num, 3, 18);
+  bring_up(b2, a2->qp_num, 2, 18);
   ASSERT_EQ(recv_on(b, b.qp, 1), 0);
   ASSERT_EQ(recv_on(b, b2, 2, 40000), 0);
   ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
@@ -828,8 +830,8 @@ TEST_F(SoftProgress, AWaiterThatCompletesAnotherChannelsCqQueuesThatEventAndWait
   ibv_qp* a2 = make_qp(a, a.cq);
   ibv_qp* b2 = make_qp(b, cq2);
   ASSERT_TRUE(a2 && b2);
-  bring_up(a2, b2->qp_num, 3, 14);
-  bring_up(b2, a2->qp_num, 2, 14);
+  bring_up(a2, b2->qp_num, 3, 18);
+  bring_up(b2, a2->qp_num, 2, 18);
   ASSERT_EQ(recv_on(b, b.qp, 1), 0);
   ASSERT_EQ(recv_on(b, b2, 2, 40000), 0);
   ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
