@@ -7,8 +7,8 @@
 // This executable defines sendmmsg(): the provider (linked in as objects) calls this one, which
 // can drop the next datagrams that carry a payload, checks the ICRC of every UDP GSO send's
 // segments, then forwards to the C library's. It also defines the calls of the completion-channel
-// wake-up path (poll, recvmmsg, read, send, timerfd_settime): they forward too, and log themselves
-// in order for a thread that asks (tls_trace).
+// wake-up path (poll, recvmmsg, read, write, send, timerfd_settime): they forward too, and log
+// themselves in order for a thread that asks (tls_trace).
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -107,6 +107,10 @@ Fn next_fn(const char* name) {
 extern "C" ssize_t read(int fd, void* buf, size_t n) {
   static auto real = next_fn<ssize_t (*)(int, void*, size_t)>("read");
   return traced(fd == g_channel_fd.load() ? "read channel" : "read", real(fd, buf, n));
+}
+extern "C" ssize_t write(int fd, const void* buf, size_t n) {
+  static auto real = next_fn<ssize_t (*)(int, const void*, size_t)>("write");
+  return traced("write", real(fd, buf, n));
 }
 extern "C" ssize_t send(int fd, const void* buf, size_t n, int flags) {
   static auto real = next_fn<ssize_t (*)(int, const void*, size_t, int)>("send");
@@ -868,6 +872,56 @@ TEST_F(SoftProgress, AWaiterThatCompletesAnotherChannelsCqQueuesThatEventAndWait
   EXPECT_EQ(ibv_destroy_qp(a2), 0);
   EXPECT_EQ(ibv_destroy_cq(cq2), 0);
   EXPECT_EQ(ibv_destroy_comp_channel(ch2), 0);
+}
+
+// An application that waits in ibv_get_cq_event round after round (arm, wait, poll): once a wait
+// ended on the waiter's own receive, the next ibv_req_notify_cq and ibv_get_cq_event wake no other
+// thread (no write to the progress thread's wake pipe): the lease the waiter left stays, and the
+// next wait receives itself again. A wait that ended otherwise is followed by the usual wake-ups.
+TEST_F(SoftProgress, AfterAWaiterTookItsOwnEventArmingAndWaitingAgainWakeNoOtherThread) {
+  connect();
+  g_channel_fd = b.ch->fd;
+  constexpr int kRounds = 6;
+  std::atomic<int> armed{0};
+  std::atomic<bool> failed{false};
+  std::vector<CallLog> logs(kRounds);
+  std::thread app([&] {
+    for (int round = 0; round < kRounds && !failed; ++round) {
+      if (recv_on(b, b.qp, uint64_t(round)) != 0) failed = true;
+      tls_trace = &logs[size_t(round)];
+      ibv_cq* ev_cq = nullptr;
+      void* ev_ctx = nullptr;
+      const bool ok = ibv_req_notify_cq(b.cq, 0) == 0 && (armed = round + 1, true) &&
+                      ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx) == 0 && ev_cq == b.cq;
+      tls_trace = nullptr;
+      if (!ok) failed = true;
+      ibv_ack_cq_events(b.cq, 1);
+      ibv_wc wc{};
+      if (ibv_poll_cq(b.cq, 1, &wc) != 1 || wc.wr_id != uint64_t(round)) failed = true;
+    }
+  });
+  for (int round = 0; round < kRounds && !failed; ++round) {
+    for (int i = 0; i < 5000 && armed.load() <= round; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // blocked in ibv_get_cq_event by now
+    ASSERT_EQ(send_on(a.qp, uint64_t(round)), 0);
+    ibv_wc wc{};
+    ASSERT_TRUE(spin_for(a.cq, &wc, 5000)) << "round " << round;
+  }
+  app.join();
+  ASSERT_FALSE(failed.load());
+  int checked = 0;
+  for (int round = 1; round < kRounds; ++round) {
+    const CallLog& prev = logs[size_t(round - 1)];
+    const bool own =
+        std::any_of(prev.begin(), prev.end(), [](const auto& c) { return c.first == "recvmmsg" && c.second > 0; }) &&
+        std::none_of(prev.begin(), prev.end(), [](const auto& c) { return c.first == "read channel"; });
+    if (!own) continue;
+    ++checked;
+    std::string calls;
+    for (const auto& c : logs[size_t(round)]) calls += c.first + "; ";
+    EXPECT_EQ(calls.find("write"), std::string::npos) << "round " << round << ": " << calls;
+  }
+  EXPECT_GE(checked, 1) << "no wait ended on the waiter's own receive";
 }
 
 }  // namespace

@@ -716,6 +716,7 @@ bool UdpTransport::poll_progress() {
                now >= no_lease_until_.load(std::memory_order_relaxed)) {
       lease = true;
       if (!lease_.exchange(true)) {  // the progress thread leaves the sockets to us
+        waiter_lease_.store(false, std::memory_order_relaxed);  // a spin's lease, which arming ends
         stats_.busy_poll_leases++;
         wake();
       }
@@ -751,6 +752,15 @@ void UdpTransport::app_waits() {
   const uint64_t now = now_ns();
   spin_since_.store(now, std::memory_order_relaxed);
   app_polled_at_.store(now, std::memory_order_relaxed);
+  // The lease a waiter left after receiving its own event: the application arms to wait again, as
+  // a rule in ibv_get_cq_event, which receives itself. Waking the progress thread to take the
+  // sockets, and the next wait waking it again to leave them, would cost two wake-ups a message;
+  // the lease (its timer armed) stays, so an application that now blocks elsewhere (poll() on the
+  // channel fd) has its arrivals taken up at the latest busy_ns_ from here.
+  if (waiter_lease_.exchange(false, std::memory_order_relaxed) && lease_.load()) {
+    if (held_.load(std::memory_order_relaxed)) flush_held();
+    return;
+  }
   if (lease_.exchange(false)) wake();
   if (held_.load(std::memory_order_relaxed)) flush_held();
 }
@@ -806,6 +816,7 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
   if (busy_ns_) {
     app_polled_at_.store(now, std::memory_order_relaxed);
     spin_since_.store(now, std::memory_order_relaxed);
+    waiter_lease_.store(event_taken(), std::memory_order_relaxed);  // see app_waits()
     lease_.store(true);
   }
   if (waiters_.fetch_sub(1) == 1) {
@@ -846,6 +857,7 @@ void UdpTransport::run() {
     if (leased) watching_.store(false);
     if (!spin_leased) {
       lease_.store(false, std::memory_order_relaxed);
+      waiter_lease_.store(false, std::memory_order_relaxed);
       // Replies the application held back (receive_batch) leave when it stopped polling.
       if (held_.load(std::memory_order_relaxed)) flush_held();
     }

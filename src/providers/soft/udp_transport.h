@@ -105,7 +105,9 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // (MELON_SOFT_BUSY_NS, default 1 ms; 0 turns the lease off) or when a CQ is armed (app_waits).
   bool poll_progress();
   // A CQ of this transport was armed (ibv_req_notify_cq): the application is about to block, so
-  // the progress thread watches the sockets again at once.
+  // the progress thread watches the sockets again at once; unless the lease was left by a waiter
+  // that received its own event (the application most likely waits there again, receiving itself):
+  // then the lease stays, to its end busy_ns_ later.
   void app_waits();
   // Blocks until `fd` (a completion channel) is readable or `event_taken()` says this thread's own
   // receive signalled it (verbs::channel_event_taken: the event then never passes through `fd`),
@@ -231,6 +233,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<uint64_t> app_polled_at_{0};  // the last poll_progress()
   std::atomic<uint64_t> spin_since_{0};  // start of the application's current spin
   std::atomic<bool> lease_{false};
+  std::atomic<bool> waiter_lease_{false};  // lease_ was left by a waiter that received its own event
   // A leased receive that made more than kMaxHeldReplies packets to send (a window refill, not a
   // ping-pong's ACK) ends the lease, and none is taken for kNoLeaseAfterStreamNs: a stream keeps
   // the progress thread (and the second core) sending while the application posts.
