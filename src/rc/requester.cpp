@@ -313,9 +313,11 @@ void EngineImpl::send_more(Qp& qp, uint64_t now) {
       }
       if (type == QpType::rc) {
         ++qp.req.pkts_since_ackreq;
-        // A packet that fills a window smaller than ack_every (a shared one) asks for the ACK that
-        // reopens it, or the QP would wait for its ACK timer.
-        const bool fills = win < cfg_.ack_every && (own + 1 >= win || budget_full(qp, own + 1));
+        // A packet after which this QP stops asks for the ACK that restarts it, or the QP would
+        // wait for its ACK timer: one that fills a window smaller than ack_every (a full window of
+        // ack_every or more always holds an AckReq'd packet), and one after which the shared
+        // budget is full, whatever the QP's share (the budget can stop a QP at any count).
+        const bool fills = (win < cfg_.ack_every && own + 1 >= win) || budget_full(qp, own + 1);
         if (last || fills || qp.comp.probing || qp.req.pkts_since_ackreq >= cfg_.ack_every) {
           tx.pkt.bth.ack_req = true;
           qp.req.pkts_since_ackreq = 0;

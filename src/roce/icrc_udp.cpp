@@ -130,7 +130,7 @@ uint32_t icrc_for_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len)
   return icrc_with_id(hdr, hdr.ip_id, hdr.df, roce, len);
 }
 
-bool icrc_check_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len, uint16_t* ip_id) {
+bool icrc_check_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len, uint16_t* ip_id, uint16_t likely_id) {
   if (len < kBthSize + kIcrcSize) return false;
   size_t body = len - kIcrcSize;
   uint32_t wire = load_icrc(roce + body);
@@ -138,13 +138,21 @@ bool icrc_check_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len, u
     if (ip_id) *ip_id = 0;
     return icrc_with_id(hdr, 0, false, roce, body) == wire;
   }
+  // The likely identification first (DF set, as RoCE senders send): one CRC, no solving. For id 0
+  // that CRC is the solver's first one, so a wrong guess of 0 costs nothing.
+  const uint32_t guessed = icrc_with_id(hdr, likely_id, true, roce, body);
+  if (guessed == wire) {
+    if (ip_id) *ip_id = likely_id;
+    return true;
+  }
+  const uint32_t zero_df = likely_id ? icrc_with_id(hdr, 0, true, roce, body) : guessed;
   const Solver& s = kSolver;
   // Pseudo-packet: 8 LRH bytes, then the IPv4 header with the id at offsets 4..5, so 8+6 = 14
   // bytes up to the end of the id and everything after it follows.
   size_t after = 8 + kIpv4HeaderSize + kUdpHeaderSize + body - 14;
   for (int pass = 0; pass < 2; ++pass) {
     bool df = pass == 0;  // RoCE senders set DF: that case first
-    uint32_t d = wire ^ icrc_with_id(hdr, 0, df, roce, body);
+    uint32_t d = wire ^ (df ? zero_df : icrc_with_id(hdr, 0, df, roce, body));
     for (int k = 0; k < 17; ++k)
       if (after >> k & 1) d = apply(s.inv_pow_tab[k], d);
     uint16_t id = 0;

@@ -14,8 +14,11 @@ namespace melon::roce {
 // `hdr` describes the IP and UDP headers as received (addresses, ports; ip_id and tclass/ttl are
 // ignored since they are either solved for or masked). `roce` is the UDP payload, BTH .. ICRC.
 // Returns true when some identification value (IPv4, DF set or clear) makes the ICRC right, and
-// stores it in *ip_id.
-bool icrc_check_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len, uint16_t* ip_id);
+// stores it in *ip_id. `likely_id` is tried first (one CRC instead of solving): a receiver that
+// knows what the sender probably used passes it, e.g. a packet's index in a UDP GRO buffer, which is
+// its identification when the buffer is one GSO send of a Linux sender (inet_gso_segment numbers the
+// segments 0, 1, 2, ...). Any other id is still found; a wrong guess other than 0 costs one CRC.
+bool icrc_check_udp_payload(const IpUdp& hdr, const uint8_t* roce, size_t len, uint16_t* ip_id, uint16_t likely_id = 0);
 
 // The ICRC a sender puts after `roce` (BTH .. end of payload and pad, `len` bytes) for the given
 // headers, including the IPv4 identification the kernel will use (0 for an unconnected socket

@@ -55,6 +55,26 @@ TEST(IcrcUdp, RecoversTheHiddenIpv4IdentificationOfEveryRxePacket) {
   EXPECT_EQ(wrong, 0u);
 }
 
+TEST(IcrcUdp, AGuessedIdentificationChangesNoAnswer) {
+  // The guess is only tried first: right, wrong or 0, the id found is the packet's, and a packet
+  // whose ICRC no id makes right fails whatever is guessed.
+  size_t wrong = 0, n = 0;
+  for_each_roce_packet([&](const IpUdp& h, const uint8_t* roce, size_t len) {
+    if (n++ % 5) return;  // a sample keeps the test fast
+    IpUdp seen = h;
+    seen.ip_id = 0xdead;
+    seen.df = false;
+    for (uint16_t guess : {h.ip_id, uint16_t(h.ip_id + 1), uint16_t(0), uint16_t(1)}) {
+      uint16_t id = 0;
+      if (!icrc_check_udp_payload(seen, roce, len, &id, guess) || id != h.ip_id) ++wrong;
+    }
+    std::vector<uint8_t> c(roce, roce + len);
+    c[len - 1] ^= 0x10;  // the ICRC itself
+    if (icrc_check_udp_payload(seen, c.data(), len, nullptr, h.ip_id)) ++wrong;
+  });
+  EXPECT_EQ(wrong, 0u);
+}
+
 TEST(IcrcUdp, AnyCorruptedByteIsStillDetected) {
   size_t missed = 0, n = 0;
   for_each_roce_packet([&](const IpUdp& h, const uint8_t* roce, size_t len) {

@@ -287,6 +287,68 @@ TEST_F(Edge, PeerGoneCompletesWithRetryExcErrAfterRetryCntPlusOneTimeouts) {
   EXPECT_EQ(qp_state(*sim_, a_, qa_.qpn), QpState::err);
 }
 
+// A responder that takes nothing in for a while, as one whose only progress thread waits for a CPU
+// on a loaded host (docs/performance.md, "Fourth part (timeouts)": 0.1-0.8 s measured at load 11):
+// every frame A sends meanwhile reaches B, in order, when the stall ends. perftest's ACK timeout
+// (14: 67.1 ms) and retry_cnt (7). A stall shorter than retry_cnt + 1 timeouts loses nothing and
+// costs one AckReq'd probe per timeout, not a window; a longer one is what RETRY_EXC_ERR means.
+class ResponderStall : public Edge {
+ protected:
+  static constexpr uint8_t kTimeout = 14, kRetryCnt = 7;
+  static constexpr uint32_t kWrites = 8, kLen = 64 << 10;  // 128 packets at path MTU 4096: one window
+  void run(uint64_t stall_ns) {
+    QpOptions o;
+    o.path_mtu = 5;
+    o.timeout = kTimeout;
+    o.retry_cnt = kRetryCnt;
+    connect(o, o);
+    src_ = &mr(a_, kWrites * kLen, 0, 0x5a);
+    dst_ = &mr(b_, kWrites * kLen, kRemoteWrite);
+    drop_ = [this, stall_ns](const WireFrame& w) {
+      if (w.from != a_) return false;
+      if (!stall_end_) stall_end_ = w.time + stall_ns;
+      if (w.time >= stall_end_) return false;
+      ++sent_in_stall_;
+      sim_->inject(b_, *w.frame, stall_end_);
+      return true;
+    };
+    start_ = sim_->now();
+    for (uint32_t i = 0; i < kWrites; ++i) {
+      Sge s{src_->va() + i * kLen, kLen, src_->lkey};
+      SendWr wr = make_wr(WrOpcode::rdma_write, i, &s, 1);
+      wr.remote_addr = dst_->va() + i * kLen;
+      wr.rkey = dst_->rkey;
+      ASSERT_EQ(post(qa_, wr), 0);
+    }
+    ASSERT_TRUE(wait(scq_a_, kWrites, 2000 * kMs));
+    end_ = sim_->now();
+  }
+  uint64_t timeout_ns() const { return melon::roce::ack_timeout_ns(kTimeout); }
+  Region *src_ = nullptr, *dst_ = nullptr;
+  uint64_t stall_end_ = 0, start_ = 0, end_ = 0, sent_in_stall_ = 0;
+};
+
+TEST_F(ResponderStall, ShorterThanRetryCntPlusOneTimeoutsLosesNothingAndSendsOneProbePerTimeout) {
+  run(timeout_ns() * 15 / 2);  // 7.5 timeouts: 503 ms
+  for (const Wc& wc : drain(scq_a_)) EXPECT_EQ(wc.status, WcStatus::success) << describe(wc);
+  EXPECT_EQ(src_->contents(), dst_->contents());
+  const QpCounters& c = *sim_->engine(a_).counters(qa_.qpn);
+  EXPECT_EQ(c.timeouts, 7u);
+  EXPECT_EQ(c.retransmits, 7u);
+  EXPECT_EQ(sent_in_stall_, 128u + 7u) << "the window once, then one probe per timeout";
+  EXPECT_LT(end_ - stall_end_, kMs) << "the first ACK after the stall reopens the window";
+}
+
+TEST_F(ResponderStall, OfRetryCntPlusOneTimeoutsEndsInRetryExcErr) {
+  run(timeout_ns() * 17 / 2);  // 8.5 timeouts: 570 ms
+  std::vector<Wc> wcs = drain(scq_a_);
+  ASSERT_EQ(wcs.size(), kWrites);
+  EXPECT_EQ(wcs[0].status, WcStatus::retry_exc_err) << describe(wcs[0]);
+  for (size_t i = 1; i < wcs.size(); ++i) EXPECT_EQ(wcs[i].status, WcStatus::wr_flush_err) << describe(wcs[i]);
+  EXPECT_EQ(sim_->engine(a_).counters(qa_.qpn)->timeouts, kRetryCnt + 1u);
+  EXPECT_EQ(end_ - start_, (kRetryCnt + 1u) * timeout_ns()) << "silence the requester waits before giving up";
+}
+
 // ---- remote access ------------------------------------------------------------------------------
 
 struct AccessCase {
@@ -501,6 +563,10 @@ TEST_F(Edge, ModifyToErrorFlushesAllOutstandingWrsInOrder) {
     EXPECT_EQ(rwc[i].wr_id, 101 + i);
     EXPECT_EQ(rwc[i].status, WcStatus::wr_flush_err);
   }
+  // Its retransmit timer was armed: moving to ERR (as a QP destroyed at the end of a run goes)
+  // retires it without counting a timeout.
+  sim_->run_for(2 * melon::roce::ack_timeout_ns(12));
+  EXPECT_EQ(sim_->engine(a_).counters(qa_.qpn)->timeouts, 0u);
   for (const Seen& x : tx_)
     if (x.from == a_) EXPECT_LE(x.t, t_err) << "a QP in ERR sends nothing";
 }
@@ -1226,5 +1292,64 @@ TEST(SharedWindow, StreamingQpsTogetherStayWithinTheEnginesBudget) {
   EXPECT_EQ(timeouts, 0u) << "a QP held below ack_every by its share must still ask for its ACK";
   EXPECT_GE(peak, kTotal * 3 / 4) << "the budget should be used, not starved";
   EXPECT_LE(peak_one, kPerQp);
+  for (const std::string& e : sim.errors()) ADD_FAILURE() << "simulator: " << e;
+}
+
+// The soft provider's windows on loopback (path MTU 4096): 128 packets per QP, 512 for a lane, and
+// perftest's pattern: `ib_write_bw -q 8` posts its 64 KiB WRITEs (16 packets) QP after QP. The
+// first four QPs fill the budget; each later one may still send kMinSharedWindow (4) packets, and
+// its share (512 / 5..8 = 64..102 packets) is not below ack_every, so no window rule asked for an
+// ACK on them: the budget stopped those QPs with four packets out and none AckReq'd, nothing
+// answered them, and each waited out its 67 ms ACK timer (the "8 timeouts with nothing dropped" of
+// `ib_write_bw -q 16` over two lanes). The packet after which the budget stops a QP must ask for
+// the ACK that restarts it.
+TEST(SharedWindow, AQpTheBudgetStopsAsksForTheAckThatRestartsIt) {
+  constexpr int kQps = 8;
+  constexpr uint32_t kLen = 64 << 10, kWrites = 16;
+  Sim sim(test_seed(0xb0d6e7));
+  EngineConfig c;
+  c.max_inflight_packets = 128;
+  c.max_inflight_total = 512;
+  const int a = sim.add_node("A", false, c), b = sim.add_node("B", false, c);
+  kit::Cq scq[kQps], rcq[kQps], scq_b[kQps], rcq_b[kQps];
+  QpEnd ea[kQps], eb[kQps];
+  for (int i = 0; i < kQps; ++i) {
+    ea[i] = {a, 0, &scq[i], &rcq[i]};
+    eb[i] = {b, 0, &scq_b[i], &rcq_b[i]};
+    QpOptions o;
+    o.pd = kPd;
+    o.path_mtu = 5;  // 4096
+    o.timeout = 14;  // 67 ms, perftest's
+    ASSERT_EQ(connect_pair(sim, ea[i], eb[i], o, o), 0);
+  }
+  Region& src = sim.mem(a).add(kPd, kLen, 0);
+  for (uint32_t i = 0; i < kLen; ++i) src.data()[i] = uint8_t(i * 13 + (i >> 12));
+  Region& dst = sim.mem(b).add(kPd, size_t(kQps) * kLen, kRemoteWrite);
+  for (int i = 0; i < kQps; ++i)
+    for (uint32_t k = 0; k < kWrites; ++k) {
+      Sge s{src.va(), kLen, src.lkey};
+      SendWr wr = make_wr(WrOpcode::rdma_write, k, &s, 1);
+      wr.remote_addr = dst.va() + uint64_t(i) * kLen;
+      wr.rkey = dst.rkey;
+      ASSERT_EQ(sim.engine(a).post_send(ea[i].qpn, wr), 0);
+    }
+  const uint64_t start = sim.now(), timeout_ns = melon::roce::ack_timeout_ns(14);
+  ASSERT_TRUE(sim.run_until(
+      [&] {
+        for (auto& q : scq)
+          if (q.size() < kWrites) return false;
+        return true;
+      },
+      start + 10 * timeout_ns));
+  for (auto& q : scq) {
+    Wc wc;
+    while (q.poll(&wc)) EXPECT_EQ(wc.status, WcStatus::success) << describe(wc);
+  }
+  for (int i = 0; i < kQps; ++i) {
+    EXPECT_EQ(sim.engine(a).counters(ea[i].qpn)->timeouts, 0u) << "QP " << i << " waited for its ACK timer";
+    EXPECT_EQ(memcmp(dst.data() + size_t(i) * kLen, src.data(), kLen), 0) << "QP " << i;
+  }
+  // On a link that loses nothing every WRITE completes long before one ACK timeout.
+  EXPECT_LT(sim.now() - start, timeout_ns / 10);
   for (const std::string& e : sim.errors()) ADD_FAILURE() << "simulator: " << e;
 }

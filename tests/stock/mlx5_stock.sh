@@ -113,7 +113,7 @@ ibv_*_pingpong_*|ib_*)
   port=$(free_port)
   case $tool in
     ibv_*) common="-g 0 -p $port -n 100 $opts" ;;
-    *) common="-x 0 -F -p $port -n 200 $opts" ;;
+    *) common="-x 0 -F -u 18 -p $port -n 200 $opts" ;;  # 1 s ACK timeout, as in stock_tools.sh
   esac
   MELON_EMUD_SOCKET=$(sock_of "$server") timeout 100 "$tool" -d "$(dev_of "$server")" $common > "$out2" 2>&1 & spid=$!
   wait_listen $port $spid

@@ -259,17 +259,18 @@ struct Endpoint {
   uint8_t* rq_slot(uint32_t i) { return qp_buf + q.rq_stride * (i % q.rq_wqe_cnt); }
 
   // The MMIO store: 8 bytes in memory order, one aligned 64-bit store, then (unless a test holds
-  // it back) the wake-up handshake.
+  // it back) the wake-up handshake. On the endpoint's UAR page, or on `page` (another the client mapped).
   bool hold_kicks = false;
-  void doorbell(uint32_t off, const uint8_t bytes[8]) {
+  void doorbell(uint32_t off, const uint8_t bytes[8], uint8_t* page = nullptr) {
+    if (!page) page = uar_page;
     uint64_t v;
     memcpy(&v, bytes, 8);
-    __atomic_store_n(reinterpret_cast<uint64_t*>(uar_page + off), v, __ATOMIC_RELEASE);
-    uapi::UarWatch* w = uapi::uar_watch(uar_page);
-    if (!hold_kicks && uapi::uar_watch_sleeping(w)) kick();
+    __atomic_store_n(reinterpret_cast<uint64_t*>(page + off), v, __ATOMIC_RELEASE);
+    uapi::UarWatch* w = uapi::uar_watch(page);
+    if (!hold_kicks && uapi::uar_watch_sleeping(w)) kick(page);
   }
-  void kick() {
-    uapi::UarWatch* w = uapi::uar_watch(uar_page);
+  void kick(uint8_t* page = nullptr) {
+    uapi::UarWatch* w = uapi::uar_watch(page ? page : uar_page);
     uapi::uar_watch_kick(w);
     syscall(SYS_futex, &w->kick, FUTEX_WAKE, 1, nullptr, nullptr, 0);
   }

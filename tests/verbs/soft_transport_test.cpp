@@ -308,7 +308,9 @@ TEST_F(SoftTransport, ReceiveBufferDropsAreCountedExactlyAsTheKernelDroppedThem)
 struct RcPair {
   static constexpr size_t kBuf = 256 << 10;
   ibv_qp_type type = IBV_QPT_RC;
-  uint8_t timeout = 14;  // local ACK timeout exponent (RC)
+  // Local ACK timeout exponent (RC): 18, 1 s, so that a loaded machine does not turn a test that
+  // counts retransmissions into a test of the scheduler (at 14, 67 ms, it did).
+  uint8_t timeout = 18;
   struct Side {
     ibv_context* ctx = nullptr;
     ibv_pd* pd = nullptr;
@@ -549,7 +551,6 @@ TEST_F(SoftTransport, SmallWritesToAQpAwaitingAnAckShareSendsAndArriveInOrder) {
   constexpr int kWrites = 60;  // 120 posts
   {
     RcPair p;
-    p.timeout = 18;  // 1 s: a loaded machine must not turn this into a retransmission test
     ASSERT_EQ(p.open(dev("tr4"), dev("tr4b")), "");
     ASSERT_EQ(post_small_writes(p, kWrites), "");
     ibv_wc wc{};
@@ -588,7 +589,6 @@ TEST_F(SoftTransport, HeldPacketsLeaveWithoutAnyPollAndTheirCompletionIsWaiting)
   constexpr int kWrites = 20;
   {
     RcPair p;
-    p.timeout = 18;
     ASSERT_EQ(p.open(dev("tr4"), dev("tr4b")), "");
     const auto t0 = std::chrono::steady_clock::now();
     ASSERT_EQ(post_small_writes(p, kWrites), "");
@@ -639,7 +639,6 @@ TEST_F(SoftTransport, DeregMrSendsHeldPacketsBeforeTheMemoryGoes) {
   constexpr int kWrites = 40;
   {
     RcPair p;
-    p.timeout = 18;
     ASSERT_EQ(p.open(dev("tr4"), dev("tr4b")), "");
     ASSERT_EQ(post_small_writes(p, kWrites), "");
     ASSERT_EQ(ibv_dereg_mr(p.a.mr), 0);
@@ -657,7 +656,6 @@ TEST_F(SoftTransport, DestroyQpSendsHeldInlinePacketsBeforeItsQueueGoes) {
   constexpr int kWrites = 40;
   {
     RcPair p;
-    p.timeout = 18;
     ASSERT_EQ(p.open(dev("tr4"), dev("tr4b")), "");
     ASSERT_EQ(post_small_writes(p, kWrites, IBV_SEND_INLINE), "");
     ASSERT_EQ(ibv_destroy_qp(p.a.qp), 0);

@@ -430,6 +430,44 @@ TEST_F(SoftVerbs, KeyLookupEnforcesAccessRangeAndPd) {
   EXPECT_EQ(ibv_dealloc_pd(other), 0);
 }
 
+// The engine's lookups go through a per-lane cache (MrTable::resolve_cached): a hit answers as the
+// table would, and any registration change since - re-registration (new keys, new translation) or
+// deregistration - makes the cached key resolve as the table now says.
+TEST_F(SoftVerbs, CachedKeyLookupsFollowReregistrationAndDeregistration) {
+  ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(mr, nullptr);
+  soft::MrTable& t = softdev()->mrs();
+  soft::MrTable::Cache cache;
+  const uint64_t base = reinterpret_cast<uintptr_t>(buf);
+  void* host = nullptr;
+  for (int i = 0; i < 2; ++i) {  // a miss, then a hit: the same answers
+    SCOPED_TRACE(i);
+    EXPECT_EQ(
+        t.resolve_cached(cache, KeyKind::remote, mr->rkey, pd->handle, base + 16, 8, IBV_ACCESS_REMOTE_WRITE, &host),
+        MrStatus::Ok);
+    EXPECT_EQ(host, buf + 16);
+    EXPECT_EQ(t.resolve_cached(cache, KeyKind::remote, mr->rkey, pd->handle, base, 8, IBV_ACCESS_REMOTE_READ, &host),
+              MrStatus::NoAccess);
+    EXPECT_EQ(t.resolve_cached(cache, KeyKind::local, mr->rkey, pd->handle, base, 8, 0, &host), MrStatus::BadKey);
+    EXPECT_EQ(t.resolve_cached(cache, KeyKind::remote, mr->rkey, pd->handle + 1, base, 8, 0, &host), MrStatus::WrongPd);
+  }
+  uint8_t other_buf[256];
+  const uint32_t old_rkey = mr->rkey, old_lkey = mr->lkey;
+  EXPECT_EQ(t.resolve_cached(cache, KeyKind::local, old_lkey, pd->handle, base, 8, 0, &host), MrStatus::Ok);
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, other_buf, sizeof(other_buf), 0), 0);
+  EXPECT_EQ(t.resolve_cached(cache, KeyKind::remote, old_rkey, pd->handle, base, 8, 0, &host), MrStatus::BadKey);
+  EXPECT_EQ(t.resolve_cached(cache, KeyKind::local, old_lkey, pd->handle, base, 8, 0, &host), MrStatus::BadKey);
+  const uint64_t moved = reinterpret_cast<uintptr_t>(other_buf);
+  EXPECT_EQ(
+      t.resolve_cached(cache, KeyKind::remote, mr->rkey, pd->handle, moved + 8, 8, IBV_ACCESS_REMOTE_WRITE, &host),
+      MrStatus::Ok);
+  EXPECT_EQ(host, other_buf + 8);
+  const uint32_t dead = mr->rkey;
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(t.resolve_cached(cache, KeyKind::remote, dead, pd->handle, moved + 8, 8, IBV_ACCESS_REMOTE_WRITE, &host),
+            MrStatus::BadKey);
+}
+
 TEST_F(SoftVerbs, IovaTranslatesToTheRegisteredBuffer) {
   ibv_mr* mr = ibv_reg_mr_iova2(pd, buf, sizeof(buf), 0x10000, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   ASSERT_NE(mr, nullptr);

@@ -154,13 +154,15 @@ UarWatcher::Stats UarWatcher::stats() const {
 }
 
 // The kick word first, then the doorbells: a kick bumped before this read follows its doorbell
-// store, so the doorbell is seen below (uapi/doorbell.h).
-bool UarWatcher::scan_page(Page& p) {
+// store, so the doorbell is seen below (uapi/doorbell.h). `timed_out`: the scan after a sleep that
+// ended by itself; what it finds on a page whose kick word did not move came without a kick.
+bool UarWatcher::scan_page(Page& p, bool timed_out) {
   uapi::UarWatch* w = uapi::uar_watch(p.va);
   uint32_t k = __atomic_load_n(&w->kick, __ATOMIC_SEQ_CST);
   bool kicked = k != p.kick;
   p.kick = k;
   if (kicked) stats_.kicks++;
+  const uint64_t forwarded_before = stats_.forwarded;
   bool changed = false;
   for (int i = 0; i < kWords; i++) {
     uint64_t v = load_word(p.va + p.off[i]);
@@ -186,6 +188,7 @@ bool UarWatcher::scan_page(Page& p) {
     changed = true;
   }
   changed |= scan_records(p);
+  if (timed_out && !kicked) stats_.unkicked += stats_.forwarded - forwarded_before;
   if (kicked && !changed) {
     // A kick, and every word and record reads as before: the same bytes were written again (a QP
     // reset to counter 0 posting the same first WQE). Ring every QP of the page; the device reads
@@ -219,9 +222,9 @@ bool UarWatcher::scan_records(Page& p) {
   return any;
 }
 
-bool UarWatcher::scan_locked() {
+bool UarWatcher::scan_locked(bool timed_out) {
   bool any = false;
-  for (Page& p : pages_) any |= scan_page(p);
+  for (Page& p : pages_) any |= scan_page(p, timed_out);
   return any;
 }
 
@@ -287,11 +290,8 @@ void UarWatcher::run() {
     }
     std::lock_guard<std::mutex> g(mu_);
     set_sleeping_locked(0);
-    if (timed_out) {
-      uint64_t before = stats_.forwarded;
-      scan_locked();
-      stats_.unkicked += stats_.forwarded - before;
-    }
+    // A kick that met the timeout (bumped, its wake-up too late) is still a kick: scan_page tells.
+    if (timed_out) scan_locked(/*timed_out=*/true);
     last_work = now_ns();
   }
   std::lock_guard<std::mutex> g(mu_);

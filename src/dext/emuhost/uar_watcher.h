@@ -54,7 +54,9 @@ class UarWatcher {
     uint64_t from_records = 0;  // of which a doorbell record's change stood for (the UAR word was overwritten)
     uint64_t kicks = 0;  // futex kicks seen
     uint64_t sleeps = 0;  // times the watcher went to sleep
-    uint64_t unkicked = 0;  // doorbells found after a sleep no kick ended (a client that did not kick)
+    // Doorbells found after a sleep that timed out, on a page whose kick word had not moved: a client
+    // that did not kick (a kick whose wake-up met the timeout is not counted).
+    uint64_t unkicked = 0;
   };
   Stats stats() const;
 
@@ -76,8 +78,8 @@ class UarWatcher {
     std::vector<Bound> bound;
   };
   void run();
-  bool scan_locked();
-  bool scan_page(Page& p);
+  bool scan_locked(bool timed_out = false);
+  bool scan_page(Page& p, bool timed_out);
   bool scan_records(Page& p);
   Bound* find(Page& p, uint8_t kind, uint32_t number);
   void set_sleeping_locked(uint32_t v);

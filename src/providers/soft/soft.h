@@ -83,9 +83,6 @@ class MrTable {
   MrStatus resolve_by_pd_handle(KeyKind kind, uint32_t key, uint32_t pd_handle, uint64_t addr, uint64_t len,
                                 unsigned need, void** host) const;
 
-  size_t live() const;
-
- private:
   struct Entry {
     bool live = false;
     uint32_t lkey = 0, rkey = 0;
@@ -95,6 +92,29 @@ class MrTable {
     uintptr_t host = 0;
     unsigned access = 0;
   };
+  // The last keys one caller resolved, reused while no registration has changed since (every add,
+  // remove and update moves the table's generation), so packets to and from the same buffers take
+  // no lock. A cache belongs to one thread at a time (a lane, under its engine lock). A key used
+  // after its MR changed is looked up again, as an uncached one: the same answer, at the same
+  // moment (the generation is read where the shared lock would be taken).
+  struct Cache {
+    static constexpr int kSize = 4;
+    struct Line {
+      uint64_t gen = UINT64_MAX;
+      KeyKind kind = KeyKind::local;
+      uint32_t key = 0;
+      Entry e;
+    } line[kSize];
+    int next = 0;  // the line the next miss replaces
+  };
+  // resolve_by_pd_handle through `cache` (the engine's lookups, Hub::map_key).
+  MrStatus resolve_cached(Cache& cache, KeyKind kind, uint32_t key, uint32_t pd_handle, uint64_t addr, uint64_t len,
+                          unsigned need, void** host) const;
+
+  size_t live() const;
+
+ private:
+  std::atomic<uint64_t> gen_{0};  // changed under mu_ held exclusively, after the change
   MrStatus check(const Entry* e, uint64_t addr, uint64_t len, unsigned need, void** host) const;
   const Entry* live_entry(KeyKind kind, uint32_t key) const;  // caller holds mu_
   void new_keys(Entry& e, uint32_t slot);  // caller holds mu_ exclusively
@@ -159,6 +179,12 @@ struct SoftCq : verbs::CqBase {
   bool ignore_overrun = false;
   std::atomic<int> users{0};  // QPs
   std::atomic<uint32_t> lanes{0};  // bit i: a QP of lane i has completed or may complete here (soft_qp.h)
+
+  // `count` as push() and poll() last left it (written under mu): poll() of an empty CQ, which a
+  // busy-polling application makes all the time, reads this instead of taking the lock. A push
+  // always stores it, so it is never 0 while a completion waits; after an extended-CQ poll it may
+  // be high for a while, which only costs a lock.
+  std::atomic<size_t> ready{0};
 
   std::mutex mu;  // guards everything below
   std::vector<ibv_wc> ring;

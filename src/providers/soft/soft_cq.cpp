@@ -31,6 +31,7 @@ bool SoftCq::push(const ibv_wc& wc, bool solicited) {
     }
     ring[(head + count) % ring.size()] = wc;
     count++;
+    ready.store(count, std::memory_order_release);
     // IBA 11.4.2.2: an armed CQ notifies on the next completion; armed for solicited
     // completions only, on a solicited one or on any error completion.
     if (armed && (!solicited_only || solicited || wc.status != IBV_WC_SUCCESS)) {
@@ -44,6 +45,7 @@ bool SoftCq::push(const ibv_wc& wc, bool solicited) {
 
 int SoftCq::poll(int n, ibv_wc* out) {
   if (n < 0 || (n > 0 && !out)) return -EINVAL;
+  if (!ready.load(std::memory_order_acquire)) return 0;
   std::lock_guard<std::mutex> lock(mu);
   int got = 0;
   while (got < n && count) {
@@ -51,6 +53,7 @@ int SoftCq::poll(int n, ibv_wc* out) {
     head = (head + 1) % ring.size();
     count--;
   }
+  ready.store(count, std::memory_order_relaxed);
   return got;
 }
 

@@ -50,6 +50,7 @@ bool MrTable::add(ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsign
   e.access = access;
   new_keys(e, slot);
   *keys = {e.lkey, e.rkey, slot};
+  gen_.fetch_add(1, std::memory_order_release);
   return true;
 }
 
@@ -63,6 +64,7 @@ void MrTable::remove(uint32_t lkey) {
   rkeys_.erase(e.rkey);
   e = Entry{};
   free_.push_back(slot);
+  gen_.fetch_add(1, std::memory_order_release);
 }
 
 bool MrTable::update(uint32_t lkey, ibv_pd* pd, uint64_t iova, uint64_t length, void* host, unsigned access,
@@ -80,6 +82,7 @@ bool MrTable::update(uint32_t lkey, ibv_pd* pd, uint64_t iova, uint64_t length, 
   e.access = access;
   new_keys(e, slot);  // the old keys die with the old translation
   *keys = {e.lkey, e.rkey, slot};
+  gen_.fetch_add(1, std::memory_order_release);
   return true;
 }
 
@@ -111,6 +114,25 @@ MrStatus MrTable::resolve_by_pd_handle(KeyKind kind, uint32_t key, uint32_t pd_h
   std::shared_lock lock(mu_);
   const Entry* e = live_entry(kind, key);
   if (!e) return MrStatus::BadKey;
+  if (e->pd_handle != pd_handle) return MrStatus::WrongPd;
+  return check(e, addr, len, need, host);
+}
+
+MrStatus MrTable::resolve_cached(Cache& cache, KeyKind kind, uint32_t key, uint32_t pd_handle, uint64_t addr,
+                                 uint64_t len, unsigned need, void** host) const {
+  const uint64_t gen = gen_.load(std::memory_order_acquire);
+  const Entry* e = nullptr;
+  for (const Cache::Line& l : cache.line)
+    if (l.gen == gen && l.key == key && l.kind == kind) e = &l.e;
+  if (!e) {
+    std::shared_lock lock(mu_);
+    const Entry* live = live_entry(kind, key);
+    if (!live) return MrStatus::BadKey;
+    Cache::Line& l = cache.line[cache.next];
+    cache.next = (cache.next + 1) % Cache::kSize;
+    l = {gen_.load(std::memory_order_relaxed), kind, key, *live};  // no change while we hold mu_
+    e = &l.e;
+  }
   if (e->pd_handle != pd_handle) return MrStatus::WrongPd;
   return check(e, addr, len, need, host);
 }

@@ -124,8 +124,9 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
     load_[i] = 0;
     config.random_qpn_arg = reinterpret_cast<void*>(uintptr_t(i << 8 | n));
     LaneConfig lane{n, i, &counters_->counters(), lane_ptrs_.data()};
-    lanes_.emplace_back(new UdpTransport(addrs, static_cast<rc::HostMemory&>(*this), static_cast<rc::EventSink*>(this),
-                                         config, roce::kRoceV2Port, dev->name(), lane));
+    lane_mem_.emplace_back(new LaneMemory(this));
+    lanes_.emplace_back(new UdpTransport(addrs, *lane_mem_.back(), static_cast<rc::EventSink*>(this), config,
+                                         roce::kRoceV2Port, dev->name(), lane));
     lane_ptrs_[i] = lanes_.back().get();
   }
 }
@@ -206,12 +207,17 @@ void Hub::remove_srq(uint32_t srqn) {
   srqs_.erase(srqn);
 }
 
-rc::MemStatus Hub::map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
-                       rc::Span* first) {
+rc::MemStatus LaneMemory::map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
+                              rc::Span* first) {
+  return hub_->map_key(cache_, kind, pd, key, addr, len, access, first);
+}
+
+rc::MemStatus Hub::map_key(MrTable::Cache& cache, rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr,
+                           uint32_t len, uint32_t access, rc::Span* first) {
   void* host = nullptr;
   // lkey and rkey live in separate key spaces (soft_mr.cpp).
   KeyKind k = kind == rc::KeyKind::local ? KeyKind::local : KeyKind::remote;
-  switch (dev_->mrs().resolve_by_pd_handle(k, key, pd, addr, len, access, &host)) {
+  switch (dev_->mrs().resolve_cached(cache, k, key, pd, addr, len, access, &host)) {
     case MrStatus::Ok: *first = {static_cast<uint8_t*>(host), len}; return rc::MemStatus::ok;
     case MrStatus::BadKey: return rc::MemStatus::bad_key;
     case MrStatus::WrongPd: return rc::MemStatus::wrong_pd;

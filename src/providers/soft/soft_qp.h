@@ -30,7 +30,23 @@ struct CqForward final : rc::CompletionSink {
   bool push(const rc::Wc& wc) override;
 };
 
-class Hub final : private rc::HostMemory, private rc::EventSink {
+class Hub;
+
+// One lane's view of its device's memory: Hub::map through a key cache of its own (MrTable::Cache),
+// used only by that lane's engine, under its lock.
+class LaneMemory final : public rc::HostMemory {
+ public:
+  explicit LaneMemory(Hub* hub) : hub_(hub) {}
+  rc::MemStatus map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
+                    rc::Span* first) override;
+  bool invalidate(uint32_t pd, uint32_t rkey) override { return false; }  // no memory windows yet
+
+ private:
+  Hub* hub_;
+  MrTable::Cache cache_;
+};
+
+class Hub final : private rc::EventSink {
  public:
   // The hub of `dev`, started on first use and kept while any context holds it; errno on failure.
   static Hub* acquire(SoftDevice* dev, int* err);
@@ -62,14 +78,15 @@ class Hub final : private rc::HostMemory, private rc::EventSink {
   void add_srq(uint32_t srqn, ibv_srq* srq);
   void remove_srq(uint32_t srqn);
 
+  // The engine's memory lookup (rc::HostMemory::map; process memory: a key's range is one span),
+  // through a lane's `cache`.
+  rc::MemStatus map_key(MrTable::Cache& cache, rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len,
+                        uint32_t access, rc::Span* first);
+
  private:
   explicit Hub(SoftDevice* dev);
   ~Hub() override;
   int start(std::string* why);
-  // Process memory: a key's range is one span.
-  rc::MemStatus map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
-                    rc::Span* first) override;
-  bool invalidate(uint32_t pd, uint32_t rkey) override { return false; }  // no memory windows yet
   void qp_event(uint32_t qpn, rc::AsyncEvent ev) override;
   void srq_event(uint32_t srqn, rc::AsyncEvent ev) override;
 
@@ -78,6 +95,7 @@ class Hub final : private rc::HostMemory, private rc::EventSink {
   int refs_ = 0;
   bool started_ = false;
   std::unique_ptr<CounterFile> counters_;  // the device's, shared by its lanes
+  std::vector<std::unique_ptr<LaneMemory>> lane_mem_;  // before lanes_: their engines use it
   std::vector<std::unique_ptr<UdpTransport>> lanes_;
   std::vector<UdpTransport*> lane_ptrs_;  // the same, for LaneConfig::lanes
   std::unique_ptr<std::atomic<int>[]> load_;  // QPs and SRQs per lane

@@ -33,15 +33,17 @@ namespace {
 thread_local const UdpTransport* tls_progress = nullptr;  // the transport whose progress thread this is
 
 socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss, uint32_t scope = 0) {
-  memset(ss, 0, sizeof *ss);
+  // Only the address's own size is cleared and passed (a message's; the rest of ss is never read).
   if (gid_is_v4_mapped(gid)) {
     auto* s = reinterpret_cast<sockaddr_in*>(ss);
+    memset(s, 0, sizeof *s);
     s->sin_family = AF_INET;
     s->sin_port = htons(port);
     memcpy(&s->sin_addr, gid + 12, 4);
     return sizeof *s;
   }
   auto* s = reinterpret_cast<sockaddr_in6*>(ss);
+  memset(s, 0, sizeof *s);
   s->sin6_family = AF_INET6;
   s->sin6_port = htons(port);
   s->sin6_scope_id = scope;
@@ -275,6 +277,7 @@ void UdpTransport::handoff() {
   ++handoffs_;
   std::lock_guard<std::mutex> g(q_mu_);
   sendq_.push_back(std::move(stage_));
+  queued_.fetch_add(1, std::memory_order_relaxed);
   if (spare_.empty()) {
     stage_.reset(new TxBatch(window_));
   } else {
@@ -400,29 +403,36 @@ void UdpTransport::drain() {
 void UdpTransport::send_queued(bool wait) {
   // One sender at a time keeps the packets in queue order. A thread that finds another sending
   // leaves its batches to it: that thread looks at the queue again after letting go.
+  // Nothing queued (a receive that made no reply, a post that held its packets): no lock. Every
+  // thread that queues a batch calls this afterwards itself, so a batch another thread queued
+  // meanwhile is that thread's to send (or the current sender's), not ours; our own are seen.
+  if (!wait && !queued_.load(std::memory_order_relaxed)) return;
   for (;;) {
     if (wait)
       tx_mu_.lock();
     else if (!tx_mu_.try_lock())
       return;
-    for (;;) {
-      std::unique_ptr<TxBatch> b;
-      {
-        std::lock_guard<std::mutex> g(q_mu_);
-        if (sendq_.empty()) break;
-        b = std::move(sendq_.front());
-        sendq_.pop_front();
-      }
+    std::unique_ptr<TxBatch> b = pop_queued(nullptr);
+    while (b) {
       send_batch(*b);
       b->clear();
-      std::lock_guard<std::mutex> g(q_mu_);
-      spare_.push_back(std::move(b));
+      b = pop_queued(std::move(b));  // the sent batch back to the spares and the next one, in one lock
     }
     tx_mu_.unlock();
     std::lock_guard<std::mutex> g(q_mu_);
     if (sendq_.empty()) return;
     wait = false;  // queued after our last look: send it unless someone else now is
   }
+}
+
+std::unique_ptr<UdpTransport::TxBatch> UdpTransport::pop_queued(std::unique_ptr<TxBatch> sent) {
+  std::lock_guard<std::mutex> g(q_mu_);
+  if (sent) spare_.push_back(std::move(sent));
+  if (sendq_.empty()) return nullptr;
+  std::unique_ptr<TxBatch> b = std::move(sendq_.front());
+  sendq_.pop_front();
+  queued_.fetch_sub(1, std::memory_order_relaxed);
+  return b;
 }
 
 void UdpTransport::send_batch(TxBatch& b) {
@@ -561,7 +571,8 @@ void UdpTransport::rx_setup() {
   }
 }
 
-void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len) {
+void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len,
+                             uint16_t likely_id) {
   IpUdp ip;
   ip.v6 = k.v6;
   uint16_t sport = 0;
@@ -575,7 +586,7 @@ void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, cons
   ip.udp_len = uint16_t(len + kUdpHeaderSize);
   ip.hdr_len = uint8_t((k.v6 ? kIpv6HeaderSize : kIpv4HeaderSize) + kUdpHeaderSize);
   uint16_t id = 0;
-  if (!icrc_check_udp_payload(ip, pkt, len, &id)) {
+  if (!icrc_check_udp_payload(ip, pkt, len, &id, likely_id)) {
     stats_.rx_bad_icrc++;
     return;
   }
@@ -623,12 +634,12 @@ void UdpTransport::receive_handed(const Foreign* f, size_t n) {
   arm_timer();
 }
 
-int UdpTransport::receive_batch(size_t sock, bool hold) {
+int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
   // Called with rx_mu_ held: the receive buffers are shared with poll_progress(), and reading and
   // processing under that lock keeps packets in arrival order whoever reads them. The engine lock
   // is taken only after recvmmsg returns.
   Socket& k = socks_[sock];
-  const int nmsg = int(rx_msgs_.size());
+  const int nmsg = max_msgs > 0 ? std::min(max_msgs, int(rx_msgs_.size())) : int(rx_msgs_.size());
   for (int i = 0; i < nmsg; ++i) {
     msghdr& h = rx_msgs_[i].msg_hdr;
     h.msg_namelen = sizeof(sockaddr_storage);
@@ -673,13 +684,19 @@ int UdpTransport::receive_batch(size_t sock, bool hold) {
       continue;
     }
     if (len > seg) stats_.rx_gro_buffers++;
-    // A GRO buffer holds packets of `seg` bytes back to back, the last one possibly shorter.
-    for (size_t off = 0; off < len; off += seg) rx_packet(k, rx_from_[i], buf + off, std::min(seg, len - off));
+    // A GRO buffer holds packets of `seg` bytes back to back, the last one possibly shorter. The
+    // i-th is likely to carry IPv4 identification i: it is, when the buffer is one GSO send of ours
+    // (transmit()), and the ICRC check then needs no solving.
+    uint16_t nth = 0;
+    for (size_t off = 0; off < len; off += seg, ++nth)
+      rx_packet(k, rx_from_[i], buf + off, std::min(seg, len - off), nth);
   }
   engine_.end_batch();
   const uint64_t dropped = engine_.dropped_packets();
-  stats_.rx_engine_dropped.fetch_add(dropped - published_dropped_, std::memory_order_relaxed);
-  published_dropped_ = dropped;
+  if (dropped != published_dropped_) {  // a locked add only when there is something to add
+    stats_.rx_engine_dropped.fetch_add(dropped - published_dropped_, std::memory_order_relaxed);
+    published_dropped_ = dropped;
+  }
   engine_.tick();
   batch_now_ = 0;
   if (hold && defer_ && stage_->nslots <= kMaxHeldReplies) {
@@ -709,7 +726,10 @@ bool UdpTransport::poll_progress() {
   const uint64_t now = now_ns();
   bool lease = lease_.load(std::memory_order_relaxed);
   if (busy_ns_) {
-    const uint64_t prev = app_polled_at_.exchange(now, std::memory_order_relaxed);
+    // A load and a store, not an exchange (a locked instruction on every poll): two threads polling
+    // at once may both see the older time, which only delays a lease.
+    const uint64_t prev = app_polled_at_.load(std::memory_order_relaxed);
+    app_polled_at_.store(now, std::memory_order_relaxed);
     if (now - prev > kSpinGapNs) {
       spin_since_.store(now, std::memory_order_relaxed);
     } else if (!lease && now - spin_since_.load(std::memory_order_relaxed) >= kSpinMinNs &&
@@ -730,8 +750,17 @@ bool UdpTransport::poll_progress() {
   // time would keep the progress thread (and the timers it runs) waiting for ever.
   if (rx_blocked_.load(std::memory_order_relaxed) || !rx_mu_.try_lock()) return false;
   int got = 0;
-  for (size_t s = 0; s < socks_.size(); ++s)
-    if (socks_[s].fd >= 0) got += receive_batch(s, lease);
+  for (size_t s = 0; s < socks_.size(); ++s) {
+    if (socks_[s].fd < 0) continue;
+    // In a lease, a ping-pong's next arrival is one buffer (with GRO, the peer's SEND and ACK
+    // together), so the vector starts at one entry: after the datagram, a longer recvmmsg makes one
+    // more attempt that finds the socket empty. It doubles while polls fill it (a burst) and is
+    // one again after a poll that did not.
+    const int want = lease ? rx_lease_msgs_ : 0;
+    const int n = receive_batch(s, lease, want);
+    if (lease) rx_lease_msgs_ = n == want ? std::min(want * 2, int(rx_msgs_.size())) : 1;
+    got += n;
+  }
   rx_mu_.unlock();
   send_queued(false);
   arm_timer();

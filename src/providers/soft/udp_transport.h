@@ -171,7 +171,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // With rx_mu_ held (takes mu_ to process). `hold`: the receive of a busy-polling application or a
   // blocked waiter; what the engine sends in reply stays in stage_ (held_) for the application's
   // next post (one sendmmsg with it), poll or ibv_req_notify_cq, or the end of the lease.
-  int receive_batch(size_t sock, bool hold = false);
+  // `max_msgs` > 0: at most that many receive buffers (datagrams or GRO runs) in this call.
+  int receive_batch(size_t sock, bool hold = false, int max_msgs = 0);
   void publish_totals_locked();  // with mu_ held
   // Packets of another lane's QPs: set aside while processing a batch (pointing into the receive
   // buffers, under rx_mu_), handed over after mu_ is released (no thread holds two lanes' mu_).
@@ -318,18 +319,23 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // message of requests that followed it become one GSO send, the requests first.
   void join_held_reply();
   void send_queued(bool wait);
+  // With tx_mu_ held: `sent` (if any) back among the spares, and the oldest queued batch taken.
+  std::unique_ptr<TxBatch> pop_queued(std::unique_ptr<TxBatch> sent);
   void send_batch(TxBatch& b);  // with tx_mu_ held
   std::unique_ptr<TxBatch> stage_;  // guarded by mu_
   uint64_t staged_ = 0, handoffs_ = 0;  // packets transmit() staged, batches handed off (guarded by mu_)
   std::atomic<bool> held_{false};  // stage_ holds packets a post left there (set and cleared under mu_)
   int replies_end_ = 0;  // stage_'s first messages, held by a receive into an empty stage_ (guarded by mu_)
   std::deque<std::unique_ptr<TxBatch>> sendq_;  // guarded by q_mu_
+  // sendq_.size(), changed under q_mu_; read without it by send_queued (a thread sees its own handoffs).
+  std::atomic<size_t> queued_{0};
   std::vector<std::unique_ptr<TxBatch>> spare_;  // guarded by q_mu_
   std::unique_ptr<std::atomic<bool>[]> gso_;  // per socket: cleared by the sender if the kernel refuses
 
   // Receive batch (guarded by rx_mu_), sized to the window; set up once in start().
   void rx_setup();
-  void rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len);
+  // `likely_id`: the IPv4 identification to try first in the ICRC check (its index in a GRO buffer).
+  void rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len, uint16_t likely_id);
   size_t rx_buf_size_ = kRxBuf;
   std::vector<uint8_t> rx_buf_;
   std::vector<mmsghdr> rx_msgs_;
@@ -337,6 +343,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::vector<sockaddr_storage> rx_from_;
   static constexpr size_t kRxCtrl = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint32_t));
   std::vector<char> rx_ctrl_;
+  int rx_lease_msgs_ = 1;  // the recvmmsg vector of a leased poll (poll_progress; guarded by rx_mu_)
   uint32_t window_;
 };
 

@@ -1,6 +1,7 @@
 // An emulated HCA and the soft provider (through the verbs API) over UDP on loopback: the emulator's
 // wire against an independent RoCEv2 implementation of this project (WRITE, READ, SEND both ways,
-// atomics). Addresses 127.0.5.2 (soft) and 127.0.5.3 (emulated HCA) on port 4791.
+// atomics). Addresses 127.0.7.2 (soft) and 127.0.7.3 (emulated HCA) on port 4791, this test's own:
+// ctest runs tests side by side, and an address:4791 is bound by one process at a time.
 #include <infiniband/verbs.h>
 
 #include <chrono>
@@ -16,7 +17,15 @@ namespace op = prm::opcode;
 namespace wo = prm::wqe_opcode;
 namespace co = prm::cqe_opcode;
 
-constexpr uint32_t kEmuIp = 0x7f000503;  // the soft side is named by MELON_SOFT_DEVICES below
+constexpr uint8_t kSoftAddr[4] = {127, 0, 7, 2};  // named by MELON_SOFT_DEVICES below
+constexpr uint8_t kEmuAddr[4] = {127, 0, 7, 3};
+constexpr uint32_t kEmuIp = uint32_t(kEmuAddr[0]) << 24 | kEmuAddr[1] << 16 | kEmuAddr[2] << 8 | kEmuAddr[3];
+// An address's IPv4-mapped GID (GID index 0 of a RoCEv2 IPv4 port).
+void gid_of(const uint8_t a[4], uint8_t gid[16]) {
+  const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  memcpy(gid, prefix, 12);
+  memcpy(gid + 12, a, 4);
+}
 constexpr size_t kBuf = 1 << 20;
 
 class EmuSoftInterop : public ::testing::Test {
@@ -36,11 +45,14 @@ class EmuSoftInterop : public ::testing::Test {
   uint32_t ekey = 0;
 
   void SetUp() override {
+    // A host without 127/8 on its loopback (macOS has 127.0.0.1 only) skips; an address in use is
+    // another test on this test's address, a failure.
     int e = wire.open();
-    if (e) GTEST_SKIP() << "cannot bind 127.0.5.3:4791: " << strerror(e);
+    if (e == EADDRNOTAVAIL) GTEST_SKIP() << "cannot bind 127.0.7.3:4791: " << strerror(e);
+    ASSERT_EQ(e, 0) << "cannot bind 127.0.7.3:4791: " << strerror(e);
     setenv("MELON_SOFT_AUTO", "0", 1);
     setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
-    setenv("MELON_SOFT_DEVICES", "emupeer=127.0.5.2", 1);
+    setenv("MELON_SOFT_DEVICES", "emupeer=127.0.7.2", 1);
     int n = 0;
     list = ibv_get_device_list(&n);
     ASSERT_NE(list, nullptr);
@@ -65,8 +77,7 @@ class EmuSoftInterop : public ::testing::Test {
     h.reset(new Harness(cfg, &wire, true));
     wire.attach(&h->dev);
     h->bring_up();
-    uint8_t ip[4] = {127, 0, 5, 3};
-    ASSERT_TRUE(h->set_gid(0, ip).ok());
+    ASSERT_TRUE(h->set_gid(0, kEmuAddr).ok());
     ASSERT_TRUE(h->enable_roce().ok());
     ecq = h->create_cq(6);
     ASSERT_TRUE(h->create_qp_raw(eqp, prm::qpc_st::RC, ecq, ecq).ok());
@@ -87,8 +98,7 @@ class EmuSoftInterop : public ::testing::Test {
     at.min_rnr_timer = 1;
     at.ah_attr.is_global = 1;
     at.ah_attr.port_num = 1;
-    const uint8_t egid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 5, 3};
-    memcpy(at.ah_attr.grh.dgid.raw, egid, 16);
+    gid_of(kEmuAddr, at.ah_attr.grh.dgid.raw);
     ASSERT_EQ(ibv_modify_qp(qp, &at,
                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
@@ -114,7 +124,8 @@ class EmuSoftInterop : public ::testing::Test {
           .set(prm::qpc::remote_qpn, soft_qpn)
           .set(prm::qpc::next_rcv_psn, 900);
       q.set(prm::qpc::log_rra_max, 2).set(prm::qpc::min_rnr_nak, 1);
-      const uint8_t sgid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 5, 2};
+      uint8_t sgid[16];
+      gid_of(kSoftAddr, sgid);
       q.at(prm::qpc::primary_address_path).set(prm::ads::hop_limit, 64).set_bytes(prm::ads::rgid_rip, sgid);
     });
     ASSERT_TRUE(r.ok());
