@@ -311,9 +311,27 @@ void destroy_sync_fields(pthread_mutex_t* mutex, pthread_cond_t* cond) {
 
 void post_async_event(ibv_context* ctx, const ibv_async_event& event) { ContextBase::from(ctx)->async->push(event); }
 
+namespace {
+// The channel this thread waits on in ibv_get_cq_event (during ContextOps::wait_channel), and the
+// first event its own work signalled there. A provider receiving in the waiter's thread would
+// otherwise send the channel's byte to itself and read it back: two syscalls on the wake-up path.
+struct ChannelWait {
+  ibv_comp_channel* channel = nullptr;
+  ibv_cq* cq = nullptr;
+};
+thread_local ChannelWait tls_wait;
+}  // namespace
+
 void signal_comp_channel(ibv_cq* cq) {
-  if (cq->channel) CompChannel::from(cq->channel)->queue->push(cq);
+  if (!cq->channel) return;
+  if (cq->channel == tls_wait.channel && !tls_wait.cq) {
+    tls_wait.cq = cq;  // this thread returns it from ibv_get_cq_event: no other thread can miss it
+    return;
+  }
+  CompChannel::from(cq->channel)->queue->push(cq);
 }
+
+bool channel_event_taken() { return tls_wait.cq != nullptr; }
 
 void retire_async_events(ibv_context* ctx, const void* element) {
   ContextBase::from(ctx)->async->purge([element](const ibv_async_event& e) { return e.element.cq == element; });
@@ -534,13 +552,17 @@ MELON_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void**
     errno = EINVAL;
     return -1;
   }
-  ibv_cq* got;
-  // The provider may do its receive work in this thread until an event comes (a blocking channel).
+  // The provider may do its receive work in this thread until an event comes (a blocking channel);
+  // an event that work signalled on this channel comes back in tls_wait, not through the fd.
+  tls_wait = {channel, nullptr};
   (void)ContextBase::from(channel->context)->ops->wait_channel(channel->fd);
-  if (int rc = CompChannel::from(channel)->queue->pop(&got)) {
-    errno = rc;
-    return -1;
-  }
+  ibv_cq* got = tls_wait.cq;
+  tls_wait = {};
+  if (!got)
+    if (int rc = CompChannel::from(channel)->queue->pop(&got)) {
+      errno = rc;
+      return -1;
+    }
   CqBase* base = CqBase::from(got);
   pthread_mutex_lock(&got->mutex);
   base->comp_events_delivered++;

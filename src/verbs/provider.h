@@ -120,7 +120,8 @@ class ContextOps {
   // blocking, a provider may return once it is readable, doing its receive work in this thread
   // meanwhile, so a software provider wakes the waiter itself rather than through a thread of its
   // own (a non-blocking fd must return at once). An errno value leaves the waiting to the read.
-  // The default returns 0 at once.
+  // An event this thread signals meanwhile for this channel is returned without passing through
+  // `fd` (signal_comp_channel, channel_event_taken). The default returns 0 at once.
   virtual int wait_channel(int fd);
 
   // Called once from ibv_close_device after the library has released its own resources.
@@ -196,7 +197,13 @@ void post_async_event(ibv_context* ctx, const ibv_async_event& event);
 
 // Queue a completion event for `cq` on its completion channel (no-op without one). The provider
 // calls this when an armed CQ receives a completion (IBA 11.4.2.2 "request completion
-// notification"). Safe from any thread.
+// notification"). Safe from any thread. Called from a thread inside ContextOps::wait_channel for
+// that same channel, the first such event is handed straight to that thread's ibv_get_cq_event
+// instead (no byte through the channel's socket, which it would only read back).
 void signal_comp_channel(ibv_cq* cq);
+
+// Inside ContextOps::wait_channel: true once this thread's own work has signalled the channel it
+// waits for (the wait may end; ibv_get_cq_event returns that event).
+bool channel_event_taken();
 
 }  // namespace melon::verbs

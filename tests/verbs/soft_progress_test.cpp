@@ -6,17 +6,23 @@
 //
 // This executable defines sendmmsg(): the provider (linked in as objects) calls this one, which
 // can drop the next datagrams that carry a payload, checks the ICRC of every UDP GSO send's
-// segments, then forwards to the C library's.
+// segments, then forwards to the C library's. It also defines the calls of the completion-channel
+// wake-up path (poll, recvmmsg, read, write, send, timerfd_settime): they forward too, and log
+// themselves in order for a thread that asks (tls_trace).
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <gtest/gtest.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#if defined(__linux__)
+#include <sys/timerfd.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +31,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "verbs/soft_fixture.h"
@@ -75,13 +82,60 @@ void check_gso(int fd, const msghdr& h) {
 #endif
 }
 
+// The calls of the thread that points tls_trace at a log, in order, with their results. A read of
+// g_channel_fd (a completion channel's fd) is logged as "read channel".
+using CallLog = std::vector<std::pair<std::string, long>>;
+thread_local CallLog* tls_trace = nullptr;
+std::atomic<int> g_channel_fd{-1};
+
+long traced(const char* what, long r) {
+  if (tls_trace) {
+    const int e = errno;
+    tls_trace->emplace_back(what, r);
+    errno = e;
+  }
+  return r;
+}
+
+template <class Fn>
+Fn next_fn(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
 }  // namespace
+
+extern "C" ssize_t read(int fd, void* buf, size_t n) {
+  static auto real = next_fn<ssize_t (*)(int, void*, size_t)>("read");
+  return traced(fd == g_channel_fd.load() ? "read channel" : "read", real(fd, buf, n));
+}
+extern "C" ssize_t write(int fd, const void* buf, size_t n) {
+  static auto real = next_fn<ssize_t (*)(int, const void*, size_t)>("write");
+  return traced("write", real(fd, buf, n));
+}
+extern "C" ssize_t send(int fd, const void* buf, size_t n, int flags) {
+  static auto real = next_fn<ssize_t (*)(int, const void*, size_t, int)>("send");
+  return traced("send", real(fd, buf, n, flags));
+}
+extern "C" int poll(struct pollfd* fds, nfds_t n, int timeout) {
+  static auto real = next_fn<int (*)(struct pollfd*, nfds_t, int)>("poll");
+  return int(traced("poll", real(fds, n, timeout)));
+}
+extern "C" int recvmmsg(int fd, struct mmsghdr* v, unsigned int n, int flags, struct timespec* timeout) {
+  static auto real = next_fn<int (*)(int, struct mmsghdr*, unsigned int, int, struct timespec*)>("recvmmsg");
+  return int(traced("recvmmsg", real(fd, v, n, flags, timeout)));
+}
+#if defined(__linux__)
+extern "C" int timerfd_settime(int fd, int flags, const struct itimerspec* value, struct itimerspec* old) {
+  static auto real = next_fn<int (*)(int, int, const struct itimerspec*, struct itimerspec*)>("timerfd_settime");
+  return int(traced("timerfd_settime", real(fd, flags, value, old)));
+}
+#endif
 
 extern "C" int sendmmsg(int fd, struct mmsghdr* v, unsigned int n, int flags) {
   using Fn = int (*)(int, struct mmsghdr*, unsigned int, int);
   static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "sendmmsg"));
   for (unsigned i = 0; i < n; ++i) check_gso(fd, v[i].msg_hdr);
-  if (g_drop.load() <= 0) return real(fd, v, n, flags);
+  if (g_drop.load() <= 0) return int(traced("sendmmsg", real(fd, v, n, flags)));
   // Send message by message, leaving out the dropped ones (reported as sent, as a lossy wire would).
   for (unsigned i = 0; i < n; ++i) {
     size_t len = 0;
@@ -105,6 +159,7 @@ struct Side {
   ibv_pd* pd = nullptr;
   ibv_comp_channel* ch = nullptr;
   ibv_cq* cq = nullptr;
+  ibv_cq_ex* cqx = nullptr;  // the same CQ when made by ibv_create_cq_ex
   ibv_qp* qp = nullptr;
   ibv_mr* mr = nullptr;
   std::vector<uint8_t> buf = std::vector<uint8_t>(1 << 16);
@@ -128,6 +183,8 @@ class SoftProgress : public melon::test::SoftDeviceTest {
       if (s->ctx) ibv_close_device(s->ctx);
     }
     unsetenv("MELON_SOFT_BUSY_NS");
+    unsetenv("MELON_SOFT_LANES");
+    g_channel_fd = -1;
     SoftDeviceTest::TearDown();
   }
 
@@ -135,8 +192,8 @@ class SoftProgress : public melon::test::SoftDeviceTest {
   // `timeout`: the requester's local ACK timeout exponent (4.096 us << timeout). 18 (1 s) unless a
   // test is about the timer: tests that count timeouts must not see one because a loaded machine
   // left a thread unscheduled for 67 ms (14); an ACK truly held still shows, 1 s later.
-  void connect(uint8_t timeout = 18) {
-    const int all = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  // `extended`: a's CQ comes from ibv_create_cq_ex (for ibv_start_poll).
+  void connect(uint8_t timeout = 18, bool extended = false) {
     for (Side* s : {&a, &b}) {
       const char* want = s == &a ? "pg0" : "pg1";
       s->ctx = ibv_open_device(dev(want));
@@ -144,48 +201,66 @@ class SoftProgress : public melon::test::SoftDeviceTest {
       s->pd = ibv_alloc_pd(s->ctx);
       s->ch = ibv_create_comp_channel(s->ctx);
       ASSERT_NE(s->ch, nullptr);
-      s->cq = ibv_create_cq(s->ctx, 64, nullptr, s->ch, 0);
+      if (extended && s == &a) {
+        ibv_cq_init_attr_ex cx{};
+        cx.cqe = 64;
+        cx.channel = s->ch;
+        cx.wc_flags = IBV_WC_STANDARD_FLAGS;
+        s->cqx = ibv_create_cq_ex(s->ctx, &cx);
+        ASSERT_NE(s->cqx, nullptr) << strerror(errno);
+        s->cq = ibv_cq_ex_to_cq(s->cqx);
+      } else {
+        s->cq = ibv_create_cq(s->ctx, 64, nullptr, s->ch, 0);
+      }
       ASSERT_NE(s->cq, nullptr);
-      s->mr = ibv_reg_mr(s->pd, s->buf.data(), s->buf.size(), all);
+      s->mr = ibv_reg_mr(s->pd, s->buf.data(), s->buf.size(), kAccess);
       ASSERT_NE(s->mr, nullptr);
-      ibv_qp_init_attr ia{};
-      ia.send_cq = ia.recv_cq = s->cq;
-      ia.qp_type = IBV_QPT_RC;
-      ia.cap.max_send_wr = ia.cap.max_recv_wr = 32;
-      ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-      s->qp = ibv_create_qp(s->pd, &ia);
+      s->qp = make_qp(*s, s->cq);
       ASSERT_NE(s->qp, nullptr) << strerror(errno);
     }
-    for (Side* s : {&a, &b}) {
-      Side& peer = s == &a ? b : a;
-      ibv_qp_attr at{};
-      at.qp_state = IBV_QPS_INIT;
-      at.port_num = 1;
-      at.qp_access_flags = all;
-      ASSERT_EQ(ibv_modify_qp(s->qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-      at.qp_state = IBV_QPS_RTR;
-      at.path_mtu = IBV_MTU_1024;
-      at.dest_qp_num = peer.qp->qp_num;
-      at.max_dest_rd_atomic = 1;
-      at.min_rnr_timer = 1;
-      at.ah_attr.is_global = 1;
-      at.ah_attr.port_num = 1;
-      const uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 18, uint8_t(s == &a ? 3 : 2)};
-      memcpy(at.ah_attr.grh.dgid.raw, gid, 16);
-      ASSERT_EQ(ibv_modify_qp(s->qp, &at,
-                              IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-                0);
-      at.qp_state = IBV_QPS_RTS;
-      at.timeout = timeout;
-      at.retry_cnt = 7;
-      at.rnr_retry = 7;
-      at.max_rd_atomic = 1;
-      ASSERT_EQ(ibv_modify_qp(s->qp, &at,
-                              IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                  IBV_QP_MAX_QP_RD_ATOMIC),
-                0);
-    }
+    for (Side* s : {&a, &b}) bring_up(s->qp, (s == &a ? b : a).qp->qp_num, s == &a ? 3 : 2, timeout);
+  }
+
+  static constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+  static ibv_qp* make_qp(Side& s, ibv_cq* cq) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = cq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = ia.cap.max_recv_wr = 32;
+    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+    return ibv_create_qp(s.pd, &ia);
+  }
+
+  // INIT -> RTR -> RTS towards QP `dest` at 127.0.18.<peer_host>.
+  static void bring_up(ibv_qp* qp, uint32_t dest, uint8_t peer_host, uint8_t timeout) {
+    ibv_qp_attr at{};
+    at.qp_state = IBV_QPS_INIT;
+    at.port_num = 1;
+    at.qp_access_flags = kAccess;
+    ASSERT_EQ(ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+    at.qp_state = IBV_QPS_RTR;
+    at.path_mtu = IBV_MTU_1024;
+    at.dest_qp_num = dest;
+    at.max_dest_rd_atomic = 1;
+    at.min_rnr_timer = 1;
+    at.ah_attr.is_global = 1;
+    at.ah_attr.port_num = 1;
+    const uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 18, peer_host};
+    memcpy(at.ah_attr.grh.dgid.raw, gid, 16);
+    ASSERT_EQ(ibv_modify_qp(qp, &at,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              0);
+    at.qp_state = IBV_QPS_RTS;
+    at.timeout = timeout;
+    at.retry_cnt = 7;
+    at.rnr_retry = 7;
+    at.max_rd_atomic = 1;
+    ASSERT_EQ(ibv_modify_qp(qp, &at,
+                            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
   }
 
   int post(ibv_wr_opcode op, size_t off, uint32_t len, uint64_t id) {
@@ -199,6 +274,35 @@ class SoftProgress : public melon::test::SoftDeviceTest {
     wr.wr.rdma.remote_addr = uint64_t(uintptr_t(b.buf.data() + off));
     wr.wr.rdma.rkey = b.mr->rkey;
     return ibv_post_send(a.qp, &wr, &bad);
+  }
+
+  // A receive of 64 bytes at `off` in s's buffer, on `qp`.
+  static int recv_on(Side& s, ibv_qp* qp, uint64_t id, size_t off = 32768) {
+    ibv_sge sge{uint64_t(uintptr_t(s.buf.data() + off)), 64, s.mr->lkey};
+    ibv_recv_wr r{}, *bad = nullptr;
+    r.wr_id = id;
+    r.sg_list = &sge;
+    r.num_sge = 1;
+    return ibv_post_recv(qp, &r, &bad);
+  }
+
+  // An 8-byte SEND from the start of a's buffer, on `qp` (one of a's).
+  int send_on(ibv_qp* qp, uint64_t id) {
+    ibv_sge sge{uint64_t(uintptr_t(a.buf.data())), 8, a.mr->lkey};
+    ibv_send_wr w{}, *bad = nullptr;
+    w.wr_id = id;
+    w.opcode = IBV_WR_SEND;
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.send_flags = IBV_SEND_SIGNALED;
+    return ibv_post_send(qp, &w, &bad);
+  }
+
+  // Waits up to `ms` for `flag`; a thread that never sets it cannot be joined, so the caller ends
+  // the process then rather than hang.
+  static bool wait_flag(const std::atomic<bool>& flag, int ms) {
+    for (int i = 0; i < ms && !flag.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return flag.load();
   }
 
   // Spins on ibv_poll_cq (never sleeping, never arming) until a completion or `ms` pass.
@@ -528,6 +632,296 @@ TEST_F(SoftProgress, GetCqEventOnANonBlockingChannelStillReturnsEagainAtOnce) {
   watchdog.join();
   EXPECT_EQ(r, -1);
   EXPECT_EQ(err, EAGAIN);
+}
+
+// A thread blocked in ibv_get_cq_event whose own receive completes its armed CQ returns at once:
+// after the recvmmsg that brought the SEND it makes no call (no wake-up byte sent to itself and read
+// back from the channel, no timer armed for the lease it leaves: that one was armed before the
+// wait). The lease is made longer than the wait (MELON_SOFT_BUSY_NS), so that timer still stands.
+// A round in which the progress thread received the SEND (it had not yet left the sockets) must
+// have passed the event through the channel instead.
+TEST_F(SoftProgress, AWaiterWokenByItsOwnReceiveMakesNoFurtherCallBeforeReturning) {
+  setenv("MELON_SOFT_BUSY_NS", "2000000000", 1);
+  connect();
+  g_channel_fd = b.ch->fd;
+  int own = 0;  // rounds in which the waiter received the SEND itself
+  for (int round = 0; round < 5; ++round) {
+    ASSERT_EQ(recv_on(b, b.qp, uint64_t(round)), 0);
+    ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+    CallLog log;
+    ibv_cq* ev_cq = nullptr;
+    std::atomic<bool> back{false};
+    std::thread waiter([&] {
+      void* ev_ctx = nullptr;
+      tls_trace = &log;
+      EXPECT_EQ(ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx), 0);
+      tls_trace = nullptr;
+      back = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiter is blocked by now
+    ASSERT_EQ(send_on(a.qp, 100 + uint64_t(round)), 0);
+    if (!wait_flag(back, 5000)) {
+      ADD_FAILURE() << "the SEND did not wake the waiter in round " << round;
+      _exit(1);
+    }
+    waiter.join();
+    ASSERT_EQ(ev_cq, b.cq);
+    ibv_ack_cq_events(b.cq, 1);
+    ibv_wc wc{};
+    ASSERT_EQ(ibv_poll_cq(b.cq, 1, &wc), 1);
+    EXPECT_EQ(wc.wr_id, uint64_t(round));
+    EXPECT_EQ(ibv_poll_cq(b.cq, 1, &wc), 0);  // empty: the ACK the waiter held leaves now
+    ASSERT_TRUE(spin_for(a.cq, &wc, 5000)) << "round " << round;
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+
+    size_t got = log.size();  // the last recvmmsg that returned datagrams
+    for (size_t i = 0; i < log.size(); ++i)
+      if (log[i].first == "recvmmsg" && log[i].second > 0) got = i;
+    std::string all, after;
+    for (size_t i = 0; i < log.size(); ++i) (i > got && got < log.size() ? after : all) += log[i].first + "; ";
+    if (got == log.size()) {
+      EXPECT_NE(all.find("read channel"), std::string::npos) << "round " << round << ": " << all;
+      continue;
+    }
+    ++own;
+    EXPECT_EQ(after, "") << "round " << round << ": calls after the receive that brought the event";
+  }
+  EXPECT_GE(own, 1) << "in no round did the waiter receive the SEND itself";
+}
+
+// A post to an idle QP hands its packet to the kernel before the retransmission timer it starts is
+// armed, and later posts arm nothing while the timer fd is already set to fire before their
+// deadline (an expiry left from an acknowledged packet costs the progress thread one look instead of
+// every post a syscall). The requester never spins (no lease) and pauses between posts, so its
+// progress thread takes each ACK and sees no timer left before the next post.
+TEST_F(SoftProgress, APostSendsBeforeArmingItsTimerAndArmsNoneWhileAnEarlierOneStands) {
+  connect();
+  constexpr int kPosts = 15;
+  int arms = 0;
+  for (int i = 0; i < kPosts; ++i) {
+    CallLog log;
+    tls_trace = &log;
+    const int r = post(IBV_WR_RDMA_WRITE, 4096, 1000, uint64_t(i));
+    tls_trace = nullptr;
+    ASSERT_EQ(r, 0);
+    size_t sent = log.size(), armed = log.size();
+    for (size_t j = 0; j < log.size(); ++j) {
+      if (log[j].first == "sendmmsg" && sent == log.size()) sent = j;
+      if (log[j].first == "timerfd_settime" && armed == log.size()) armed = j;
+      arms += log[j].first == "timerfd_settime";
+    }
+    EXPECT_LT(sent, log.size()) << "post " << i << " did not send";
+    if (armed < log.size()) EXPECT_GT(armed, sent) << "post " << i << " armed the timer before it sent";
+    ibv_wc wc{};
+    int k = 0;
+    for (int w = 0; w < 5000 && (k = ibv_poll_cq(a.cq, 1, &wc)) == 0; ++w)
+      std::this_thread::sleep_for(std::chrono::microseconds(500));  // polls too far apart for a lease
+    ASSERT_EQ(k, 1) << "write " << i;
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the progress thread is idle again
+  }
+  EXPECT_LE(arms, 3) << "posts armed the timer " << arms << " times";
+  EXPECT_EQ(counter("pg0", "busy_poll_leases"), 0u);
+}
+
+// ibv_start_poll on an empty CQ does what ibv_poll_cq does: it receives in the caller's thread,
+// and a spin of such polls takes the busy-poll lease; completions keep coming, acknowledged in time.
+TEST_F(SoftProgress, ExtendedCqPollingTakesTheBusyPollLeaseAsPollCqDoes) {
+  connect(18, true);
+  ASSERT_NE(a.cqx, nullptr);
+  auto spin_ex = [&](int ms, uint64_t* wr_id, ibv_wc_status* status) {
+    const auto end = Clock::now() + std::chrono::milliseconds(ms);
+    ibv_poll_cq_attr pa{};
+    while (Clock::now() < end) {
+      const int r = ibv_start_poll(a.cqx, &pa);
+      if (r == ENOENT) continue;
+      if (r != 0) return false;
+      *wr_id = a.cqx->wr_id;
+      *status = a.cqx->status;
+      ibv_end_poll(a.cqx);
+      return true;
+    }
+    return false;
+  };
+  uint64_t id = 0;
+  ibv_wc_status st = IBV_WC_GENERAL_ERR;
+  EXPECT_FALSE(spin_ex(20, &id, &st));  // long enough to take the sockets over
+  EXPECT_GE(counter("pg0", "busy_poll_leases"), 1u);
+  for (int i = 0; i < 20; ++i) {
+    memset(a.buf.data() + 4096, 'A' + i, 1000);
+    ASSERT_EQ(post(IBV_WR_RDMA_WRITE, 4096, 1000, uint64_t(i)), 0);
+    ASSERT_TRUE(spin_ex(5000, &id, &st)) << "write " << i;
+    ASSERT_EQ(st, IBV_WC_SUCCESS) << ibv_wc_status_str(st);
+    ASSERT_EQ(id, uint64_t(i));
+    ASSERT_EQ(memcmp(a.buf.data() + 4096, b.buf.data() + 4096, 1000), 0) << "write " << i;
+  }
+  EXPECT_EQ(counter("pg0", "timeouts"), 0u);
+}
+
+// Two threads block in ibv_get_cq_event on one channel that two CQs share, and one SEND completes
+// on each CQ. A waiter whose receive brings both keeps the first event and passes the second
+// through the channel: both threads return, with different CQs, no byte is left in the channel,
+// and both events are acknowledged (ibv_destroy_cq waits for that).
+TEST_F(SoftProgress, TwoWaitersOnOneChannelOfTwoCqsReturnOneEventEach) {
+  setenv("MELON_SOFT_LANES", "1", 1);  // one transport: a channel whose CQs span lanes is not waited on
+  connect();
+  ibv_cq* cq2 = ibv_create_cq(b.ctx, 16, nullptr, b.ch, 0);
+  ASSERT_NE(cq2, nullptr);
+  ibv_qp* a2 = make_qp(a, a.cq);
+  ibv_qp* b2 = make_qp(b, cq2);
+  ASSERT_TRUE(a2 && b2);
+  bring_up(a2, b2->qp_num, 3, 18);
+  bring_up(b2, a2->qp_num, 2, 18);
+  ASSERT_EQ(recv_on(b, b.qp, 1), 0);
+  ASSERT_EQ(recv_on(b, b2, 2, 40000), 0);
+  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+  ASSERT_EQ(ibv_req_notify_cq(cq2, 0), 0);
+  ibv_cq* got[2] = {nullptr, nullptr};
+  std::atomic<bool> back[2] = {false, false};
+  std::vector<std::thread> waiters;
+  for (int t = 0; t < 2; ++t)
+    waiters.emplace_back([&, t] {
+      void* ev_ctx = nullptr;
+      EXPECT_EQ(ibv_get_cq_event(b.ch, &got[t], &ev_ctx), 0);
+      if (got[t]) ibv_ack_cq_events(got[t], 1);
+      back[t] = true;
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both are blocked by now
+  ASSERT_EQ(send_on(a.qp, 11), 0);
+  ASSERT_EQ(send_on(a2, 12), 0);
+  if (!wait_flag(back[0], 5000) || !wait_flag(back[1], 5000)) {
+    ADD_FAILURE() << "a waiter was not woken: " << back[0].load() << back[1].load();
+    _exit(1);
+  }
+  for (std::thread& w : waiters) w.join();
+  EXPECT_TRUE((got[0] == b.cq && got[1] == cq2) || (got[0] == cq2 && got[1] == b.cq))
+      << got[0] << " " << got[1] << " (cq " << b.cq << ", cq2 " << cq2 << ")";
+  pollfd p{b.ch->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0) << "a byte is left in the channel";
+  ibv_wc wc{};
+  ASSERT_EQ(ibv_poll_cq(b.cq, 1, &wc), 1);
+  EXPECT_EQ(wc.wr_id, 1u);
+  ASSERT_EQ(ibv_poll_cq(cq2, 1, &wc), 1);
+  EXPECT_EQ(wc.wr_id, 2u);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(spin_for(a.cq, &wc, 5000));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  }
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    EXPECT_EQ(ibv_destroy_qp(b2), 0);
+    EXPECT_EQ(ibv_destroy_qp(a2), 0);
+    EXPECT_EQ(ibv_destroy_cq(cq2), 0);  // waits until its event was acknowledged
+    destroyed = true;
+  });
+  if (!wait_flag(destroyed, 5000)) {
+    ADD_FAILURE() << "ibv_destroy_cq still waits for an acknowledgement";
+    _exit(1);
+  }
+  destroyer.join();
+}
+
+// A waiter receives for its device, so it may complete a CQ of another channel nobody waits on:
+// that event goes to that channel (its fd readable, ibv_get_cq_event there returns it), and the
+// waiter keeps waiting until its own CQ completes.
+TEST_F(SoftProgress, AWaiterThatCompletesAnotherChannelsCqQueuesThatEventAndWaitsOn) {
+  setenv("MELON_SOFT_LANES", "1", 1);
+  connect();
+  ibv_comp_channel* ch2 = ibv_create_comp_channel(b.ctx);
+  ASSERT_NE(ch2, nullptr);
+  ibv_cq* cq2 = ibv_create_cq(b.ctx, 16, nullptr, ch2, 0);
+  ASSERT_NE(cq2, nullptr);
+  ibv_qp* a2 = make_qp(a, a.cq);
+  ibv_qp* b2 = make_qp(b, cq2);
+  ASSERT_TRUE(a2 && b2);
+  bring_up(a2, b2->qp_num, 3, 18);
+  bring_up(b2, a2->qp_num, 2, 18);
+  ASSERT_EQ(recv_on(b, b.qp, 1), 0);
+  ASSERT_EQ(recv_on(b, b2, 2, 40000), 0);
+  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+  ASSERT_EQ(ibv_req_notify_cq(cq2, 0), 0);
+  ibv_cq* got = nullptr;
+  std::atomic<bool> back{false};
+  std::thread waiter([&] {
+    void* ev_ctx = nullptr;
+    EXPECT_EQ(ibv_get_cq_event(b.ch, &got, &ev_ctx), 0);
+    back = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the waiter is blocked by now
+  ASSERT_EQ(send_on(a2, 12), 0);
+  pollfd p{ch2->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 3000), 1) << "the other channel was not signalled";
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(back.load()) << "the waiter returned with another channel's event";
+  ibv_cq* got2 = nullptr;
+  void* ctx2 = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(ch2, &got2, &ctx2), 0);
+  EXPECT_EQ(got2, cq2);
+  ibv_ack_cq_events(cq2, 1);
+  ASSERT_EQ(send_on(a.qp, 11), 0);
+  if (!wait_flag(back, 5000)) {
+    ADD_FAILURE() << "the SEND to the waiter's own CQ did not wake it";
+    _exit(1);
+  }
+  waiter.join();
+  EXPECT_EQ(got, b.cq);
+  ibv_ack_cq_events(b.cq, 1);
+  ibv_wc wc{};
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(spin_for(a.cq, &wc, 5000));
+  EXPECT_EQ(ibv_destroy_qp(b2), 0);
+  EXPECT_EQ(ibv_destroy_qp(a2), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq2), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(ch2), 0);
+}
+
+// An application that waits in ibv_get_cq_event round after round (arm, wait, poll): once a wait
+// ended on the waiter's own receive, the next ibv_req_notify_cq and ibv_get_cq_event wake no other
+// thread (no write to the progress thread's wake pipe): the lease the waiter left stays, and the
+// next wait receives itself again. A wait that ended otherwise is followed by the usual wake-ups.
+TEST_F(SoftProgress, AfterAWaiterTookItsOwnEventArmingAndWaitingAgainWakeNoOtherThread) {
+  connect();
+  g_channel_fd = b.ch->fd;
+  constexpr int kRounds = 6;
+  std::atomic<int> armed{0};
+  std::atomic<bool> failed{false};
+  std::vector<CallLog> logs(kRounds);
+  std::thread app([&] {
+    for (int round = 0; round < kRounds && !failed; ++round) {
+      if (recv_on(b, b.qp, uint64_t(round)) != 0) failed = true;
+      tls_trace = &logs[size_t(round)];
+      ibv_cq* ev_cq = nullptr;
+      void* ev_ctx = nullptr;
+      const bool ok = ibv_req_notify_cq(b.cq, 0) == 0 && (armed = round + 1, true) &&
+                      ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx) == 0 && ev_cq == b.cq;
+      tls_trace = nullptr;
+      if (!ok) failed = true;
+      ibv_ack_cq_events(b.cq, 1);
+      ibv_wc wc{};
+      if (ibv_poll_cq(b.cq, 1, &wc) != 1 || wc.wr_id != uint64_t(round)) failed = true;
+    }
+  });
+  for (int round = 0; round < kRounds && !failed; ++round) {
+    for (int i = 0; i < 5000 && armed.load() <= round; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // blocked in ibv_get_cq_event by now
+    ASSERT_EQ(send_on(a.qp, uint64_t(round)), 0);
+    ibv_wc wc{};
+    ASSERT_TRUE(spin_for(a.cq, &wc, 5000)) << "round " << round;
+  }
+  app.join();
+  ASSERT_FALSE(failed.load());
+  int checked = 0;
+  for (int round = 1; round < kRounds; ++round) {
+    const CallLog& prev = logs[size_t(round - 1)];
+    const bool own =
+        std::any_of(prev.begin(), prev.end(), [](const auto& c) { return c.first == "recvmmsg" && c.second > 0; }) &&
+        std::none_of(prev.begin(), prev.end(), [](const auto& c) { return c.first == "read channel"; });
+    if (!own) continue;
+    ++checked;
+    std::string calls;
+    for (const auto& c : logs[size_t(round)]) calls += c.first + "; ";
+    EXPECT_EQ(calls.find("write"), std::string::npos) << "round " << round << ": " << calls;
+  }
+  EXPECT_GE(checked, 1) << "no wait ended on the waiter's own receive";
 }
 
 }  // namespace

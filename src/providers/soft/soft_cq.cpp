@@ -39,10 +39,7 @@ bool SoftCq::push(const ibv_wc& wc, bool solicited) {
       notify = true;
     }
   }
-  if (notify) {
-    verbs::signal_comp_channel(cq());
-    if (cq()->channel) UdpTransport::note_channel_signalled(cq()->channel->fd);
-  }
+  if (notify) verbs::signal_comp_channel(cq());
   return true;
 }
 
@@ -80,10 +77,14 @@ int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
   if (attr && attr->comp_mask) return EINVAL;
   SoftCq* c = cqx(cq);
   int r = advance(c);
-  // An empty CQ: the application waits, so what posts left queued goes out now (as in poll_cq).
+  // An empty CQ, as in poll_cq: what posts left queued goes out now (the application waits for
+  // it), and arrivals are received in this thread; a spin of such polls takes the busy-poll lease.
   if (r == ENOENT)
-    if (Hub* h = c->ctx->hub_if_started())
-      h->each_lane(c->lanes.load(std::memory_order_relaxed), [](UdpTransport& l) { l.flush_held(); });
+    if (Hub* h = c->ctx->hub_if_started()) {
+      const uint32_t lanes = c->lanes.load(std::memory_order_relaxed);
+      h->each_lane(lanes, [](UdpTransport& l) { l.flush_held(); });
+      if (h->poll_progress(lanes)) r = advance(c);
+    }
   return r;
 }
 int next_poll(ibv_cq_ex* cq) { return advance(cqx(cq)); }

@@ -253,7 +253,7 @@ int SoftContext::wait_channel(int fd) {
   if (!lanes || (lanes & (lanes - 1))) return 0;
   const int fl = fcntl(fd, F_GETFL);  // an O_NONBLOCK channel must not block here
   if (fl < 0 || (fl & O_NONBLOCK)) return 0;
-  return h->lane(size_t(__builtin_ctz(lanes))).wait_readable(fd);
+  return h->lane(size_t(__builtin_ctz(lanes))).wait_readable(fd, verbs::channel_event_taken);
 }
 
 void SoftContext::close() {

@@ -31,7 +31,6 @@ using namespace roce;
 namespace {
 
 thread_local const UdpTransport* tls_progress = nullptr;  // the transport whose progress thread this is
-thread_local int tls_signalled_fd = -1;  // the last completion channel this thread signalled
 
 socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss, uint32_t scope = 0) {
   // Only the address's own size is cleared and passed (a message's; the rest of ss is never read).
@@ -232,8 +231,25 @@ size_t UdpTransport::socket_for(const uint8_t sgid[16]) const {
 
 void UdpTransport::timer_moved(uint64_t d) {
   // The progress thread reads the deadline again before it sleeps; others make sure it wakes by d.
-  if (d >= armed_deadline_ || tls_progress == this) return;
-  armed_deadline_ = d;
+  // A wake-up already due may be the one the thread is handling now, having read the lease state
+  // before the caller changed it: only one still to come is sure to find the caller's changes.
+  if (tls_progress == this) return;
+  const uint64_t now = now_ns();
+  uint64_t by = armed_deadline_ > now ? armed_deadline_ : UINT64_MAX;
+  if (timer_at_ > now) by = std::min(by, timer_at_);
+  if (d >= by) return;
+  if (timer_fd_ >= 0)
+    timer_at_ = d;
+  else
+    armed_deadline_ = d;  // woken through the pipe, the thread computes its deadline again at once
+  if (d < timer_due_.load(std::memory_order_relaxed)) timer_due_.store(d, std::memory_order_relaxed);
+}
+
+void UdpTransport::arm_timer() {
+  if (timer_due_.load(std::memory_order_relaxed) == UINT64_MAX) return;
+  std::lock_guard<std::mutex> g(timer_mu_);
+  const uint64_t d = timer_due_.exchange(UINT64_MAX, std::memory_order_relaxed);
+  if (d == UINT64_MAX) return;  // another thread armed it meanwhile
 #if defined(__linux__)
   if (timer_fd_ >= 0) {
     itimerspec its{};
@@ -241,6 +257,8 @@ void UdpTransport::timer_moved(uint64_t d) {
     its.it_value.tv_nsec = long(d % 1000000000ull);
     if (!its.it_value.tv_sec && !its.it_value.tv_nsec) its.it_value.tv_nsec = 1;  // 0 would disarm
     if (timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr) == 0) return;
+    std::lock_guard<std::mutex> m(mu_);
+    timer_at_ = UINT64_MAX;  // not armed after all: the wake below makes the thread look again
   }
 #endif
   wake();
@@ -616,6 +634,7 @@ void UdpTransport::receive_handed(const Foreign* f, size_t n) {
     after_engine_call();
   }
   send_queued(false);
+  arm_timer();
 }
 
 int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
@@ -720,6 +739,7 @@ bool UdpTransport::poll_progress() {
                now >= no_lease_until_.load(std::memory_order_relaxed)) {
       lease = true;
       if (!lease_.exchange(true)) {  // the progress thread leaves the sockets to us
+        waiter_lease_.store(false, std::memory_order_relaxed);  // a spin's lease, which arming ends
         stats_.busy_poll_leases++;
         wake();
       }
@@ -746,6 +766,7 @@ bool UdpTransport::poll_progress() {
   }
   rx_mu_.unlock();
   send_queued(false);
+  arm_timer();
   if (lease && stream_seen_.exchange(false, std::memory_order_relaxed)) {
     // Streaming: hand receiving back to the progress thread and stay away, twice as long each
     // time in a row (10 ms .. 1.3 s), so a long stream pays for a few leases only.
@@ -763,16 +784,32 @@ void UdpTransport::app_waits() {
   const uint64_t now = now_ns();
   spin_since_.store(now, std::memory_order_relaxed);
   app_polled_at_.store(now, std::memory_order_relaxed);
+  // The lease a waiter left after receiving its own event: the application arms to wait again, as
+  // a rule in ibv_get_cq_event, which receives itself. Waking the progress thread to take the
+  // sockets, and the next wait waking it again to leave them, would cost two wake-ups a message;
+  // the lease (its timer armed) stays, so an application that now blocks elsewhere (poll() on the
+  // channel fd) has its arrivals taken up at the latest busy_ns_ from here.
+  if (waiter_lease_.exchange(false, std::memory_order_relaxed) && lease_.load()) {
+    if (held_.load(std::memory_order_relaxed)) flush_held();
+    return;
+  }
   if (lease_.exchange(false)) wake();
   if (held_.load(std::memory_order_relaxed)) flush_held();
 }
 
-void UdpTransport::note_channel_signalled(int fd) { tls_signalled_fd = fd; }
-
-int UdpTransport::wait_readable(int fd) {
+int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
   if (!running_) return 0;
   waiters_.fetch_add(1);
   if (watching_.load()) wake();  // the progress thread leaves the sockets to waiters
+  if (busy_ns_) {
+    // The lease this wait leaves on its way out ends by the timer (below). Armed now, before the
+    // wait, it need not be armed after the wake-up unless the wait outlasted it (timer_moved).
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      timer_moved(now_ns() + busy_ns_);
+    }
+    arm_timer();
+  }
   std::vector<pollfd> fds{{fd, POLLIN, 0}};
   std::vector<size_t> which;
   for (size_t i = 0; i < socks_.size(); ++i)
@@ -792,16 +829,17 @@ int UdpTransport::wait_readable(int fd) {
     // Replies (ACKs) are held while this thread looks whether its event came: if it did, they
     // leave after this thread has returned (from the progress thread it wakes below, or with the
     // application's next post); if not, now.
-    tls_signalled_fd = -1;
     {
       RxLock g(this);
       for (size_t s = 0; s < which.size(); ++s)
         if (fds[s + 1].revents & POLLIN) receive_batch(which[s], true);
     }
-    // Our own receive signalled the channel, or another thread did meanwhile.
-    if (tls_signalled_fd == fd || poll(fds.data(), 1, 0) == 1) break;
+    // Our own receive signalled the channel (its event is ours, not in `fd`), or another thread
+    // did meanwhile.
+    if (event_taken() || poll(fds.data(), 1, 0) == 1) break;
     if (held_.load(std::memory_order_relaxed)) flush_held();
     send_queued(false);
+    arm_timer();
   }
   // The last waiter out leaves a lease, as a poll does: the application's next poll, post or
   // ibv_req_notify_cq takes over from here (and sends the held replies); if none comes, the
@@ -810,6 +848,7 @@ int UdpTransport::wait_readable(int fd) {
   if (busy_ns_) {
     app_polled_at_.store(now, std::memory_order_relaxed);
     spin_since_.store(now, std::memory_order_relaxed);
+    waiter_lease_.store(event_taken(), std::memory_order_relaxed);  // see app_waits()
     lease_.store(true);
   }
   if (waiters_.fetch_sub(1) == 1) {
@@ -817,11 +856,12 @@ int UdpTransport::wait_readable(int fd) {
       wake();
     } else {
       std::lock_guard<std::mutex> g(mu_);
-      timer_moved(now + busy_ns_);
+      timer_moved(now + busy_ns_);  // mostly armed already, on the way in
     }
   } else if (held_.load(std::memory_order_relaxed)) {
     flush_held();
   }
+  arm_timer();  // also what this thread's receive asked for
   return err;
 }
 
@@ -849,6 +889,7 @@ void UdpTransport::run() {
     if (leased) watching_.store(false);
     if (!spin_leased) {
       lease_.store(false, std::memory_order_relaxed);
+      waiter_lease_.store(false, std::memory_order_relaxed);
       // Replies the application held back (receive_batch) leave when it stopped polling.
       if (held_.load(std::memory_order_relaxed)) flush_held();
     }
@@ -871,6 +912,7 @@ void UdpTransport::run() {
       // A timer set earlier than this needs a wake-up (after_engine_call); later ones are seen
       // when this wait ends anyway, so posts during a lease do not write to the wake pipe.
       armed_deadline_ = deadline;
+      if (timer_at_ <= now) timer_at_ = UINT64_MAX;  // the timer fd has fired (or fires at once)
     }
     timespec ts{}, *tsp = nullptr;
     if (deadline != UINT64_MAX) {

@@ -105,16 +105,16 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // (MELON_SOFT_BUSY_NS, default 1 ms; 0 turns the lease off) or when a CQ is armed (app_waits).
   bool poll_progress();
   // A CQ of this transport was armed (ibv_req_notify_cq): the application is about to block, so
-  // the progress thread watches the sockets again at once.
+  // the progress thread watches the sockets again at once; unless the lease was left by a waiter
+  // that received its own event (the application most likely waits there again, receiving itself):
+  // then the lease stays, to its end busy_ns_ later.
   void app_waits();
-  // Blocks until `fd` (a completion channel) is readable, receiving in the caller's thread
-  // meanwhile: while any thread waits here the progress thread leaves the sockets (it keeps the
-  // timers), so an arrival wakes the waiter directly, not the progress thread and then the waiter.
-  // 0, or an errno value of poll().
-  int wait_readable(int fd);
-  // The soft CQ signalled the completion channel `fd` from this thread (a waiter receiving for
-  // itself then knows its event came without asking the kernel).
-  static void note_channel_signalled(int fd);
+  // Blocks until `fd` (a completion channel) is readable or `event_taken()` says this thread's own
+  // receive signalled it (verbs::channel_event_taken: the event then never passes through `fd`),
+  // receiving in the caller's thread meanwhile: while any thread waits here the progress thread
+  // leaves the sockets (it keeps the timers), so an arrival wakes the waiter directly, not the
+  // progress thread and then the waiter. 0, or an errno value of poll().
+  int wait_readable(int fd, bool (*event_taken)());
 
   const TransportStats& stats() const { return stats_; }
   static uint64_t now_ns();
@@ -132,7 +132,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
 
   // Locks, in the order they may nest: rx_mu_ (receive buffers, recvmmsg) -> mu_ (the engine and
   // the batch being filled) -> q_mu_ (the send queue, held for pointer moves only). tx_mu_ (the
-  // one thread sending) -> q_mu_. Lanes: this lane's rx_mu_ -> another lane's mu_ (hand_over), and
+  // one thread sending) -> q_mu_. timer_mu_ (arm_timer) -> mu_. Lanes: this lane's rx_mu_ -> another lane's mu_ (hand_over), and
   // no thread holds two lanes' mu_. No thread makes a syscall while holding mu_, so a post waits at
   // most for engine work, never for a recvmmsg or a sendmmsg.
  private:
@@ -144,6 +144,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
       bool wait, send = true;
       ~Send() {
         if (send) t->send_queued(wait);  // after the engine lock is released
+        t->arm_timer();  // after the send: the packets do not wait for a timer syscall
       }
     } send{this, mode == Mode::control};
     std::lock_guard<std::mutex> g(mu_);
@@ -184,9 +185,12 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   void hand_over();
   void receive_handed(const Foreign* f, size_t n);  // from another lane's thread
   void wake();
-  // With mu_ held: the engine's next deadline is now d. If that is earlier than the progress thread
-  // will wake, arm the timer fd for d (Linux), else wake the thread.
+  // With mu_ held: the engine's next deadline (or a lease's end) is now d. If that is earlier than
+  // the progress thread will wake, the timer fd is to be armed for d (Linux), else the thread woken:
+  // arm_timer() does either once the caller has released mu_ and sent what it queued. Every caller
+  // of timer_moved calls arm_timer afterwards.
   void timer_moved(uint64_t d);
+  void arm_timer();  // without mu_: the timerfd_settime (or wake) that timer_moved asked for, if any
   size_t socket_for(const uint8_t sgid[16]) const;
 
   // Transmit: packets queue in slots; consecutive full-size packets of one flow share one message
@@ -230,6 +234,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<uint64_t> app_polled_at_{0};  // the last poll_progress()
   std::atomic<uint64_t> spin_since_{0};  // start of the application's current spin
   std::atomic<bool> lease_{false};
+  std::atomic<bool> waiter_lease_{false};  // lease_ was left by a waiter that received its own event
   // A leased receive that made more than kMaxHeldReplies packets to send (a window refill, not a
   // ping-pong's ACK) ends the lease, and none is taken for kNoLeaseAfterStreamNs: a stream keeps
   // the progress thread (and the second core) sending while the application posts.
@@ -253,7 +258,14 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     UdpTransport* t;
   };  // threads in wait_readable(): they receive, the progress thread does not
   bool defer_ = true;  // the application receives; the progress thread keeps off the sockets
+  // The progress thread wakes by the earlier of armed_deadline_ (its own wait's deadline, set before
+  // each wait) and timer_at_ (the timer fd's expiry, kept after the timer it was armed for has gone:
+  // an early wake-up costs that thread one look, a timerfd_settime per post costs the poster a
+  // syscall). Both guarded by mu_. timer_due_: the expiry arm_timer() has yet to set.
   uint64_t armed_deadline_ = UINT64_MAX;
+  uint64_t timer_at_ = UINT64_MAX;
+  std::atomic<uint64_t> timer_due_{UINT64_MAX};
+  std::mutex timer_mu_;  // one timerfd_settime at a time, the last with the earliest expiry asked for
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
   uint64_t totals_at_ = 0;  // when the engine's counter totals were last copied out (progress thread)
   bool totals_stale_ = false;
