@@ -325,7 +325,13 @@ thread_local ChannelWait tls_wait;
 void signal_comp_channel(ibv_cq* cq) {
   if (!cq->channel) return;
   if (cq->channel == tls_wait.channel && !tls_wait.cq) {
-    tls_wait.cq = cq;  // this thread returns it from ibv_get_cq_event: no other thread can miss it
+    // This thread returns it from ibv_get_cq_event: no other thread can miss it. It counts as
+    // delivered from here, so an ibv_destroy_cq meanwhile (which cannot see the slot) waits for its
+    // acknowledgement instead of freeing the CQ under the waiter.
+    pthread_mutex_lock(&cq->mutex);
+    CqBase::from(cq)->comp_events_delivered++;
+    pthread_mutex_unlock(&cq->mutex);
+    tls_wait.cq = cq;
     return;
   }
   CompChannel::from(cq->channel)->queue->push(cq);
@@ -556,17 +562,17 @@ MELON_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void**
   // an event that work signalled on this channel comes back in tls_wait, not through the fd.
   tls_wait = {channel, nullptr};
   (void)ContextBase::from(channel->context)->ops->wait_channel(channel->fd);
-  ibv_cq* got = tls_wait.cq;
+  ibv_cq* got = tls_wait.cq;  // already counted as delivered (signal_comp_channel)
   tls_wait = {};
-  if (!got)
+  if (!got) {
     if (int rc = CompChannel::from(channel)->queue->pop(&got)) {
       errno = rc;
       return -1;
     }
-  CqBase* base = CqBase::from(got);
-  pthread_mutex_lock(&got->mutex);
-  base->comp_events_delivered++;
-  pthread_mutex_unlock(&got->mutex);
+    pthread_mutex_lock(&got->mutex);
+    CqBase::from(got)->comp_events_delivered++;
+    pthread_mutex_unlock(&got->mutex);
+  }
   *cq = got;
   *cq_context = got->cq_context;
   return 0;

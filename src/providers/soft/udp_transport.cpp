@@ -841,6 +841,9 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
     send_queued(false);
     arm_timer();
   }
+  // What the receive queued beyond the replies it may hold (READ responses, a window's refill)
+  // leaves now: the lease this wait leaves may wake nobody before it ends.
+  send_queued(false);
   // The last waiter out leaves a lease, as a poll does: the application's next poll, post or
   // ibv_req_notify_cq takes over from here (and sends the held replies); if none comes, the
   // progress thread's timer ends the lease after busy_ns_. No wake-up on the way out.
