@@ -131,10 +131,7 @@ ibv_*_pingpong_*|ib_*)
     *)
       rows=$(awk '/^ *#bytes/{t=1; next} t && /^ *[0-9]+ +[0-9]+ /{print}' "$out")
       [ -n "$rows" ] || fail "no result rows"
-      case $tool in
-        *_bw) echo "$rows" | awk '{ if ($NF + 0 <= 0) exit 1 }' || fail "zero message rate" ;;
-        *_lat) echo "$rows" | awk '{ if ($3 + 0 <= 0 || $3 + 0 > $6 + 0) exit 1 }' || fail "bad latency figures" ;;
-      esac
+      check_figures "$tool" "$rows"
       echo "$rows"
       ;;
   esac

@@ -154,13 +154,7 @@ perftest_*)
   # Every result row: a size, an iteration count, and positive numbers after them.
   rows=$(awk '/^ *#bytes/{t=1; next} t && /^ *[0-9]+ +[0-9]+ /{print}' "$out")
   [ -n "$rows" ] || fail "no result rows"
-  # Sane numbers: bandwidth tests a positive message rate (a receiving server may print peak 0),
-  # latency tests a positive minimum no larger than the average.
-  case $bin in
-    # (tiny messages print 0.00 MB/s after rounding, so the message rate is what must be positive)
-    *_bw) echo "$rows" | awk '{ if ($NF + 0 <= 0) exit 1 }' || fail "zero message rate" ;;
-    *_lat) echo "$rows" | awk '{ if ($3 + 0 <= 0 || $3 + 0 > $6 + 0) exit 1 }' || fail "bad latency figures" ;;
-  esac
+  check_figures "$bin" "$rows"
   case "$opts" in
     *-a*) [ "$(echo "$rows" | sort -u | wc -l)" -ge 6 ] || fail "-a: expected a row per size" ;;
   esac
