@@ -884,21 +884,23 @@ void UdpTransport::run() {
     // While the application holds a busy-poll lease, watch only the wake pipe and the timers, and
     // look again when the lease would run out; once no poll came for busy_ns_, take the sockets back.
     // Threads blocked in wait_readable() receive too; the same holds while there are any.
-    const uint64_t lease_end =
-        lease_.load(std::memory_order_relaxed) ? app_polled_at_.load(std::memory_order_relaxed) + busy_ns_ : 0;
-    const bool spin_leased = lease_end > now_ns();
-    watching_.store(true);  // before looking at waiters_: an arriving waiter sees one or the other
-    const bool leased = spin_leased || waiters_.load() > 0;
-    if (leased) watching_.store(false);
-    if (!spin_leased) {
-      lease_.store(false, std::memory_order_relaxed);
-      waiter_lease_.store(false, std::memory_order_relaxed);
-      // Replies the application held back (receive_batch) leave when it stopped polling.
-      if (held_.load(std::memory_order_relaxed)) flush_held();
-    }
-    uint64_t deadline;
+    uint64_t deadline, lease_end;
+    bool spin_leased, leased;
     {
+      // The lease is read under mu_, where armed_deadline_ is set: a waiter that leaves a lease
+      // then calls timer_moved under mu_, so either this sees its lease or it sees the deadline
+      // set here (and wakes this thread if its lease ends sooner).
       std::lock_guard<std::mutex> g(mu_);
+      lease_end =
+          lease_.load(std::memory_order_relaxed) ? app_polled_at_.load(std::memory_order_relaxed) + busy_ns_ : 0;
+      spin_leased = lease_end > now_ns();
+      watching_.store(true);  // before looking at waiters_: an arriving waiter sees one or the other
+      leased = spin_leased || waiters_.load() > 0;
+      if (leased) watching_.store(false);
+      if (!spin_leased) {
+        lease_.store(false, std::memory_order_relaxed);
+        waiter_lease_.store(false, std::memory_order_relaxed);
+      }
       deadline = engine_.next_deadline();
       // The engine's retransmission counters, copied out at most every millisecond (a sum over
       // QPs); while they may be stale the wait is capped so they catch up.
@@ -917,6 +919,8 @@ void UdpTransport::run() {
       armed_deadline_ = deadline;
       if (timer_at_ <= now) timer_at_ = UINT64_MAX;  // the timer fd has fired (or fires at once)
     }
+    // Replies the application held back (receive_batch) leave when it stopped polling.
+    if (!spin_leased && held_.load(std::memory_order_relaxed)) flush_held();
     timespec ts{}, *tsp = nullptr;
     if (deadline != UINT64_MAX) {
       uint64_t now = now_ns();
