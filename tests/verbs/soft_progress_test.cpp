@@ -286,6 +286,20 @@ class SoftProgress : public melon::test::SoftDeviceTest {
     return ibv_post_recv(qp, &r, &bad);
   }
 
+  // A second QP pair beside a.qp/b.qp, b2's receives completing on `cq2`; a receive posted on each
+  // of b's QPs (ids 1 and 2) and both b.cq and cq2 armed, for the tests of two CQs' events.
+  void second_pair_armed(ibv_cq* cq2, ibv_qp** a2, ibv_qp** b2) {
+    *a2 = make_qp(a, a.cq);
+    *b2 = make_qp(b, cq2);
+    ASSERT_TRUE(*a2 && *b2);
+    bring_up(*a2, (*b2)->qp_num, 3, 18);
+    bring_up(*b2, (*a2)->qp_num, 2, 18);
+    ASSERT_EQ(recv_on(b, b.qp, 1), 0);
+    ASSERT_EQ(recv_on(b, *b2, 2, 40000), 0);
+    ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+    ASSERT_EQ(ibv_req_notify_cq(cq2, 0), 0);
+  }
+
   // An 8-byte SEND from the start of a's buffer, on `qp` (one of a's).
   int send_on(ibv_qp* qp, uint64_t id) {
     ibv_sge sge{uint64_t(uintptr_t(a.buf.data())), 8, a.mr->lkey};
@@ -767,15 +781,9 @@ TEST_F(SoftProgress, TwoWaitersOnOneChannelOfTwoCqsReturnOneEventEach) {
   connect();
   ibv_cq* cq2 = ibv_create_cq(b.ctx, 16, nullptr, b.ch, 0);
   ASSERT_NE(cq2, nullptr);
-  ibv_qp* a2 = make_qp(a, a.cq);
-  ibv_qp* b2 = make_qp(b, cq2);
-  ASSERT_TRUE(a2 && b2);
-  bring_up(a2, b2->qp_num, 3, 18);
-  bring_up(b2, a2->qp_num, 2, 18);
-  ASSERT_EQ(recv_on(b, b.qp, 1), 0);
-  ASSERT_EQ(recv_on(b, b2, 2, 40000), 0);
-  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
-  ASSERT_EQ(ibv_req_notify_cq(cq2, 0), 0);
+  ibv_qp *a2 = nullptr, *b2 = nullptr;
+  second_pair_armed(cq2, &a2, &b2);
+  ASSERT_FALSE(HasFatalFailure());
   ibv_cq* got[2] = {nullptr, nullptr};
   std::atomic<bool> back[2] = {false, false};
   std::vector<std::thread> waiters;
@@ -831,15 +839,9 @@ TEST_F(SoftProgress, AWaiterThatCompletesAnotherChannelsCqQueuesThatEventAndWait
   ASSERT_NE(ch2, nullptr);
   ibv_cq* cq2 = ibv_create_cq(b.ctx, 16, nullptr, ch2, 0);
   ASSERT_NE(cq2, nullptr);
-  ibv_qp* a2 = make_qp(a, a.cq);
-  ibv_qp* b2 = make_qp(b, cq2);
-  ASSERT_TRUE(a2 && b2);
-  bring_up(a2, b2->qp_num, 3, 18);
-  bring_up(b2, a2->qp_num, 2, 18);
-  ASSERT_EQ(recv_on(b, b.qp, 1), 0);
-  ASSERT_EQ(recv_on(b, b2, 2, 40000), 0);
-  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
-  ASSERT_EQ(ibv_req_notify_cq(cq2, 0), 0);
+  ibv_qp *a2 = nullptr, *b2 = nullptr;
+  second_pair_armed(cq2, &a2, &b2);
+  ASSERT_FALSE(HasFatalFailure());
   ibv_cq* got = nullptr;
   std::atomic<bool> back{false};
   std::thread waiter([&] {
