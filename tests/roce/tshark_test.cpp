@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tshark_payloads.h"
 #include "roce/aeth.h"
 #include "roce/crc32.h"
 #include "roce/icrc.h"
@@ -191,14 +192,9 @@ const char* const kFields[] = {
     "_ws.malformed",
 };
 
-// Wireshark's payload heuristics (RPC-over-RDMA, iSER, SMB Direct, ...) would claim some of our
-// made-up payloads; we want them shown as plain data, so those protocols are switched off.
-const char* const kPayloadProtocols[] = {"smc",  "smb_direct",      "rpcordma",       "nvme-rdma", "lnet",
-                                         "iser", "infiniband.eoib", "infiniband_sdp", "fcoib",     "drbd"};
-
 std::vector<std::map<std::string, std::string>> run_tshark(const std::string& pcap, std::string* err) {
   std::string cmd = "tshark -n -r '" + pcap + "' -o ip.check_checksum:TRUE -T fields -E occurrence=a -E aggregator=,";
-  for (const char* h : kPayloadProtocols) cmd += std::string(" --disable-protocol ") + h;
+  cmd += melon::test::tshark_plain_payloads();  // our made-up payloads shown as plain data
   for (const char* f : kFields) cmd += std::string(" -e ") + f;
   cmd += " 2>&1";
   std::vector<std::map<std::string, std::string>> rows;
