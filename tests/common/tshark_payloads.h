@@ -1,14 +1,12 @@
-// Wireshark's payload heuristics (RPC-over-RDMA, iSER, SMB Direct, ...) claim some made-up or
-// random payloads and then call them malformed; tests that want RoCE checked, not the data, switch
-// these protocols off (tshark --disable-protocol).
+// Wireshark's payload heuristics switched off for tests that check RoCE, not the data it carries.
 #pragma once
-#include <iterator>
 #include <string>
 
 namespace melon::test {
 
-inline const char* const kTsharkPayloadProtocols[] = {"smc",  "smb_direct",      "rpcordma",       "nvme-rdma", "lnet",
-                                                      "iser", "infiniband.eoib", "infiniband_sdp", "fcoib",     "drbd"};
+inline const char* const kTsharkPayloadProtocols[] = {
+#include "common/tshark_payload_protocols.inc"
+};
 
 // " --disable-protocol P" for each of them.
 inline std::string tshark_plain_payloads() {

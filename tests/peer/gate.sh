@@ -57,7 +57,8 @@ provider_setup() {
       local cfg=$PEER_RUN/soft.conf
       # GID table = the addresses in this order: 0 IPv4, 1 IPv6 link-local (scope br0), 2 IPv6 ULA.
       echo "device soft0 $PEER_HOST_ADDR addr=$PEER_HOST_LL6%br0 addr=$PEER_HOST_ADDR6" > "$cfg"
-      OUR_ENV=(LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG="$cfg" MELON_STATS_DIR="$PEER_RUN/stats")
+      OUR_ENV=(LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG="$cfg" MELON_STATS_DIR="$PEER_RUN/stats"
+              MELON_SOFT_STATS=1)  # each tool prints its device's counters when it closes it (idle_link)
       OUR_DEV=soft0 OUR_GID=0 OUR_GID_LL=1 OUR_GID_ULA=2 OUR_ACTIVE_MTU=$pmtu OUR_READS=''
       OUR_WHAT="MelonDMA soft provider ($libdir)"
       ;;
@@ -122,6 +123,14 @@ trap 'provider_teardown; peer_down; trap - EXIT; exit 130' INT
 trap 'provider_teardown; peer_down; trap - EXIT; exit 143' TERM HUP
 provider_setup || exit 1
 if [ -n "$capture" ]; then peer_capture_start "$capture" || echo "warning: no capture"; fi
+# The run's first RoCEv2 packets as the guest receives and sends them, on tap1: past the point where
+# the kernel cuts our UDP GSO sends into datagrams (br0 and veth pass a GSO send on whole, so a
+# capture there shows several packets in one frame). Checked at the end (roce_pcap_check.py).
+first_pcap=$PEER_RUN/first-packets.pcap
+ip netns exec "$PEER_NS" tcpdump -q -n -i tap1 -s 9216 -B 32768 -U -c "${PEER_GATE_FIRST_PACKETS:-4000}" \
+  -w "$first_pcap" udp port 4791 2>"$PEER_RUN/first-capture.log" &
+first_pid=$!
+for ((k = 0; k < 50; k++)); do grep -q 'listening on' "$PEER_RUN/first-capture.log" 2>/dev/null && break; sleep 0.1; done
 counters() { peer_run 1 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . *' 2>&1 | tr '\n' ' '; }
 
 ours() {  # ours CMD...: a stock tool on the host side of the namespace, on our library and provider
@@ -150,6 +159,8 @@ rows+=("ibv_devinfo|-|$([ ${#checks_failed[@]} -eq 0 ] && echo PASS || echo FAIL
 exchange() {
   local how=$1 guest_args=$2 our_args=$3
   local r0; r0=$(rcvd)
+  rxe_before='' rxe_after=''
+  [ "${RXE_COUNTERS:-0}" = 1 ] && rxe_before=$(counters)
   if [ "$how" = guest-server ]; then
     local id; id=$(PEER_JOB_TIMEOUT=${EX_TIMEOUT:-60} peer_spawn 1 "echo \$\$ > /tmp/server.pid; exec $guest_args")
     peer_wait_listen 1 18515 || echo "warning: guest server not listening"
@@ -180,11 +191,18 @@ exchange() {
     host_out=$(cat "$out")
   fi
   rcvd_delta=$(( $(rcvd) - r0 ))
+  [ "${RXE_COUNTERS:-0}" = 1 ] && rxe_after=$(counters)
   echo "--- ours ($provider):"; echo "$host_out"; echo "--- guest (rxe):"; echo "$guest_out"
   echo "rxe rcvd_pkts +$rcvd_delta"
 }
 
-dir_label() { if [ "$1" = guest-server ]; then echo "rxe server, ours client"; else echo "ours server, rxe client"; fi; }
+dir_label() {
+  case $1 in
+    guest-server) echo "rxe server, ours client" ;;
+    capture) echo "both, on the guest's link" ;;
+    *) echo "ours server, rxe client" ;;
+  esac
+}
 
 # run_case <tool label> <direction> <body function> [args...]: one row of the table.
 run_case() {
@@ -220,6 +238,36 @@ run_case() {
   rows+=("$label|$how|$result|$secs|$note")
 }
 
+# rxe_delta <counter>: how much an rxe0 hw counter grew during the last exchange.
+rxe_delta() {
+  local a b
+  a=$(grep -o " $1:[0-9]*" <<<" $rxe_before" | head -1 | sed 's/.*://')
+  b=$(grep -o " $1:[0-9]*" <<<" $rxe_after" | head -1 | sed 's/.*://')
+  echo $(( ${b:-0} - ${a:-0} ))
+}
+# ours_counter <name>: from the counters line our soft provider printed at exit (MELON_SOFT_STATS=1).
+ours_counter() { sed -n "s/.*melondma soft: [^ ]* counters:.* $1 \([0-9]*\).*/\1/p" <<<"$host_out" | tail -1; }
+accepted_all() { [ -n "$2" ] && [ "$1" -le "$2" ] && [ "$1" -ge $(( $2 - 2 )) ]; }
+# idle_link <tool>: on a link nothing impairs, a ping-pong or latency run needs no recovery on either
+# side: rxe saw no duplicate or out-of-sequence request, got no sequence-error NAK and retried
+# nothing; we retransmitted nothing, timed nothing out and dropped nothing for a bad ICRC; and rxe
+# accepted every packet we sent (it drops a bad ICRC silently: only rcvd_pkts shows it).
+idle_link() {
+  local c
+  for c in duplicate_request out_of_seq_request rcvd_seq_err completer_retry_err retry_exceeded_err; do
+    check "$1: rxe $c +$(rxe_delta $c) = 0 (idle link)" [ "$(rxe_delta $c)" = 0 ]
+  done
+  [ "$provider" = soft ] || return 0
+  local tx; tx=$(ours_counter tx_packets)
+  check "$1: our counters printed at exit" [ -n "$tx" ]
+  for c in retransmits timeouts rx_bad_icrc rx_malformed; do
+    check "$1: our $c $(ours_counter $c) = 0 (idle link)" [ "$(ours_counter $c)" = 0 ]
+  done
+  # Up to 2 fewer: a last ACK may reach rxe after its QP is gone, which rxe does not count either.
+  check "$1: rxe accepted every packet we sent (rcvd_pkts +$rcvd_delta, our tx_packets ${tx:-?})" \
+    accepted_all "$rcvd_delta" "${tx:-}"
+}
+
 common() {  # common <tool>: both ends exit 0, rxe accepted our packets (at least $2 of them)
   check "$1: ours exit 0" [ "$host_rc" = 0 ]
   check "$1: guest exit 0" [ "$guest_rc" = 0 ]
@@ -230,7 +278,7 @@ common() {  # common <tool>: both ends exit 0, rxe accepted our packets (at leas
 # libibverbs example pingpongs: "<n> iters in <t> seconds = <x> usec/iter" and a nonzero bandwidth.
 pp() {  # pp <how> <tool> <iters> <extra args for both ends>
   local how=$1 tool=$2 n=$3 extra=$4
-  exchange "$how" "$tool -d rxe0 -g ${GGID:-1} -n $n $extra" "$tool -d $OUR_DEV -g ${OGID:-$OUR_GID} -n $n $extra"
+  RXE_COUNTERS=1 exchange "$how" "$tool -d rxe0 -g ${GGID:-1} -n $n $extra" "$tool -d $OUR_DEV -g ${OGID:-$OUR_GID} -n $n $extra"
   common "$tool" "$n"
   local bytes='^[1-9][0-9]* bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec'
   local iters="^$n iters in [0-9.]+ seconds = [0-9.]*[1-9][0-9.]* usec/iter"
@@ -238,6 +286,7 @@ pp() {  # pp <how> <tool> <iters> <extra args for both ends>
   check "$tool: guest printed the bytes line" has "$guest_out" "$bytes"
   check "$tool: ours did $n iters (nonzero usec/iter)" has "$host_out" "$iters"
   check "$tool: guest did $n iters (nonzero usec/iter)" has "$guest_out" "$iters"
+  [ "${IDLE_LINK:-1}" = 1 ] && idle_link "$tool"
 }
 
 # perftest: a result row "<size> <iters> ..." whose last figure (MsgRate or a latency) is nonzero.
@@ -252,7 +301,7 @@ perf() {  # perf <how> <tool> <size> <iters> <extra args for both ends> [<iters 
   check "$tool: both ends use path MTU $pmtu" [ "$(grep -Ec "^ *Mtu +: $pmtu\[B\]" <<<"$host_out"$'\n'"$guest_out")" = 2 ]
   local row="^[[:space:]]*${size}[[:space:]]+${rown}[[:space:]]+([0-9.]+[[:space:]]+)+[0-9.]*[1-9][0-9.]*[[:space:]]*\$"
   check "$tool: result row '$size $rown ...' with nonzero figures" has "$host_out"$'\n'"$guest_out" "$row"
-  check "$tool: no error printed" bash -c '! grep -Eqi "error|failed|Couldn.t" <<<"$1"' _ "$host_out"$'\n'"$guest_out"
+  check "$tool: no error printed" bash -c '! grep -v "melondma soft: .* counters:" <<<"$1" | grep -Eqi "error|failed|Couldn.t"' _ "$host_out"$'\n'"$guest_out"
 }
 
 rc_case()   { pp "$1" ibv_rc_pingpong "$3" "-s $2 -m $pmtu -c"; }
@@ -261,7 +310,17 @@ ud_case()   { pp "$1" ibv_ud_pingpong 50 "-s $pmtu -c"; }
 srq_case()  { pp "$1" ibv_srq_pingpong 25 "-q 4 -s 4096 -m $pmtu -c"; }
 bw_case()   { perf "$1" "$2" 65536 100 "-s 65536"; }
 atomic_case() { perf "$1" ib_atomic_bw 8 100 "-A $2"; }
-lat_case()  { perf "$1" "$2" 2 100 "-s 2"; }
+# Latency rows run on an idle link: no recovery on either side (idle_link), and the typical round
+# trip far below the requester's ACK timeout (perftest's default timeout 14: 67 ms), which every
+# iteration would wait for if either side dropped the other's packets.
+lat_case() {
+  RXE_COUNTERS=1 perf "$1" "$2" 2 100 "-s 2"
+  idle_link "$2"
+  local typ; typ=$(awk '$1 == 2 && $2 == 100 && NF >= 5 { print $5; exit }' <<<"$host_out"$'\n'"$guest_out")
+  echo "$2: t_typical ${typ:-?} usec"
+  check "$2: t_typical ${typ:-?} us < ${LAT_MAX_US:-10000} us (ACK timeout 67 ms)" \
+    awk -v t="${typ:-x}" -v m="${LAT_MAX_US:-10000}" 'BEGIN { exit !(t + 0 > 0 && t + 0 < m) }'
+}
 
 for how in guest-server host-server; do
   run_case "ibv_rc_pingpong 1B" "$how" rc_case 1 50
@@ -275,6 +334,7 @@ for how in guest-server host-server; do
   run_case ib_read_bw "$how" bw_case ib_read_bw
   run_case "ib_atomic_bw FETCH_AND_ADD" "$how" atomic_case FETCH_AND_ADD
   run_case "ib_atomic_bw CMP_AND_SWAP" "$how" atomic_case CMP_AND_SWAP
+  run_case ib_send_lat "$how" lat_case ib_send_lat
   run_case ib_write_lat "$how" lat_case ib_write_lat
   run_case ib_read_lat "$how" lat_case ib_read_lat
 done
@@ -393,6 +453,19 @@ for where in out in; do
     run_case "ib_read_bw +netem rxe-$where" "$how" loss_case ib_read_bw "$where"
   done
 done
+
+# The first packets of the run, as the guest's link carried them: every RoCEv2 frame one packet
+# with a right ICRC, none malformed for tshark.
+first_case() {
+  if kill -0 "$first_pid" 2>/dev/null; then sleep 1; kill -INT "$first_pid" 2>/dev/null; fi
+  wait "$first_pid" 2>/dev/null
+  tail -2 "$PEER_RUN/first-capture.log"
+  local out; out=$("$here/roce_pcap_check.py" "$first_pcap" 2>&1); local rc=$?
+  echo "$out"
+  check "first packets on tap1: one RoCE packet per datagram, ICRC right, tshark dissects all ($out)" [ "$rc" = 0 ]
+  if [ -n "${PEER_GATE_KEEP_PCAP:-}" ]; then cp "$first_pcap" "$PEER_GATE_KEEP_PCAP"; fi
+}
+PEER_GATE_RETRIES=0 run_case "first packets (pcap)" capture first_case
 
 provider_teardown
 peer_down
