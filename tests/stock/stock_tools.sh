@@ -24,6 +24,24 @@ CFG
 export MELON_SOFT_CONFIG=$cfg
 
 fail() { echo "FAIL: $*"; echo "---- output ----"; cat "$out"; exit 1; }
+# The tools that send RoCE run with the datagram oracle preloaded (tests/common/wire_check_preload.cpp):
+# each process logs how many datagrams it sent and how many were not exactly one RoCE packet with a
+# right ICRC; wire_check fails the test on any such datagram (issue 19).
+wire_log=''
+wire_check_on() {
+  [ -n "${MELON_WIRE_CHECK_LIB:-}" ] || return 0
+  wire_log=$(mktemp)
+  export LD_PRELOAD=$MELON_WIRE_CHECK_LIB MELON_WIRE_CHECK_LOG=$wire_log
+}
+wire_check() {
+  [ -n "$wire_log" ] || return 0
+  unset LD_PRELOAD
+  local log; log=$(cat "$wire_log"); rm -f "$wire_log"
+  echo "$log"
+  grep -q "bad datagram" <<<"$log" && fail "datagrams that are not one RoCE packet: $(grep -m3 'bad datagram' <<<"$log")"
+  [ "$(grep -c "datagrams [1-9][0-9]* gso_sends [0-9]* bad 0$" <<<"$log")" -ge 2 ] ||
+    fail "wire check: expected both processes' counts, each with datagrams sent and none bad"
+}
 # shellcheck source=tests/stock/stock_lib.sh
 . "$(dirname "$0")/stock_lib.sh"
 
@@ -140,11 +158,13 @@ perftest_*)
   bin=${name#perftest_}
   need "$bin"
   port=$(free_port)
+  wire_check_on
   timeout 100 "$bin" -d soft0 -F -u 18 -p $port $opts > "$out2" 2>&1 & spid=$!
   wait_listen $port $spid  # the client makes one connection attempt
   timeout 100 "$bin" -d soft1 -F -u 18 -p $port $opts 127.0.0.1 > "$out" 2>&1; crc=$?
   wait $spid; src=$?
   cat "$out2" >> "$out"
+  wire_check
   loader_clean
   reject "Couldn't get device|No IB devices|Unable to find the Infiniband/RoCE device"
   reject "Segmentation fault|Completion with error|error status"
@@ -198,10 +218,12 @@ ibv_*_pingpong)
     timeout 60 "$name" -d soft1 -g 0 -p $port -n 100 $opts 127.0.0.1 > "$out" 2>&1; crc=$?
     src=0
   else
+    wire_check_on
     timeout 60 "$name" -d soft0 -g 0 -p $port -n 100 $opts > "$out2" 2>&1 & spid=$!
     wait_listen $port $spid  # the client makes one connection attempt
     timeout 60 "$name" -d soft1 -g 0 -p $port -n 100 $opts 127.0.0.1 > "$out" 2>&1; crc=$?
     wait $spid; src=$?
+    wire_check
   fi
   cat "$out2" >> "$out"
   loader_clean

@@ -1,0 +1,39 @@
+// An outside judge of what a RoCEv2 sender hands the kernel (issue 19): the datagrams the kernel
+// forms from one send, and whether each is exactly one well-formed RoCE packet. Written from IBA
+// 9.2-9.4, 9.7.7 and Annex A17 and the Linux UDP_SEGMENT rule, sharing no code with src/roce: the
+// CRC is zlib's. Used by verbs_soft_datagram_test and, preloaded into stock tools,
+// by wire_check_preload.cpp.
+#pragma once
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <string>
+#include <vector>
+
+namespace melon::test {
+
+// A datagram as the kernel sends it: addresses, ports, IPv4 identification and the UDP payload.
+struct Datagram {
+  bool v6 = false;
+  uint8_t src[16]{}, dst[16]{};
+  uint16_t sport = 0, dport = 0, id = 0;
+  uint32_t seg = 0;  // the send's UDP_SEGMENT (0: none)
+  std::vector<uint8_t> bytes;
+};
+
+// The datagrams the kernel forms from message `h` sent on `fd` (an unconnected UDP socket): with a
+// UDP_SEGMENT of s and more than s bytes, pieces of s bytes, the last shorter or equal, the i-th
+// with IPv4 identification i (Linux inet_gso_segment; an unconnected DF socket starts at 0); else
+// one datagram. Empty when `fd` or `h` is not UDP to an address.
+std::vector<Datagram> kernel_datagrams(int fd, const msghdr& h);
+
+// "" when `d` is one RoCE packet: its length agrees with its own headers and pad count, FIRST and
+// MIDDLE carry exactly one path MTU (`mtu`; 0: any of 256..4096), LAST and ONLY at most one,
+// requests for data and ACKs none, and its ICRC is right for the IP and UDP headers the kernel
+// writes for it (DF set). Else what is wrong.
+std::string check_datagram(const Datagram& d, uint32_t mtu);
+
+// Ethernet frames of `ds` in a classic pcap file, for tshark.
+void write_pcap(const std::string& path, const std::vector<Datagram>& ds);
+
+}  // namespace melon::test
