@@ -78,17 +78,45 @@ struct Op {
 };
 constexpr Op kOps[] = {
     // RC (IBA 9.2, table 38); RETH 16, AETH 4, AtomicETH 28, AtomicAckETH 8, ImmDt 4, IETH 4
-    {0x00, 0, kFirst},   {0x01, 0, kMiddle},  {0x02, 0, kLast},    {0x03, 4, kLast},    {0x04, 0, kOnly},
-    {0x05, 4, kOnly},    {0x06, 16, kFirst},  {0x07, 0, kMiddle},  {0x08, 0, kLast},    {0x09, 4, kLast},
-    {0x0a, 16, kOnly},   {0x0b, 20, kOnly},   {0x0c, 16, kNoData}, {0x0d, 4, kFirst},   {0x0e, 0, kMiddle},
-    {0x0f, 4, kLast},    {0x10, 4, kOnly},    {0x11, 4, kNoData},  {0x12, 12, kNoData}, {0x13, 28, kNoData},
-    {0x14, 28, kNoData}, {0x16, 4, kLast},    {0x17, 4, kOnly},
+    {0x00, 0, kFirst},  // SEND_FIRST
+    {0x01, 0, kMiddle},  // SEND_MIDDLE
+    {0x02, 0, kLast},  // SEND_LAST
+    {0x03, 4, kLast},  // SEND_LAST_WITH_IMMEDIATE
+    {0x04, 0, kOnly},  // SEND_ONLY
+    {0x05, 4, kOnly},  // SEND_ONLY_WITH_IMMEDIATE
+    {0x06, 16, kFirst},  // RDMA_WRITE_FIRST
+    {0x07, 0, kMiddle},  // RDMA_WRITE_MIDDLE
+    {0x08, 0, kLast},  // RDMA_WRITE_LAST
+    {0x09, 4, kLast},  // RDMA_WRITE_LAST_WITH_IMMEDIATE
+    {0x0a, 16, kOnly},  // RDMA_WRITE_ONLY
+    {0x0b, 20, kOnly},  // RDMA_WRITE_ONLY_WITH_IMMEDIATE
+    {0x0c, 16, kNoData},  // RDMA_READ_REQUEST
+    {0x0d, 4, kFirst},  // RDMA_READ_RESPONSE_FIRST
+    {0x0e, 0, kMiddle},  // RDMA_READ_RESPONSE_MIDDLE
+    {0x0f, 4, kLast},  // RDMA_READ_RESPONSE_LAST
+    {0x10, 4, kOnly},  // RDMA_READ_RESPONSE_ONLY
+    {0x11, 4, kNoData},  // ACKNOWLEDGE
+    {0x12, 12, kNoData},  // ATOMIC_ACKNOWLEDGE
+    {0x13, 28, kNoData},  // CMP_SWAP
+    {0x14, 28, kNoData},  // FETCH_ADD
+    {0x16, 4, kLast},  // SEND_LAST_WITH_INVALIDATE
+    {0x17, 4, kOnly},  // SEND_ONLY_WITH_INVALIDATE
     // UC: the SEND and WRITE opcodes of RC, transport 001
-    {0x20, 0, kFirst},   {0x21, 0, kMiddle},  {0x22, 0, kLast},    {0x23, 4, kLast},    {0x24, 0, kOnly},
-    {0x25, 4, kOnly},    {0x26, 16, kFirst},  {0x27, 0, kMiddle},  {0x28, 0, kLast},    {0x29, 4, kLast},
-    {0x2a, 16, kOnly},   {0x2b, 20, kOnly},
+    {0x20, 0, kFirst},  // SEND_FIRST
+    {0x21, 0, kMiddle},  // SEND_MIDDLE
+    {0x22, 0, kLast},  // SEND_LAST
+    {0x23, 4, kLast},  // SEND_LAST_WITH_IMMEDIATE
+    {0x24, 0, kOnly},  // SEND_ONLY
+    {0x25, 4, kOnly},  // SEND_ONLY_WITH_IMMEDIATE
+    {0x26, 16, kFirst},  // RDMA_WRITE_FIRST
+    {0x27, 0, kMiddle},  // RDMA_WRITE_MIDDLE
+    {0x28, 0, kLast},  // RDMA_WRITE_LAST
+    {0x29, 4, kLast},  // RDMA_WRITE_LAST_WITH_IMMEDIATE
+    {0x2a, 16, kOnly},  // RDMA_WRITE_ONLY
+    {0x2b, 20, kOnly},  // RDMA_WRITE_ONLY_WITH_IMMEDIATE
     // UD: DETH 8
-    {0x64, 8, kOnly},    {0x65, 12, kOnly},
+    {0x64, 8, kOnly},  // SEND_ONLY
+    {0x65, 12, kOnly},  // SEND_ONLY_WITH_IMMEDIATE
 };
 
 void put16(std::vector<uint8_t>& v, uint16_t x) {

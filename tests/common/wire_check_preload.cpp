@@ -47,7 +47,8 @@ void judge(int fd, const msghdr& h) {
     g_datagrams++;
     const std::string why = melon::test::check_datagram(d, 0);
     if (!why.empty() && g_bad++ < 10)
-      log_line("bad datagram: %s (piece %u of a send with UDP_SEGMENT %u)", why.c_str(), unsigned(d.id), unsigned(d.seg));
+      log_line("bad datagram: %s (piece %u of a send with UDP_SEGMENT %u)", why.c_str(), unsigned(d.id),
+               unsigned(d.seg));
   }
 }
 

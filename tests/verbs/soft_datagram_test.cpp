@@ -91,8 +91,8 @@ const std::string& private_network() {
 }
 
 using Clock = std::chrono::steady_clock;
-constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                        IBV_ACCESS_REMOTE_ATOMIC;
+constexpr int kAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 constexpr uint32_t kMtu = 1024;
 constexpr size_t kBuf = 1 << 18;  // half for the data, half for 32 receives of 4 MTUs
 
@@ -268,7 +268,8 @@ class SoftDatagram : public melon::test::SoftDeviceTest, public ::testing::WithP
     size_t bad = 0;
     for (const Datagram& d : seen) {
       const std::string why = melon::test::check_datagram(d, kMtu);
-      if (!why.empty() && bad++ < 5) ADD_FAILURE() << what << ": a datagram of a send with UDP_SEGMENT " << d.seg << ": " << why;
+      if (!why.empty() && bad++ < 5)
+        ADD_FAILURE() << what << ": a datagram of a send with UDP_SEGMENT " << d.seg << ": " << why;
     }
     EXPECT_EQ(bad, 0u) << what << ": of " << seen.size() << " datagrams";
     if (GetParam().gso) {
@@ -278,7 +279,8 @@ class SoftDatagram : public melon::test::SoftDeviceTest, public ::testing::WithP
     }
     const std::string pcap = getenv("KEEP_PCAP") ? std::string(getenv("KEEP_PCAP")) : stats_dir + "/sent.pcap";
     melon::test::write_pcap(pcap, seen);
-    const std::string cmd = "tshark -n -r '" + pcap + "' -d udp.port==4791,infiniband" + melon::test::tshark_plain_payloads() +
+    const std::string cmd = "tshark -n -r '" + pcap + "' -d udp.port==4791,infiniband" +
+                            melon::test::tshark_plain_payloads() +
                             " -T fields -e frame.number "
                             "-e infiniband.bth.opcode -e _ws.malformed 2>/dev/null";
     FILE* p = popen(cmd.c_str(), "r");
@@ -359,7 +361,8 @@ TEST_P(SoftDatagram, RcPingPongOfRandomSizes) {
     }
   });
   bool a_ok = true;
-  for (int i = 0; i < kRounds && a_ok && b_ok; ++i) a_ok = post(a, b, IBV_WR_SEND, 0, sizes[2 * i], i) == 0 && finish(a);
+  for (int i = 0; i < kRounds && a_ok && b_ok; ++i)
+    a_ok = post(a, b, IBV_WR_SEND, 0, sizes[2 * i], i) == 0 && finish(a);
   pong.join();
   ASSERT_TRUE(a_ok && b_ok) << "the ping-pong stopped";
   check_all("RC ping-pong");
@@ -375,10 +378,11 @@ TEST_P(SoftDatagram, RcRandomMixWithSeveralOutstanding) {
   std::thread target([&] {
     ibv_wc wc{};
     while (!stop)
-      if (ibv_poll_cq(b.cq, 1, &wc) == 1 && (wc.opcode & IBV_WC_RECV)) post_recv(b, kBuf / 2 + wc.wr_id * 4 * kMtu, 4 * kMtu, wc.wr_id);
+      if (ibv_poll_cq(b.cq, 1, &wc) == 1 && (wc.opcode & IBV_WC_RECV))
+        post_recv(b, kBuf / 2 + wc.wr_id * 4 * kMtu, 4 * kMtu, wc.wr_id);
   });
-  const ibv_wr_opcode ops[] = {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD,
-                               IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_SEND, IBV_WR_RDMA_WRITE_WITH_IMM};
+  const ibv_wr_opcode ops[] = {IBV_WR_RDMA_WRITE,         IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD,
+                               IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_SEND,      IBV_WR_RDMA_WRITE_WITH_IMM};
   int outstanding = 0, done = 0, failed = 0;
   constexpr int kOps = 150;
   for (int i = 0; i < kOps || outstanding;) {
