@@ -1,6 +1,7 @@
 // melon-emud as a process: the user-client boundary seen from client processes. Bad requests get
 // their exact status while another client's work goes on; a killed client leaves nothing behind;
 // one daemon per device; 16 clients at once; a clean stop.
+#include <errno.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -154,6 +155,16 @@ TEST_F(Emud, SecondInstanceOnTheSameDeviceRefusesToStart) {
   EXPECT_EQ(c->call(Selector::query_device, uapi::EmptyReq{}, &a), Status::ok);
 }
 
+// Who may connect is decided on purpose: the daemon's user and group by default (--socket-mode
+// widens it), never whatever the umask left.
+TEST_F(Emud, TheSocketIsTheDaemonsUserAndGroupOnly) {
+  struct stat st;
+  ASSERT_EQ(stat(sock.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_uid, geteuid());
+}
+
 TEST_F(Emud, ReportsAConnectX4Lx) {
   auto c = client();
   uapi::DeviceAttr a{};
@@ -291,6 +302,47 @@ TEST_F(Emud, MappingsArriveAsSharedMemory) {
   munmap(uar, len);
   EXPECT_EQ(c->map(uapi::MapKind::sq, o.cq, &len, &st), nullptr);
   EXPECT_EQ(st, Status::invalid);
+}
+
+// A client that resizes the memory it was handed (queue rings, doorbell records, UAR pages) must
+// not make the daemon's next doorbell read or DMA fault: the memfds are sealed against shrinking and
+// growing, and another client's work goes on.
+TEST_F(Emud, AClientThatTruncatesItsMemfdsHarmsNoOne) {
+  auto a = client();
+  Objects o;
+  ASSERT_EQ(make_objects(*a, &o), Status::ok);
+  int tried = 0;
+  for (auto [kind, h] : {std::pair{uapi::MapKind::uar, o.uar},
+                         {uapi::MapKind::cqe, o.cq},
+                         {uapi::MapKind::db_record, o.cq},
+                         {uapi::MapKind::sq, o.qp},
+                         {uapi::MapKind::db_record, o.qp}}) {
+    uapi::MapResp m{};
+    int fd = -1;
+    ASSERT_EQ(a->call(Selector::map, uapi::MapReq{uint32_t(kind), h}, &m, &fd), Status::ok);
+    ASSERT_GE(fd, 0);
+    errno = 0;
+    EXPECT_NE(ftruncate(fd, 0), 0) << "kind " << int(kind) << ": the daemon's memory shrank";
+    EXPECT_EQ(errno, EPERM);
+    struct stat st;
+    ASSERT_EQ(fstat(fd, &st), 0);
+    EXPECT_GE(uint64_t(st.st_size), m.offset + m.length);
+    EXPECT_NE(ftruncate(fd, st.st_size + 4096), 0) << "kind " << int(kind) << ": grew";
+    close(fd);
+    tried++;
+  }
+  ASSERT_GE(a->event_fd(), 0);
+  (void)!ftruncate(a->event_fd(), 0);  // not a memfd: refused by the kernel anyway
+  EXPECT_EQ(tried, 5);
+  // The watcher scans the UAR page and doorbell records at least every 200 ms, asleep or not.
+  usleep(400 * 1000);
+  auto b = client();
+  Objects ob;
+  EXPECT_EQ(make_objects(*b, &ob), Status::ok);
+  uapi::DeviceAttr attr{};
+  EXPECT_EQ(b->call(Selector::query_device, uapi::EmptyReq{}, &attr), Status::ok);
+  EXPECT_EQ(destroy_objects(*b, ob), Status::ok);
+  EXPECT_EQ(destroy_objects(*a, o), Status::ok);
 }
 
 TEST_F(Emud, AKilledClientLeavesNothingBehind) {

@@ -63,10 +63,15 @@ class Platform final : public mlx5::core::QueuePlatform {
   }
 
   int queue_alloc(uint64_t size, Mem* out) override {
-    int fd = memfd_create("melon-queue", MFD_CLOEXEC);
+    int fd = memfd_create("melon-queue", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) return mlx5::core::kHalNoMemory;
     void* va = MAP_FAILED;
-    if (ftruncate(fd, off_t(size)) == 0) va = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // The client gets this fd read-write. Sealed at its size before anyone else sees it: a client's
+    // ftruncate() would otherwise make the daemon's next doorbell read or device DMA into the
+    // memory take SIGBUS, and every client with it. Hole punching stays possible and only zeroes
+    // pages the client could have written anyway.
+    if (ftruncate(fd, off_t(size)) == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+      va = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (va == MAP_FAILED) {
       close(fd);
       return mlx5::core::kHalNoMemory;
@@ -221,13 +226,18 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
   memcpy(sa.sun_path, opt.socket.c_str(), opt.socket.size() + 1);
-  if (lfd < 0 || bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(lfd, 32) != 0) {
+  // The socket is created with its mode (no window in which it has the umask's): owner and group
+  // of the daemon by default; --socket-mode 0666 opens it to every user, as rdma-core's udev rule
+  // opens /dev/infiniband/uverbs*, and the per-user limits (docs/uapi.md) then keep users apart.
+  mode_t old_mask = umask(0777 & ~opt.socket_mode);
+  bool bound = lfd >= 0 && bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  umask(old_mask);
+  if (!bound || listen(lfd, 32) != 0) {
     *why = errstr(("cannot listen on " + opt.socket).c_str());
     if (lfd >= 0) close(lfd);
     close(lock_fd);
     return kEmudSocket;
   }
-  chmod(opt.socket.c_str(), 0666);
   // The port's wire: RoCEv2 over UDP 4791 at the wire address (the soft provider and rxe speak it).
   mlx5::emu::UdpWire wire(gid);  // port 4791
   if (int e = wire.open(); e != 0) {

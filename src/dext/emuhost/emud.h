@@ -22,6 +22,7 @@ struct EmudOptions {
   std::string wire = kDefaultWire;  // the RoCEv2 address (IPv4 or IPv6, UDP 4791) of this emulated port
   uint32_t clients = 16;  // at most uapi::kMaxClients
   uint32_t spin_us = 100;  // the doorbell watcher polls this long after the last doorbell, then sleeps
+  uint32_t socket_mode = 0660;  // the socket's permission bits (docs/uapi.md: who may connect)
   bool verbose = false;
 };
 

@@ -1,4 +1,4 @@
-// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--spin-us N] [--verbose]
+// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--socket-mode OCTAL] [--spin-us N] [--verbose]
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,12 +19,14 @@ int main(int argc, char** argv) {
       opt.wire = argv[++i];
     else if (arg("--clients"))
       opt.clients = uint32_t(atoi(argv[++i]));
+    else if (arg("--socket-mode"))
+      opt.socket_mode = uint32_t(strtoul(argv[++i], nullptr, 8)) & 0777;
     else if (arg("--spin-us"))
       opt.spin_us = uint32_t(atoi(argv[++i]));
     else if (!strcmp(argv[i], "--verbose"))
       opt.verbose = true;
     else {
-      fprintf(stderr, "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--spin-us N] [--verbose]\n");
+      fprintf(stderr, "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--socket-mode OCTAL] [--spin-us N] [--verbose]\n");
       return melon::dext::kEmudUsage;
     }
   }
