@@ -88,11 +88,21 @@ enum class Selector : uint32_t { MELON_UAPI_SELECTORS(MELON_UAPI_SEL_ENUM) };
   V(firmware, 15, "the firmware refused the command")                                 \
   V(device_dead, 16, "the device is in a fatal state")                                \
   V(unsupported, 17, "not supported")                                                 \
-  V(no_event, 18, "no event pending")
+  V(no_event, 18, "no event pending")                                                \
+  V(quota_queue_client, 19, "the client's queue memory limit is used up (queue_bytes.client)")  \
+  V(quota_queue_user, 20, "the user's queue memory limit is used up (queue_bytes.user)")        \
+  V(quota_queue_device, 21, "the device's queue memory limit is used up (queue_bytes.device)")  \
+  V(quota_pinned_client, 22, "the client's pinned memory limit is used up (pinned_bytes.client)") \
+  V(quota_pinned_user, 23, "the user's pinned memory limit is used up (pinned_bytes.user)")     \
+  V(quota_pinned_device, 24, "the device's pinned memory limit is used up (pinned_bytes.device)") \
+  V(quota_user_clients, 25, "the user's client connections are used up (clients_per_user)")
 
 #define MELON_UAPI_STATUS_ENUM(name, value, text) name = value,
 enum class Status : uint32_t { MELON_UAPI_STATUSES(MELON_UAPI_STATUS_ENUM) };
 #undef MELON_UAPI_STATUS_ENUM
+#define MELON_UAPI_STATUS_COUNT(name, value, text) +1
+inline constexpr uint32_t kStatusCount = 0 MELON_UAPI_STATUSES(MELON_UAPI_STATUS_COUNT);  // values 0..count-1
+#undef MELON_UAPI_STATUS_COUNT
 const char* status_name(Status s);
 
 // ---- Handles: token = type << 21 | generation << 9 | slot, 24 bits (fits IOConnectMapMemory64's

@@ -23,6 +23,12 @@
 
 namespace melon::uapi {
 
+// Bytes a client can make the host spend, counted per client, per user (the uid the host names at
+// attach) and per device.
+struct ByteQuota {
+  uint64_t client, user, device;
+};
+
 // Device limits the server checks requests against (the host fills them from the device's caps)
 // and the device-wide object quotas.
 struct Limits {
@@ -33,6 +39,12 @@ struct Limits {
   Quotas client;  // per client
   Quotas device{256, 1024, 1024, 2048, 128, 256, 64};  // across all clients
   uint32_t clients = kMaxClients;
+  // Byte and connection limits (docs/uapi.md "Quotas"). Queue memory is what rings and doorbell
+  // records take of the host; pinned memory is MR pages the device may reach (Linux charges these
+  // to RLIMIT_MEMLOCK).
+  ByteQuota queue_bytes{64ull << 20, 256ull << 20, 1ull << 30};
+  ByteQuota pinned_bytes{256ull << 20, 1ull << 30, 4ull << 30};
+  uint32_t clients_per_user = 12;  // of the device's 16: one user cannot lock the others out
   uint64_t features = kFeatRc | kFeatRoceV2 | kFeatDirectPath | kFeatAsyncEvents | kFeatImmediate | kFeatInline |
                       kFeatAtomic | kFeatBlueFlame | kFeatCqEvents | kFeatUc | kFeatUd | kFeatSrq;
 };
@@ -51,6 +63,7 @@ struct Entry {
   uint32_t refs = 0;  // live objects that depend on this one
   uint32_t parents[5] = {};  // tokens this object holds references on
   uint32_t id = 0;  // QPN / CQN, for event routing
+  uint64_t queue_bytes = 0, pinned_bytes = 0;  // charged at commit, given back at release
   void* obj = nullptr;  // the backend's object
   MapRegion maps[kMaxMaps];
 };
@@ -68,6 +81,9 @@ struct Client {
   bool attached = false, open = false;
   uint32_t id = 0;  // 1..kMaxClients
   void* host = nullptr;  // the platform's handle of this client's address space
+  uint32_t uid = 0;  // the user the host says it runs as
+  uint32_t user = 0;  // its index in the server's user table
+  uint64_t queue_bytes = 0, pinned_bytes = 0;
   uint32_t count[kObjTypes] = {};
   Entry entries[kTotalSlots];
   static constexpr uint32_t kEvents = 64;
@@ -93,8 +109,9 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // A new client: quota_device when kMaxClients are attached.
-  Status attach(Client* c, void* host);
+  // A new client of user `uid` (SO_PEERCRED on Linux, the audit token's uid on macOS):
+  // quota_device when the device's clients are attached, quota_user_clients when the user's are.
+  Status attach(Client* c, void* host, uint32_t uid = 0);
   // Releases every object the client owns (dependents first) and its client slot. Returns the
   // number of backend destroy calls that failed (their objects are dropped anyway).
   uint32_t detach(Client& c);
@@ -144,7 +161,9 @@ class Server {
   // Handle table.
   Entry* lookup(Client& c, uint32_t token, ObjType t);
   Status reserve(Client& c, ObjType t, uint32_t* slot);  // quotas; no state change
-  uint32_t commit(Client& c, ObjType t, uint32_t slot, void* obj, const uint32_t* parents, uint32_t nparents);
+  Status afford(const Client& c, uint64_t queue_bytes, uint64_t pinned_bytes) const;  // byte quotas
+  uint32_t commit(Client& c, ObjType t, uint32_t slot, void* obj, const uint32_t* parents, uint32_t nparents,
+                  uint64_t queue_bytes = 0, uint64_t pinned_bytes = 0);
   void release(Client& c, ObjType t, uint32_t slot);
   Status backend_destroy(ObjType t, void* obj);
   uint32_t release_all(Client& c);
@@ -155,6 +174,13 @@ class Server {
   Client* clients_[kMaxClients] = {};
   uint32_t nclients_ = 0;
   uint32_t dev_count_[kObjTypes] = {};
+  // Users with attached clients (at most one per client).
+  struct User {
+    uint32_t uid = 0, clients = 0;
+    uint64_t queue_bytes = 0, pinned_bytes = 0;
+  };
+  User users_[kMaxClients];
+  uint64_t queue_bytes_ = 0, pinned_bytes_ = 0;
   ServerStats stats_;
   EventNotify* notify_ = nullptr;
 };

@@ -78,7 +78,9 @@ class Emud : public ::testing::Test {
   void SetUp() override {
     dir = temp_dir();
     sock = dir + "/mlx5_0.sock";
-    daemon = spawn({MELON_EMUD, "--socket", sock, "--wire", kWire}, dir + "/emud.log");
+    std::vector<std::string> args = {MELON_EMUD, "--socket", sock, "--wire", kWire};
+    for (auto& o : options()) args.push_back(o);
+    daemon = spawn(args, dir + "/emud.log");
     for (int i = 0; i < 1000; i++) {
       UapiClient c;
       if (c.connect(sock)) return;
@@ -86,6 +88,7 @@ class Emud : public ::testing::Test {
     }
     FAIL() << "melon-emud did not come up: " << slurp(dir + "/emud.log");
   }
+  virtual std::vector<std::string> options() { return {}; }
   void TearDown() override {
     if (daemon > 0) {
       kill(daemon, SIGTERM);
@@ -190,7 +193,12 @@ TEST_F(Emud, StopsCleanlyAndRemovesItsSocket) {
   EXPECT_EQ(c->call(Selector::query_device, uapi::EmptyReq{}, &a), Status::device_dead);
 }
 
-TEST_F(Emud, SixteenClientsAtOnceAndTheSeventeenthIsRefused) {
+// All 16 connections to one user (this test's), as a host would allow a trusted one.
+class EmudOneUser : public Emud {
+  std::vector<std::string> options() override { return {"--clients-per-user", "16"}; }
+};
+
+TEST_F(EmudOneUser, SixteenClientsAtOnceAndTheSeventeenthIsRefused) {
   std::vector<std::unique_ptr<UapiClient>> cs;
   for (int i = 0; i < 16; i++) {
     cs.push_back(client());
@@ -208,6 +216,47 @@ TEST_F(Emud, SixteenClientsAtOnceAndTheSeventeenthIsRefused) {
     usleep(10000);
   }
   FAIL() << "no place after a client left";
+}
+
+// By default one user gets 12 of the 16 connections: the other 4 stay for other users.
+TEST_F(Emud, OneUserCannotTakeEveryConnection) {
+  std::vector<std::unique_ptr<UapiClient>> cs;
+  for (int i = 0; i < 12; i++) cs.push_back(client());
+  UapiClient extra;
+  ASSERT_TRUE(extra.connect(sock));
+  EXPECT_EQ(extra.open(), Status::quota_user_clients);
+}
+
+// Bytes, not objects: a CQ of the device's largest size is a 256 MiB ring, over a client's 64 MiB
+// of queue memory; an MR of 257 MiB is over its 256 MiB of pinned memory. Both are refused before
+// the daemon allocates or maps anything, and name the limit.
+TEST_F(Emud, QueueAndPinnedMemoryAreLimitedInBytes) {
+  auto c = client();
+  Objects o;
+  ASSERT_EQ(make_objects(*c, &o), Status::ok);
+  uapi::DeviceAttr a{};
+  ASSERT_EQ(c->call(Selector::query_device, uapi::EmptyReq{}, &a), Status::ok);
+  uapi::CreateCqResp cq{};
+  EXPECT_EQ(c->call(Selector::create_cq, uapi::CreateCqReq{a.max_cqe, 0, o.uar, 0}, &cq), Status::quota_queue_client);
+  // 8 MiB rings (and a page each for the doorbell record) fit 7 times beside the small objects.
+  int fitted = 0;
+  Status last;
+  while ((last = c->call(Selector::create_cq, uapi::CreateCqReq{(1u << 17) - 1, 0, o.uar, 0}, &cq)) == Status::ok)
+    fitted++;
+  EXPECT_EQ(last, Status::quota_queue_client);
+  EXPECT_EQ(fitted, 7);
+  uint64_t big = 257ull << 20;
+  void* m = mmap(nullptr, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  uapi::RegMrResp mr{};
+  EXPECT_EQ(c->call(Selector::reg_mr, uapi::RegMrReq{o.pd, uapi::kAccessLocalWrite, uint64_t(m), big}, &mr),
+            Status::quota_pinned_client);
+  EXPECT_EQ(c->call(Selector::reg_mr, uapi::RegMrReq{o.pd, uapi::kAccessLocalWrite, uint64_t(m), 1ull << 20}, &mr),
+            Status::ok);
+  munmap(m, big);
+  uapi::UsageResp u = usage();
+  EXPECT_EQ(u.pinned_bytes, 1ull << 20);
+  EXPECT_LT(u.queue_bytes, 64ull << 20);
 }
 
 TEST_F(Emud, BadRequestsGetExactErrorsWhileAnotherClientWorks) {

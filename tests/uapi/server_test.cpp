@@ -24,13 +24,13 @@ class Uapi : public ::testing::Test {
   void SetUp() override { srv = std::make_unique<Server>(be, lim); }
   void restart() { srv = std::make_unique<Server>(be, lim); }
 
-  Client& attach() {
+  Client& attach(uint32_t uid = 0) {
     clients.push_back(std::make_unique<Client>());
-    EXPECT_EQ(srv->attach(clients.back().get(), this), Status::ok);
+    EXPECT_EQ(srv->attach(clients.back().get(), this, uid), Status::ok);
     return *clients.back();
   }
-  Client& open_client() {
-    Client& c = attach();
+  Client& open_client(uint32_t uid = 0) {
+    Client& c = attach(uid);
     OpenReq rq{kAbiVersion, 0, ~0ull};
     OpenResp rp{};
     EXPECT_EQ(call(c, Selector::open, rq, &rp), Status::ok);
@@ -270,6 +270,79 @@ TEST_F(Uapi, ReservedFieldsMustBeZero) {
 
 // ---- Quotas ----------------------------------------------------------------------------------
 
+// Bytes, not objects: a CQ of 16 entries rings 32 x 64 B = 2 KiB (the recording backend's cost is
+// the ring itself), charged to its client, its user and the device, each refusal naming its limit.
+TEST_F(Uapi, QueueMemoryIsLimitedPerClientPerUserAndPerDevice) {
+  lim.queue_bytes = {4096, 6144, 8192};
+  restart();
+  Client& a = open_client(1);
+  Client& b = open_client(1);
+  Client& c = open_client(2);
+  uint32_t ua = uar(a), ub = uar(b), uc = uar(c);
+  CreateCqResp r{};
+  uint32_t first = cq(a, ua);
+  uint32_t second = cq(a, ua);
+  refused(a, Selector::create_cq, CreateCqReq{16, 0, ua, 0}, &r, Status::quota_queue_client);
+  cq(b, ub);  // the user's 6 KiB
+  refused(b, Selector::create_cq, CreateCqReq{16, 0, ub, 0}, &r, Status::quota_queue_user);
+  cq(c, uc);  // another user, the device's 8 KiB
+  refused(c, Selector::create_cq, CreateCqReq{16, 0, uc, 0}, &r, Status::quota_queue_device);
+  // One big ring is refused whole, before the backend allocates any of it.
+  refused(c, Selector::create_cq, CreateCqReq{1u << 20, 0, uc, 0}, &r, Status::quota_queue_client);
+  // A freed queue gives its bytes back to all three.
+  ASSERT_EQ(call0(a, Selector::destroy_cq, HandleReq{first, 0}), Status::ok);
+  EXPECT_EQ(call(c, Selector::create_cq, CreateCqReq{16, 0, uc, 0}, &r), Status::ok);
+  // QPs and SRQs are charged the same way (the device's 8 KiB are in use again).
+  uint32_t p = pd(a);
+  CreateQpResp qr{};
+  refused(a, Selector::create_qp, qp_req(p, second, second, ua), &qr, Status::quota_queue_device);
+  CreateSrqResp sr{};
+  refused(a, Selector::create_srq, CreateSrqReq{p, 16, 1, 0}, &sr, Status::quota_queue_device);
+}
+
+// Pinned bytes are whole pages (an MR from 0x10800 of 4 KiB pins two), as RLIMIT_MEMLOCK counts them.
+TEST_F(Uapi, PinnedMemoryIsLimitedPerClientPerUserAndPerDevice) {
+  lim.pinned_bytes = {16384, 24576, 32768};
+  restart();
+  Client& a = open_client(7);
+  Client& b = open_client(7);
+  Client& c = open_client(8);
+  uint32_t pa = pd(a), pb = pd(b), pc = pd(c);
+  RegMrResp r{};
+  auto reg = [&](Client& cl, uint32_t p, uint64_t addr, uint64_t len) {
+    return call(cl, Selector::reg_mr, RegMrReq{p, kAccessLocalWrite, addr, len}, &r);
+  };
+  ASSERT_EQ(reg(a, pa, 0x10800, 4096), Status::ok);  // 2 pages
+  uint32_t first = r.handle;
+  ASSERT_EQ(reg(a, pa, 0x20000, 8192), Status::ok);  // 4 pages: the client's 16 KiB
+  refused(a, Selector::reg_mr, RegMrReq{pa, kAccessLocalWrite, 0x30000, 1}, &r, Status::quota_pinned_client);
+  ASSERT_EQ(reg(b, pb, 0x30000, 8192), Status::ok);  // the user's 24 KiB
+  refused(b, Selector::reg_mr, RegMrReq{pb, kAccessLocalWrite, 0x40000, 1}, &r, Status::quota_pinned_user);
+  ASSERT_EQ(reg(c, pc, 0x40000, 8192), Status::ok);  // the device's 32 KiB
+  refused(c, Selector::reg_mr, RegMrReq{pc, kAccessLocalWrite, 0x50000, 1}, &r, Status::quota_pinned_device);
+  refused(c, Selector::reg_mr, RegMrReq{pc, kAccessLocalWrite, 0x50000, 1ull << 40}, &r,
+          Status::quota_pinned_client);
+  ASSERT_EQ(call0(a, Selector::dereg_mr, HandleReq{first, 0}), Status::ok);
+  EXPECT_EQ(reg(c, pc, 0x50000, 8192), Status::ok);  // the freed 8 KiB; the device is full again
+  refused(a, Selector::reg_mr, RegMrReq{pa, kAccessLocalWrite, 0x60000, 4096}, &r, Status::quota_pinned_device);
+  // A client that goes gives back everything it held.
+  srv->detach(b);
+  EXPECT_EQ(reg(a, pa, 0x60000, 4096), Status::ok);
+}
+
+// One user cannot take every client connection of the device.
+TEST_F(Uapi, ClientConnectionsAreLimitedPerUser) {
+  lim.clients_per_user = 2;
+  restart();
+  attach(5);
+  Client& second = attach(5);
+  Client extra;
+  EXPECT_EQ(srv->attach(&extra, nullptr, 5), Status::quota_user_clients);
+  attach(6);  // another user is not affected
+  srv->detach(second);
+  EXPECT_EQ(srv->attach(&extra, nullptr, 5), Status::ok);
+}
+
 TEST_F(Uapi, ClientQuotaIsEnforcedBeforeTheFirmware) {
   Client& c = open_client();
   for (int i = 0; i < 16; i++) pd(c);
@@ -305,7 +378,7 @@ TEST_F(Uapi, DeviceQuotaSpansClients) {
 }
 
 TEST_F(Uapi, SixteenClientsPerDevice) {
-  for (uint32_t i = 0; i < kMaxClients; i++) open_client();
+  for (uint32_t i = 0; i < kMaxClients; i++) open_client(100 + i);
   Client extra;
   EXPECT_EQ(srv->attach(&extra, nullptr), Status::quota_device);
   srv->detach(*clients[3]);

@@ -46,7 +46,8 @@ struct Conn {
   int fd = -1;
   int event_fd = -1;
   pid_t pid = 0;
-  bool attached = false;  // false: over the device's client limit; refused at its first request
+  bool attached = false;  // false: over a client limit; refused at its first request with `refused`
+  uapi::Status refused = uapi::Status::ok;
   std::unique_ptr<uapi::Client> client;
 };
 
@@ -306,6 +307,12 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   uapi::Limits lim;
   backend.fill_limits(&lim);
   lim.clients = opt.clients < uapi::kMaxClients ? opt.clients : uapi::kMaxClients;
+  if (opt.clients_per_user) lim.clients_per_user = opt.clients_per_user;
+  for (auto [mib, q] : {std::pair{opt.queue_mib, &lim.queue_bytes}, {opt.pinned_mib, &lim.pinned_bytes}}) {
+    if (mib[0]) q->client = mib[0] << 20;
+    if (mib[1]) q->user = mib[1] << 20;
+    if (mib[2]) q->device = mib[2] << 20;
+  }
   uapi::Server srv(backend, lim);
   std::vector<std::unique_ptr<Conn>> conns;
   struct Notify final : uapi::EventNotify {
@@ -353,12 +360,14 @@ int run_emud(const EmudOptions& opt, std::string* why) {
         auto c = std::make_unique<Conn>();
         c->fd = cfd;
         ucred cr{};
+        cr.uid = uid_t(-1);  // no credentials: a user of its own that no real one shares
         socklen_t crl = sizeof cr;
         getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cr, &crl);
         c->pid = cr.pid;
         c->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         c->client = std::make_unique<uapi::Client>();
-        c->attached = srv.attach(c->client.get(), c.get()) == uapi::Status::ok;
+        c->refused = srv.attach(c->client.get(), c.get(), uint32_t(cr.uid));
+        c->attached = c->refused == uapi::Status::ok;
         conns.push_back(std::move(c));
       }
     }
@@ -380,7 +389,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
       if (size_t(got) < sizeof(SocketRequest)) {
         rp.status = uint32_t(uapi::Status::truncated);
       } else if (!c.attached) {
-        rp.status = uint32_t(uapi::Status::quota_device);
+        rp.status = uint32_t(c.refused);
       } else {
         SocketRequest rq;
         memcpy(&rq, buf, sizeof rq);

@@ -236,10 +236,15 @@ void UapiBackend::free_mr(MrObj* m) {
 
 // ---- Queues ------------------------------------------------------------------------------------
 
+uint64_t UapiBackend::queue_cost(uint64_t ring) {
+  uint64_t page = hca_.hal().host_page_size();
+  return round_up(ring, page) + page;  // as queue_mem() allocates
+}
+
 Status UapiBackend::queue_mem(uint64_t ring_bytes, Queue* q, Created* cr, MapKind ring_kind, MapKind second_kind) {
   uint64_t page = hca_.hal().host_page_size();
   uint64_t ring = round_up(ring_bytes, page);
-  if (plat_.queue_alloc(ring + page, &q->mem) != c::kHalOk) return Status::no_memory;
+  if (plat_.queue_alloc(queue_cost(ring_bytes), &q->mem) != c::kHalOk) return Status::no_memory;
   q->ring_bytes = ring;
   queue_bytes_ += q->mem.size;
   cr->maps[0] = MapRegion{uint8_t(ring_kind), 0, q->mem.memory, 0, ring};
@@ -304,8 +309,7 @@ Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) 
   Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
   if (!q) return Status::no_memory;
   *q = Queue{};
-  uint64_t ring = 64ull << spec.log_size;
-  if (Status s = queue_mem(ring, q, cr, MapKind::cqe, MapKind::db_record); s != Status::ok) {
+  if (Status s = queue_mem(ring_bytes(spec), q, cr, MapKind::cqe, MapKind::db_record); s != Status::ok) {
     hca_.hal().mem_free(q, sizeof(Queue));
     return s;
   }
@@ -354,8 +358,7 @@ Status UapiBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* 
   Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
   if (!q) return Status::no_memory;
   *q = Queue{};
-  uint64_t ring = (1ull << spec.log_size) << spec.log_stride;
-  if (Status s = queue_mem(ring, q, cr, MapKind::rq, MapKind::db_record); s != Status::ok) {
+  if (Status s = queue_mem(ring_bytes(spec), q, cr, MapKind::rq, MapKind::db_record); s != Status::ok) {
     hca_.hal().mem_free(q, sizeof(Queue));
     return s;
   }
@@ -401,10 +404,9 @@ Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) 
   Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
   if (!q) return Status::no_memory;
   *q = Queue{};
-  // PRM: one buffer, the RQ first, then the SQ.
+  // PRM: one buffer, the RQ first, then the SQ (ring_bytes()).
   uint64_t rq = spec.srq ? 0 : (1ull << spec.log_rq_size) << spec.log_rq_stride;
-  uint64_t sq = 64ull << spec.log_sq_size;
-  if (Status s = queue_mem(rq + sq, q, cr, MapKind::sq, MapKind::rq); s != Status::ok) {
+  if (Status s = queue_mem(ring_bytes(spec), q, cr, MapKind::sq, MapKind::rq); s != Status::ok) {
     hca_.hal().mem_free(q, sizeof(Queue));
     return s;
   }

@@ -90,6 +90,7 @@ class UapiBackend final : public uapi::Backend, private EventSink {
   uapi::Status destroy_qp(void*) override;
   uapi::Status make_av(const uapi::AddressReq&, uint8_t*) override;
   void usage(uapi::UsageResp*) override;
+  uint64_t queue_cost(uint64_t ring) override;
 
  private:
   struct Queue;  // a CQ, SRQ or QP with its memory
