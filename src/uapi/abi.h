@@ -69,31 +69,31 @@ enum class Selector : uint32_t { MELON_UAPI_SELECTORS(MELON_UAPI_SEL_ENUM) };
 
 // Every answer's status. Kept apart from errno (Darwin and Linux numbers differ); the provider
 // maps them (errno_name() in docs/uapi.md gives the intended errno for each).
-#define MELON_UAPI_STATUSES(V)                                                        \
-  V(ok, 0, "ok")                                                                      \
-  V(unknown_selector, 1, "unknown selector")                                          \
-  V(truncated, 2, "request shorter than the selector's first version")                \
-  V(trailing_nonzero, 3, "request longer than this server knows, with nonzero extra") \
-  V(out_too_small, 4, "response buffer shorter than the selector's first version")    \
-  V(not_open, 5, "Open has not been called (or Close has)")                           \
-  V(already_open, 6, "Open called twice")                                             \
-  V(bad_version, 7, "ABI version not served")                                         \
-  V(invalid, 8, "a field is out of range or a reserved field is nonzero")             \
-  V(bad_handle, 9, "handle stale, forged, of the wrong type or another client's")     \
-  V(quota_client, 10, "the client's quota for this object is used up")                \
-  V(quota_device, 11, "the device's quota for this object is used up")                \
-  V(wrong_state, 12, "the object is not in a state that allows this")                 \
-  V(busy, 13, "the object still has dependents")                                      \
-  V(no_memory, 14, "out of memory")                                                   \
-  V(firmware, 15, "the firmware refused the command")                                 \
-  V(device_dead, 16, "the device is in a fatal state")                                \
-  V(unsupported, 17, "not supported")                                                 \
-  V(no_event, 18, "no event pending")                                                \
-  V(quota_queue_client, 19, "the client's queue memory limit is used up (queue_bytes.client)")  \
-  V(quota_queue_user, 20, "the user's queue memory limit is used up (queue_bytes.user)")        \
-  V(quota_queue_device, 21, "the device's queue memory limit is used up (queue_bytes.device)")  \
+#define MELON_UAPI_STATUSES(V)                                                                    \
+  V(ok, 0, "ok")                                                                                  \
+  V(unknown_selector, 1, "unknown selector")                                                      \
+  V(truncated, 2, "request shorter than the selector's first version")                            \
+  V(trailing_nonzero, 3, "request longer than this server knows, with nonzero extra")             \
+  V(out_too_small, 4, "response buffer shorter than the selector's first version")                \
+  V(not_open, 5, "Open has not been called (or Close has)")                                       \
+  V(already_open, 6, "Open called twice")                                                         \
+  V(bad_version, 7, "ABI version not served")                                                     \
+  V(invalid, 8, "a field is out of range or a reserved field is nonzero")                         \
+  V(bad_handle, 9, "handle stale, forged, of the wrong type or another client's")                 \
+  V(quota_client, 10, "the client's quota for this object is used up")                            \
+  V(quota_device, 11, "the device's quota for this object is used up")                            \
+  V(wrong_state, 12, "the object is not in a state that allows this")                             \
+  V(busy, 13, "the object still has dependents")                                                  \
+  V(no_memory, 14, "out of memory")                                                               \
+  V(firmware, 15, "the firmware refused the command")                                             \
+  V(device_dead, 16, "the device is in a fatal state")                                            \
+  V(unsupported, 17, "not supported")                                                             \
+  V(no_event, 18, "no event pending")                                                             \
+  V(quota_queue_client, 19, "the client's queue memory limit is used up (queue_bytes.client)")    \
+  V(quota_queue_user, 20, "the user's queue memory limit is used up (queue_bytes.user)")          \
+  V(quota_queue_device, 21, "the device's queue memory limit is used up (queue_bytes.device)")    \
   V(quota_pinned_client, 22, "the client's pinned memory limit is used up (pinned_bytes.client)") \
-  V(quota_pinned_user, 23, "the user's pinned memory limit is used up (pinned_bytes.user)")     \
+  V(quota_pinned_user, 23, "the user's pinned memory limit is used up (pinned_bytes.user)")       \
   V(quota_pinned_device, 24, "the device's pinned memory limit is used up (pinned_bytes.device)") \
   V(quota_user_clients, 25, "the user's client connections are used up (clients_per_user)")
 

@@ -85,7 +85,9 @@ class Backend {
   // What the host spends on a queue with this many ring bytes (page rounding, doorbell record), and
   // on pinning [addr, addr+len): the server charges these to the byte quotas before creating.
   virtual uint64_t queue_cost(uint64_t ring) { return ring; }
-  virtual uint64_t pin_cost(uint64_t addr, uint64_t len) { return ((addr + len + 4095) & ~4095ull) - (addr & ~4095ull); }
+  virtual uint64_t pin_cost(uint64_t addr, uint64_t len) {
+    return ((addr + len + 4095) & ~4095ull) - (addr & ~4095ull);
+  }
   // The driver's own counts for UsageResp (core_live, queue/pinned bytes, ...).
   virtual void usage(UsageResp*) {}
   // UD address vectors are built in software (no firmware command).

@@ -200,8 +200,7 @@ Status Server::afford(const Client& c, uint64_t queue, uint64_t pinned) const {
   if (queue) {
     if (queue > lim_.queue_bytes.client || c.queue_bytes > lim_.queue_bytes.client - queue)
       return Status::quota_queue_client;
-    if (queue > lim_.queue_bytes.user || u.queue_bytes > lim_.queue_bytes.user - queue)
-      return Status::quota_queue_user;
+    if (queue > lim_.queue_bytes.user || u.queue_bytes > lim_.queue_bytes.user - queue) return Status::quota_queue_user;
     if (queue > lim_.queue_bytes.device || queue_bytes_ > lim_.queue_bytes.device - queue)
       return Status::quota_queue_device;
   }

@@ -320,8 +320,7 @@ TEST_F(Uapi, PinnedMemoryIsLimitedPerClientPerUserAndPerDevice) {
   refused(b, Selector::reg_mr, RegMrReq{pb, kAccessLocalWrite, 0x40000, 1}, &r, Status::quota_pinned_user);
   ASSERT_EQ(reg(c, pc, 0x40000, 8192), Status::ok);  // the device's 32 KiB
   refused(c, Selector::reg_mr, RegMrReq{pc, kAccessLocalWrite, 0x50000, 1}, &r, Status::quota_pinned_device);
-  refused(c, Selector::reg_mr, RegMrReq{pc, kAccessLocalWrite, 0x50000, 1ull << 40}, &r,
-          Status::quota_pinned_client);
+  refused(c, Selector::reg_mr, RegMrReq{pc, kAccessLocalWrite, 0x50000, 1ull << 40}, &r, Status::quota_pinned_client);
   ASSERT_EQ(call0(a, Selector::dereg_mr, HandleReq{first, 0}), Status::ok);
   EXPECT_EQ(reg(c, pc, 0x50000, 8192), Status::ok);  // the freed 8 KiB; the device is full again
   refused(a, Selector::reg_mr, RegMrReq{pa, kAccessLocalWrite, 0x60000, 4096}, &r, Status::quota_pinned_device);

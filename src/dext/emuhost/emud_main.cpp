@@ -35,7 +35,9 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--verbose"))
       opt.verbose = true;
     else {
-      fprintf(stderr, "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose]\n");
+      fprintf(stderr,
+              "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib "
+              "C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose]\n");
       return melon::dext::kEmudUsage;
     }
   }
