@@ -33,19 +33,19 @@ struct CqSpec {
   uint32_t log_size;
   uint32_t comp_vector;
   void* uar;  // the client's UAR object
-  uint32_t event_tag;  // passed back to Server::deliver_* for this CQ's events
+  uint64_t event_tag;  // passed back to Server::deliver_* for this CQ's events (Server::tag_of)
 };
 struct SrqSpec {
   void* pd;
   uint32_t log_size, log_stride;  // WQEs, bytes per WQE
-  uint32_t event_tag;
+  uint64_t event_tag;
 };
 struct QpSpec {
   uint8_t type;  // kQpRc / kQpUd / kQpUc
   void *pd, *send_cq, *recv_cq, *srq, *uar;
   uint32_t log_sq_size;  // 64-byte basic blocks
   uint32_t log_rq_size, log_rq_stride;  // 0 / unused with an SRQ
-  uint32_t event_tag;
+  uint64_t event_tag;
 };
 
 // Ring bytes of each queue, one formula for the server (which charges them to quotas before the

@@ -131,6 +131,7 @@ Status Server::attach(Client* c, void* host, uint32_t uid) {
     c->host = host;
     c->uid = uid;
     c->user = user;
+    c->serial = ++serial_ ? serial_ : ++serial_;
     if (!users_[user].clients) users_[user] = User{uid, 0, 0, 0};
     users_[user].clients++;
     clients_[i] = c;
@@ -459,20 +460,28 @@ Status Server::create_srq(Client& c, const CreateSrqReq& rq, CreateSrqResp* rp) 
   Created cr;
   stats_.backend_calls++;
   if (Status s = be_.create_srq(spec, &cr, rp); s != Status::ok) return s;
+  // Arming the limit is part of the create: if the device refuses it, the SRQ goes again and the
+  // client hears why (as ibv_create_srq fails when mlx5 cannot set srq_limit).
+  if (rq.srq_limit) {
+    stats_.backend_calls++;
+    if (Status s = be_.modify_srq(cr.obj, rq.srq_limit); s != Status::ok) {
+      if (backend_destroy(ObjType::srq, cr.obj) != Status::ok) stats_.cleanup_failures++;
+      return s;
+    }
+  }
   rp->handle = commit(c, ObjType::srq, slot, cr.obj, &rq.pd, 1, bytes);
   Entry* e = lookup(c, rp->handle, ObjType::srq);
   for (uint32_t i = 0; i < kMaxMaps; i++) e->maps[i] = cr.maps[i];
-  if (rq.srq_limit) {
-    stats_.backend_calls++;
-    if (be_.modify_srq(cr.obj, rq.srq_limit) == Status::ok) e->state = 1;
-  }
+  e->state = rq.srq_limit != 0;
+  e->srq_wrs = rp->wqe_cnt;
   return Status::ok;
 }
 
 Status Server::modify_srq(Client& c, const ModifySrqReq& rq) {
   Entry* e = lookup(c, rq.handle, ObjType::srq);
   if (!e) return Status::bad_handle;
-  if (rq.srq_limit > lim_.max_srq_wr) return Status::invalid;
+  // Against this SRQ's size, not the device's largest (Linux mlx5_ib_modify_srq: limit < max).
+  if (rq.srq_limit >= e->srq_wrs) return Status::invalid;
   stats_.backend_calls++;
   Status s = be_.modify_srq(e->obj, rq.srq_limit);
   if (s == Status::ok) e->state = rq.srq_limit != 0;
@@ -664,20 +673,28 @@ void Server::push_event(Client& c, const EventResp& e) {
   if (notify_) notify_->event_queued(c);
 }
 
-void Server::deliver_completion(uint32_t tag) {
-  uint32_t id = tag >> 24;
-  if (id < 1 || id > kMaxClients || !clients_[id - 1]) return;
-  Client& c = *clients_[id - 1];
-  // The CQ may be gone (destroyed while the event was in flight): drop it then.
-  if (!c.open || !lookup(c, tag & 0xffffffu, ObjType::cq)) return;
-  push_event(c, EventResp{kEventCompletion, tag & 0xffffffu, 0, 0});
+Client* Server::client_of(uint64_t tag) {
+  uint32_t id = uint32_t(tag >> 24) & 0xff;
+  if (id < 1 || id > kMaxClients || !clients_[id - 1]) return nullptr;
+  Client* c = clients_[id - 1];
+  return c->serial == uint32_t(tag >> 32) ? c : nullptr;  // the slot may have a new client since
 }
 
-void Server::deliver_async(uint32_t tag, uint32_t ibv_event_type) {
-  uint32_t id = tag >> 24;
-  if (id < 1 || id > kMaxClients || !clients_[id - 1]) return;
-  Client& c = *clients_[id - 1];
-  uint32_t token = tag & 0xffffffu;
+void Server::deliver_completion(uint64_t tag) {
+  Client* cp = client_of(tag);
+  if (!cp) return;
+  Client& c = *cp;
+  // The CQ may be gone (destroyed while the event was in flight): drop it then.
+  uint32_t token = uint32_t(tag) & 0xffffffu;
+  if (!c.open || !lookup(c, token, ObjType::cq)) return;
+  push_event(c, EventResp{kEventCompletion, token, 0, 0});
+}
+
+void Server::deliver_async(uint64_t tag, uint32_t ibv_event_type) {
+  Client* cp = client_of(tag);
+  if (!cp) return;
+  Client& c = *cp;
+  uint32_t token = uint32_t(tag) & 0xffffffu;
   if (!c.open || (token && !lookup(c, token, token_type(token)))) return;
   push_event(c, EventResp{kEventAsync, token, ibv_event_type, 0});
 }

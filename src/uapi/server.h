@@ -23,6 +23,10 @@
 
 namespace melon::uapi {
 
+// The device-wide object quotas' defaults (a backend sizes what it keeps per object, e.g. event
+// routes, from them).
+inline constexpr Quotas kDeviceQuotas{256, 1024, 1024, 2048, 128, 256, 64};
+
 // Bytes a client can make the host spend, counted per client, per user (the uid the host names at
 // attach) and per device.
 struct ByteQuota {
@@ -37,7 +41,7 @@ struct Limits {
   uint32_t comp_vectors = 1, ports = 1;
   uint64_t max_mr_size = 1ull << 40;
   Quotas client;  // per client
-  Quotas device{256, 1024, 1024, 2048, 128, 256, 64};  // across all clients
+  Quotas device = kDeviceQuotas;  // across all clients
   uint32_t clients = kMaxClients;
   // Byte and connection limits (docs/uapi.md "Quotas"). Queue memory is what rings and doorbell
   // records take of the host; pinned memory is MR pages the device may reach (Linux charges these
@@ -63,6 +67,7 @@ struct Entry {
   uint32_t refs = 0;  // live objects that depend on this one
   uint32_t parents[5] = {};  // tokens this object holds references on
   uint32_t id = 0;  // QPN / CQN, for event routing
+  uint32_t srq_wrs = 0;  // SRQ: the WQEs it was given (a limit must stay below)
   uint64_t queue_bytes = 0, pinned_bytes = 0;  // charged at commit, given back at release
   void* obj = nullptr;  // the backend's object
   MapRegion maps[kMaxMaps];
@@ -81,6 +86,7 @@ struct Client {
   bool attached = false, open = false;
   uint32_t id = 0;  // 1..kMaxClients
   void* host = nullptr;  // the platform's handle of this client's address space
+  uint32_t serial = 0;  // which attach this is (never 0): event tags carry it
   uint32_t uid = 0;  // the user the host says it runs as
   uint32_t user = 0;  // its index in the server's user table
   uint64_t queue_bytes = 0, pinned_bytes = 0;
@@ -122,9 +128,12 @@ class Server {
   // region behind `map_type(kind, token)` of this client, or status bad_handle / invalid.
   Status mapping(Client& c, uint32_t memory_type, MapRegion* out);
 
-  // Events from the device, tagged as the backend was told at creation (CqSpec::event_tag ...).
-  void deliver_completion(uint32_t tag);
-  void deliver_async(uint32_t tag, uint32_t ibv_event_type);
+  // Events from the device, tagged as the backend was told at creation (CqSpec::event_tag ...). The
+  // backend binds an event to the tag live when the device posted it; a tag whose client has left
+  // (even if its slot has a new client) or whose object is gone (even if its slot has a new one)
+  // names nothing, and the event is dropped.
+  void deliver_completion(uint64_t tag);
+  void deliver_async(uint64_t tag, uint32_t ibv_event_type);
   // A device event (port active/down, fatal): to every open client, with handle 0.
   void deliver_device(uint32_t ibv_event_type);
 
@@ -137,11 +146,13 @@ class Server {
   const ServerStats& stats() const { return stats_; }
   const Limits& limits() const { return lim_; }
 
-  // Event tags: client id and token. Exposed for backends and tests.
-  static uint32_t tag_of(const Client& c, uint32_t token) { return c.id << 24 | token; }
+  // Event tags: the client's attach serial, its id and the object's token (with its generation).
+  // Exposed for backends and tests.
+  static uint64_t tag_of(const Client& c, uint32_t token) { return uint64_t(c.serial) << 32 | c.id << 24 | token; }
 
  private:
   Reply dispatch(Client& c, Selector s, const void* in, void* out);
+  Client* client_of(uint64_t tag);
   Status open(Client& c, const OpenReq& rq, OpenResp* rp);
   Status alloc_pd(Client& c, HandleResp* rp);
   Status alloc_uar(Client& c, UarResp* rp);
@@ -173,6 +184,7 @@ class Server {
   Limits lim_;
   Client* clients_[kMaxClients] = {};
   uint32_t nclients_ = 0;
+  uint32_t serial_ = 0;
   uint32_t dev_count_[kObjTypes] = {};
   // Users with attached clients (at most one per client).
   struct User {

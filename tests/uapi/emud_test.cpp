@@ -259,6 +259,41 @@ TEST_F(Emud, QueueAndPinnedMemoryAreLimitedInBytes) {
   EXPECT_LT(u.queue_bytes, 64ull << 20);
 }
 
+// The server admits exactly what query_device advertises: SGEs, inline data, SRQ SGEs and WRs at
+// the device's figure are granted, one more is refused before the firmware.
+TEST_F(Emud, RequestsAreCheckedAgainstTheLimitsTheDeviceAdvertises) {
+  auto c = client();
+  Objects o;
+  ASSERT_EQ(make_objects(*c, &o), Status::ok);
+  uapi::DeviceAttr a{};
+  ASSERT_EQ(c->call(Selector::query_device, uapi::EmptyReq{}, &a), Status::ok);
+  auto qp = [&](uint32_t sge, uint32_t inl, uint32_t rsge) {
+    uapi::CreateQpReq q{};
+    q.pd = o.pd, q.send_cq = q.recv_cq = o.cq, q.uar = o.uar, q.qp_type = uapi::kQpRc;
+    q.max_send_wr = q.max_recv_wr = 4;
+    q.max_send_sge = sge, q.max_inline_data = inl, q.max_recv_sge = rsge;
+    uapi::CreateQpResp r{};
+    Status s = c->call(Selector::create_qp, q, &r);
+    uapi::EmptyResp e;
+    if (s == Status::ok) EXPECT_EQ(c->call(Selector::destroy_qp, uapi::HandleReq{r.handle, 0}, &e), Status::ok);
+    return s;
+  };
+  EXPECT_EQ(qp(a.max_sge, a.max_inline_data, a.max_sge), Status::ok);
+  EXPECT_EQ(qp(a.max_sge + 1, 0, 1), Status::invalid);
+  EXPECT_EQ(qp(1, a.max_inline_data + 1, 1), Status::invalid);
+  EXPECT_EQ(qp(1, 0, a.max_sge + 1), Status::invalid);
+  auto srq = [&](uint32_t wr, uint32_t sge) {
+    uapi::CreateSrqResp r{};
+    Status s = c->call(Selector::create_srq, uapi::CreateSrqReq{o.pd, wr, sge, 0}, &r);
+    uapi::EmptyResp e;
+    if (s == Status::ok) EXPECT_EQ(c->call(Selector::destroy_srq, uapi::HandleReq{r.handle, 0}, &e), Status::ok);
+    return s;
+  };
+  EXPECT_EQ(srq(a.max_srq_wr, a.max_srq_sge), Status::ok);
+  EXPECT_EQ(srq(a.max_srq_wr + 1, 1), Status::invalid);
+  EXPECT_EQ(srq(16, a.max_srq_sge + 1), Status::invalid);
+}
+
 TEST_F(Emud, BadRequestsGetExactErrorsWhileAnotherClientWorks) {
   std::atomic<bool> done{false};
   std::atomic<int> rounds{0}, failures{0};

@@ -100,8 +100,9 @@ class RecordingBackend final : public Backend {
   }
   Status modify_srq(void*, uint32_t) override {
     calls.push_back("modify_srq");
-    return Status::ok;
+    return fail_modify_srq;
   }
+  Status fail_modify_srq = Status::ok;  // what every modify_srq (arming the limit) answers
   Status destroy_srq(void* o) override { return destroy("srq", o); }
   Status create_qp(const QpSpec& spec, Created* c, CreateQpResp* r) override {
     std::vector<void*> parents{spec.pd, spec.send_cq, spec.recv_cq, spec.uar};

@@ -686,17 +686,64 @@ TEST_F(Uapi, EventsGoToTheOwnerOnly) {
   EXPECT_EQ(e.kind, kEventCompletion);
   EXPECT_EQ(e.handle, q);
   // A late event for a destroyed CQ is dropped, not delivered to whoever reuses the slot.
-  uint32_t tag = be.last_cq.event_tag;
+  uint64_t tag = be.last_cq.event_tag;
   ASSERT_EQ(call0(a, Selector::destroy_cq, HandleReq{q, 0}), Status::ok);
   cq(a, u);
   srv->deliver_completion(tag);
   refused(a, Selector::get_event, EmptyReq{}, &e, Status::no_event);
 }
 
+// An event posted for a client that has left is not delivered to the next client in its slot,
+// whose first CQ has the same slot and generation the old one had.
+TEST_F(Uapi, AnEventOfALeftClientDoesNotReachTheNextClientInItsSlot) {
+  Client& a = open_client();
+  uint32_t u = uar(a);
+  uint32_t q = cq(a, u);
+  uint64_t tag = be.last_cq.event_tag;
+  uint32_t id = a.id;
+  srv->detach(a);
+  Client& b = open_client();
+  ASSERT_EQ(b.id, id);
+  uint32_t ub = uar(b);
+  ASSERT_EQ(cq(b, ub), q);  // the same token
+  srv->deliver_completion(tag);
+  srv->deliver_async(tag, 0 /* IBV_EVENT_CQ_ERR */);
+  EventResp e{};
+  refused(b, Selector::get_event, EmptyReq{}, &e, Status::no_event);
+  // Its own CQ's events do reach it.
+  srv->deliver_completion(be.last_cq.event_tag);
+  EXPECT_EQ(call(b, Selector::get_event, EmptyReq{}, &e), Status::ok);
+}
+
+// An SRQ's limit is checked against that SRQ (16 WRs given 32 WQEs), not the device's largest.
+TEST_F(Uapi, AnSrqLimitIsBoundedByTheSrqsOwnSize) {
+  Client& c = open_client();
+  uint32_t p = pd(c);
+  CreateSrqResp sr{};
+  ASSERT_EQ(call(c, Selector::create_srq, CreateSrqReq{p, 16, 1, 0}, &sr), Status::ok);
+  ASSERT_EQ(sr.wqe_cnt, 32u);
+  EXPECT_EQ(call0(c, Selector::modify_srq, ModifySrqReq{sr.handle, 31}), Status::ok);
+  refused0(c, Selector::modify_srq, ModifySrqReq{sr.handle, 32}, Status::invalid);
+  refused0(c, Selector::modify_srq, ModifySrqReq{sr.handle, 1000}, Status::invalid);
+}
+
+// A create_srq whose limit the device refuses to arm fails whole: no SRQ, no quota, the status.
+TEST_F(Uapi, ACreateSrqWhoseLimitCannotBeArmedFails) {
+  Client& c = open_client();
+  uint32_t p = pd(c);
+  be.fail_modify_srq = Status::firmware;
+  CreateSrqResp sr{};
+  EXPECT_EQ(call(c, Selector::create_srq, CreateSrqReq{p, 16, 1, 4}, &sr), Status::firmware);
+  EXPECT_EQ(be.live("srq"), 0);
+  EXPECT_EQ(srv->live(ObjType::srq), 0u);
+  be.fail_modify_srq = Status::ok;
+  EXPECT_EQ(call(c, Selector::create_srq, CreateSrqReq{p, 16, 1, 4}, &sr), Status::ok);
+}
+
 TEST_F(Uapi, EventOverflowIsCounted) {
   Client& c = open_client();
   uint32_t h = qp(c);
-  uint32_t tag = Server::tag_of(c, h);
+  uint64_t tag = Server::tag_of(c, h);
   for (uint32_t i = 0; i < Client::kEvents + 5; i++) srv->deliver_async(tag, 1 /* IBV_EVENT_QP_FATAL */);
   EventResp e{};
   ASSERT_EQ(call(c, Selector::get_event, EmptyReq{}, &e), Status::ok);

@@ -48,9 +48,10 @@ enum RouteKind : uint8_t { kDevice = 0, kCq = 1, kQp = 2, kSrq = 3 };
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
-UapiBackend::UapiBackend(c::Hca& hca, QueuePlatform& plat) : hca_(hca), plat_(plat) {
+UapiBackend::UapiBackend(c::Hca& hca, QueuePlatform& plat, uint32_t routes) : hca_(hca), plat_(plat), nroutes_(routes) {
   lock_ = hca_.hal().lock_create();
-  routes_ = static_cast<Route*>(hca_.hal().mem_alloc(sizeof(Route) * kRoutes));
+  routes_ = static_cast<Route*>(hca_.hal().mem_alloc(sizeof(Route) * nroutes_));
+  if (!routes_) nroutes_ = 0;  // every create then fails: no event could reach its client
   pending_ = static_cast<Pending*>(hca_.hal().mem_alloc(sizeof(Pending) * kPending));
   hca_.set_device_sink(this);  // port changes and fatal errors go to every client
 }
@@ -58,19 +59,42 @@ UapiBackend::UapiBackend(c::Hca& hca, QueuePlatform& plat) : hca_(hca), plat_(pl
 UapiBackend::~UapiBackend() {
   release_dead();  // a host that forgot to is still safe: nothing goes while the device is fatal
   hca_.set_device_sink(nullptr);
-  if (routes_) hca_.hal().mem_free(routes_, sizeof(Route) * kRoutes);
+  if (routes_) hca_.hal().mem_free(routes_, sizeof(Route) * nroutes_);
   if (pending_) hca_.hal().mem_free(pending_, sizeof(Pending) * kPending);
   if (lock_) hca_.hal().lock_destroy(lock_);
 }
 
+namespace {
+uint32_t min32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+}  // namespace
+
 void UapiBackend::fill_limits(uapi::Limits* lim) {
+  // What the server admits is what query_device tells the client, field for field: a request the
+  // device attributes allow is never refused, and one they do not is never passed on.
+  DeviceAttr a{};
+  query_device(&a);
+  lim->max_qp_wr = a.max_qp_wr;
+  lim->max_sge = a.max_sge;
+  lim->max_inline = a.max_inline_data;
+  lim->max_cqe = a.max_cqe;
+  lim->max_srq_wr = a.max_srq_wr;
+  lim->max_srq_sge = a.max_srq_sge;
+  lim->max_rd_atomic = min32(a.max_qp_rd_atom, a.max_qp_init_rd_atom);
+  lim->ports = a.phys_port_cnt;
+  if (a.max_mr_size < lim->max_mr_size) lim->max_mr_size = a.max_mr_size;
   const c::HcaCaps& caps = hca_.caps();
   lim->gid_tbl_len = caps.gid_table_size ? caps.gid_table_size : 16;
   lim->comp_vectors = hca_.comp_eq_count() ? hca_.comp_eq_count() : 1;
-  uint32_t log_wq = p::get(caps.general, p::cmd_hca_cap::log_max_wq_sz);
-  if (log_wq && (1u << log_wq) < lim->max_qp_wr) lim->max_qp_wr = lim->max_srq_wr = 1u << log_wq;
-  uint32_t log_cq = p::get(caps.general, p::cmd_hca_cap::log_max_cq_sz);
-  if (log_cq && (1u << log_cq) - 1 < lim->max_cqe) lim->max_cqe = (1u << log_cq) - 1;
+  // Device quotas: no more objects than the device has, and every CQ, QP and SRQ with an event
+  // route (the largest gives way first).
+  uapi::Quotas& d = lim->device;
+  d.pd = min32(d.pd, a.max_pd), d.cq = min32(d.cq, a.max_cq), d.qp = min32(d.qp, a.max_qp);
+  d.mr = min32(d.mr, a.max_mr), d.srq = min32(d.srq, a.max_srq);
+  uint32_t* order[] = {&d.qp, &d.cq, &d.srq};
+  for (uint32_t* q : order) {
+    uint64_t sum = uint64_t(d.cq) + d.qp + d.srq;
+    if (sum > nroutes_) *q -= min32(*q, uint32_t(sum - nroutes_));
+  }
 }
 
 // ---- Queries -----------------------------------------------------------------------------------
@@ -330,7 +354,11 @@ Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) 
     free_queue(q);
     return s;
   }
-  route_add(kCq, q->cq->cqn, spec.event_tag);
+  if (!route_add(kCq, q->cq->cqn, spec.event_tag)) {  // no event could reach the client: refuse
+    hca_.destroy_cq(q->cq);
+    free_queue(q);
+    return Status::no_memory;
+  }
   q->bound_kind = kCq, q->bound_number = q->cq->cqn;
   plat_.doorbell_bind(*cp.uar, kCq, q->cq->cqn, static_cast<uint8_t*>(q->mem.va) + q->ring_bytes);
   r->cqn = q->cq->cqn;
@@ -375,7 +403,11 @@ Status UapiBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* 
     free_queue(q);
     return s;
   }
-  route_add(kSrq, q->srq->srqn, spec.event_tag);
+  if (!route_add(kSrq, q->srq->srqn, spec.event_tag)) {  // no event could reach the client: refuse
+    hca_.destroy_srq(q->srq);
+    free_queue(q);
+    return Status::no_memory;
+  }
   r->wqe_cnt = 1u << spec.log_size;
   r->stride = 1u << spec.log_stride;
   r->dbr_offset = 0;
@@ -430,7 +462,11 @@ Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) 
     free_queue(q);
     return s;
   }
-  route_add(kQp, q->qp->qpn, spec.event_tag);
+  if (!route_add(kQp, q->qp->qpn, spec.event_tag)) {  // no event could reach the client: refuse
+    hca_.destroy_qp(q->qp);
+    free_queue(q);
+    return Status::no_memory;
+  }
   q->bound_kind = kQp, q->bound_number = q->qp->qpn;
   plat_.doorbell_bind(*qp.uar, kQp, q->qp->qpn, static_cast<uint8_t*>(q->mem.va) + q->ring_bytes);
   r->qpn = q->qp->qpn;
@@ -582,27 +618,36 @@ void UapiBackend::usage(UsageResp* u) {
 
 // ---- Events ------------------------------------------------------------------------------------
 
-void UapiBackend::route_add(uint8_t kind, uint32_t number, uint32_t tag) {
+bool UapiBackend::route_add(uint8_t kind, uint32_t number, uint64_t tag) {
   c::HalLock l(hca_.hal(), lock_);
-  for (uint32_t i = 0; i < kRoutes; i++) {
+  for (uint32_t i = 0; i < nroutes_; i++) {
     if (routes_[i].kind == 0) {
       routes_[i] = Route{kind, number, tag};
-      return;
+      return true;
     }
   }
+  return false;
 }
 
 void UapiBackend::route_del(uint8_t kind, uint32_t number) {
   c::HalLock l(hca_.hal(), lock_);
-  for (uint32_t i = 0; i < kRoutes; i++)
+  for (uint32_t i = 0; i < nroutes_; i++)
     if (routes_[i].kind == kind && routes_[i].number == number) routes_[i] = Route{};
 }
 
+// The route is looked up now, when the device posts the event: by the time the host drains it the
+// object may be gone and its number (CQN, QPN) given to another client's object.
 void UapiBackend::push(uint8_t kind, uint32_t number, uint32_t event_type) {
   {
     c::HalLock l(hca_.hal(), lock_);
+    uint64_t tag = 0;
+    if (kind != kDevice) {
+      for (uint32_t i = 0; i < nroutes_ && !tag; i++)
+        if (routes_[i].kind == kind && routes_[i].number == number) tag = routes_[i].tag;
+      if (!tag) return;  // the object is gone
+    }
     if (pend_count_ == kPending) return;  // the Server counts its own drops; these are rare
-    pending_[(pend_head_ + pend_count_) % kPending] = Pending{kind, number, event_type};
+    pending_[(pend_head_ + pend_count_) % kPending] = Pending{kind, event_type, tag};
     pend_count_++;
   }
   plat_.events_pending();
@@ -647,25 +692,22 @@ void UapiBackend::on_async_event(const c::AsyncEvent& e) {
 void UapiBackend::drain_events(uapi::Server& srv) {
   for (;;) {
     Pending ev;
-    uint32_t tag = 0;
     {
       c::HalLock l(hca_.hal(), lock_);
       if (!pend_count_) return;
       ev = pending_[pend_head_];
       pend_head_ = (pend_head_ + 1) % kPending;
       pend_count_--;
-      for (uint32_t i = 0; i < kRoutes; i++)
-        if (routes_[i].kind == ev.kind && routes_[i].number == ev.number) tag = routes_[i].tag;
     }
     if (ev.kind == kDevice) {
       srv.deliver_device(ev.event_type);
       continue;
     }
-    if (!tag) continue;  // the object is gone
+    // The server drops it if the tag's object (or client) has gone since.
     if (ev.event_type == ~0u)
-      srv.deliver_completion(tag);
+      srv.deliver_completion(ev.tag);
     else
-      srv.deliver_async(tag, ev.event_type);
+      srv.deliver_async(ev.tag, ev.event_type);
   }
 }
 
