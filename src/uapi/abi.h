@@ -374,7 +374,7 @@ struct MapReq {
 };
 static_assert(sizeof(MapReq) == 8);
 struct MapResp {
-  uint64_t memory;  // the platform's memory object (the daemon passes its fd with the answer)
+  uint64_t memory;  // always 0 (no host object or address crosses); the daemon passes an fd with the answer
   uint64_t offset;  // where the mapping starts in it
   uint64_t length;
   uint32_t flags;  // kMapWriteCombine

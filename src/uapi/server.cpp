@@ -653,7 +653,7 @@ Status Server::map(Client& c, const MapReq& rq, MapResp* rp) {
   if (rq.kind > 0xff || (rq.handle >> 24)) return Status::invalid;
   MapRegion m;
   if (Status s = mapping(c, map_type(MapKind(rq.kind), rq.handle), &m); s != Status::ok) return s;
-  rp->memory = m.memory;
+  rp->memory = 0;  // the platform's memory object (a DEXT pointer, the daemon's fd) is the host's
   rp->offset = m.offset;
   rp->length = m.length;
   rp->flags = m.flags;

@@ -386,6 +386,13 @@ TEST_F(Emud, MappingsArriveAsSharedMemory) {
   munmap(uar, len);
   EXPECT_EQ(c->map(uapi::MapKind::sq, o.cq, &len, &st), nullptr);
   EXPECT_EQ(st, Status::invalid);
+  // The answer itself names nothing of the daemon's (its fd number): the passed fd is the mapping.
+  uapi::MapResp m{};
+  int fd = -1;
+  ASSERT_EQ(c->call(Selector::map, uapi::MapReq{uint32_t(uapi::MapKind::cqe), o.cq}, &m, &fd), Status::ok);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(m.memory, 0u);
+  close(fd);
 }
 
 // A client that resizes the memory it was handed (queue rings, doorbell records, UAR pages) must

@@ -672,6 +672,24 @@ TEST_F(Uapi, MappingsAreByKindAndHandle) {
   EXPECT_EQ(srv->mapping(c, map_type(MapKind::cqe, q), &reg), Status::bad_handle);
 }
 
+// A map answer names no host object: the platform's memory handle (a DEXT record pointer, the
+// daemon's fd number) stays with the host, which finds it with mapping().
+TEST_F(Uapi, MapShowsTheClientNoHostAddress) {
+  Client& c = open_client();
+  uint32_t u = uar(c);
+  uint32_t q = cq(c, u);
+  for (auto [kind, h] : {std::pair{MapKind::uar, u}, {MapKind::cqe, q}, {MapKind::db_record, q}}) {
+    MapResp m{};
+    ASSERT_EQ(call(c, Selector::map, MapReq{uint32_t(kind), h}, &m), Status::ok);
+    MapRegion reg;
+    ASSERT_EQ(srv->mapping(c, map_type(kind, h), &reg), Status::ok);
+    ASSERT_NE(reg.memory, 0u) << "the recording backend names its memory";
+    EXPECT_EQ(m.memory, 0u) << "kind " << int(kind);
+    EXPECT_EQ(m.offset, reg.offset);
+    EXPECT_EQ(m.length, reg.length);
+  }
+}
+
 TEST_F(Uapi, EventsGoToTheOwnerOnly) {
   Client& a = open_client();
   Client& b = open_client();

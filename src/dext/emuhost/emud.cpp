@@ -399,9 +399,12 @@ int run_emud(const EmudOptions& opt, std::string* why) {
         rp.status = uint32_t(r.status);
         rp.out_len = r.out_len;
         if (r.status == uapi::Status::ok && rq.selector == uint32_t(uapi::Selector::map)) {
-          uapi::MapResp m;
-          memcpy(&m, out, sizeof m);
-          pass = int(m.memory);
+          // The answer names no fd (map shows no host object); the region behind it does.
+          uapi::MapReq mq{};
+          memcpy(&mq, buf + sizeof rq, in_len < sizeof mq ? in_len : sizeof mq);
+          uapi::MapRegion region;
+          if (srv.mapping(*c.client, uapi::map_type(uapi::MapKind(mq.kind), mq.handle), &region) == uapi::Status::ok)
+            pass = int(region.memory);
         } else if (r.status == uapi::Status::ok && rq.selector == uint32_t(uapi::Selector::open)) {
           pass = c.event_fd;
         }
