@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -292,6 +293,51 @@ TEST_F(Emud, RequestsAreCheckedAgainstTheLimitsTheDeviceAdvertises) {
   EXPECT_EQ(srq(a.max_srq_wr, a.max_srq_sge), Status::ok);
   EXPECT_EQ(srq(a.max_srq_wr + 1, 1), Status::invalid);
   EXPECT_EQ(srq(16, a.max_srq_sge + 1), Status::invalid);
+}
+
+// ReDMArk: an R_Key is not guessable from the keys a client sees. Across two clients' MRs, at least
+// 24 of the 32 bits vary (a bit that is random is 1 in 64 samples between 8 and 56 times all but
+// surely), no two keys are equal, consecutive keys do not step, and no L_Key is its R_Key. An MR
+// without remote access has no R_Key.
+TEST_F(Emud, MemoryKeysAreRandomAndTheLKeyIsNotTheRKey) {
+  std::vector<std::unique_ptr<UapiClient>> cs;
+  static uint8_t buf[2][4096] __attribute__((aligned(4096)));
+  std::vector<uint32_t> rkeys, lkeys;
+  for (int k = 0; k < 2; k++) {
+    cs.push_back(client());
+    uapi::HandleResp pd{};
+    ASSERT_EQ(cs.back()->call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::ok);
+    for (int i = 0; i < 32; i++) {
+      uapi::RegMrResp r{};
+      uapi::RegMrReq rq{pd.handle, uapi::kAccessLocalWrite | uapi::kAccessRemoteWrite | uapi::kAccessRemoteRead,
+                        uint64_t(buf[k]), sizeof buf[k]};
+      ASSERT_EQ(cs.back()->call(Selector::reg_mr, rq, &r), Status::ok);
+      EXPECT_NE(r.lkey, r.rkey);
+      rkeys.push_back(r.rkey);
+      lkeys.push_back(r.lkey);
+    }
+    uapi::RegMrResp local{};
+    ASSERT_EQ(
+        cs.back()->call(Selector::reg_mr,
+                        uapi::RegMrReq{pd.handle, uapi::kAccessLocalWrite, uint64_t(buf[k]), sizeof buf[k]}, &local),
+        Status::ok);
+    EXPECT_EQ(local.rkey, 0u);
+    EXPECT_NE(local.lkey, 0u);
+  }
+  int random_bits = 0;
+  for (int b = 0; b < 32; b++) {
+    int ones = 0;
+    for (uint32_t k : rkeys) ones += (k >> b) & 1;
+    random_bits += ones >= 8 && ones <= 56;
+  }
+  EXPECT_GE(random_bits, 24);
+  std::vector<uint32_t> all = rkeys;
+  all.insert(all.end(), lkeys.begin(), lkeys.end());
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a key repeats";
+  int steps = 0;
+  for (size_t i = 1; i < rkeys.size(); i++) steps += rkeys[i] - rkeys[i - 1] == rkeys[1] - rkeys[0];
+  EXPECT_LT(steps, 4) << "R_Keys follow a sequence";
 }
 
 TEST_F(Emud, BadRequestsGetExactErrorsWhileAnotherClientWorks) {

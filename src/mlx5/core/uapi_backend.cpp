@@ -89,7 +89,7 @@ void UapiBackend::fill_limits(uapi::Limits* lim) {
   // route (the largest gives way first).
   uapi::Quotas& d = lim->device;
   d.pd = min32(d.pd, a.max_pd), d.cq = min32(d.cq, a.max_cq), d.qp = min32(d.qp, a.max_qp);
-  d.mr = min32(d.mr, a.max_mr), d.srq = min32(d.srq, a.max_srq);
+  d.mr = min32(d.mr, a.max_mr / 2), d.srq = min32(d.srq, a.max_srq);  // an MR may take two mkeys
   uint32_t* order[] = {&d.qp, &d.cq, &d.srq};
   for (uint32_t* q : order) {
     uint64_t sum = uint64_t(d.cq) + d.qp + d.srq;
@@ -201,8 +201,13 @@ Status UapiBackend::free_uar(void* o) {
   return s;
 }
 
+// An MR is two memory keys over the same pages when it grants remote access: the L_Key with local
+// rights only, the R_Key with the rest. A peer that learns the L_Key (or an application that
+// sends it by mistake) reaches nothing, and the two share no bits (ReDMArk; the soft provider's
+// keys are the same way). Without remote access there is no R_Key (0).
 struct UapiBackend::MrObj {
-  c::Mr* mr;
+  c::Mr* mr;  // the L_Key's
+  c::Mr* remote;  // the R_Key's, or null
   uint64_t pin;
   uint64_t pinned_len;  // page-rounded, counted in pinned_
   MrObj* next_dead;
@@ -221,7 +226,14 @@ Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out,
   }
   // The segment starts at the address itself (its in-page offset is the MR's first page offset).
   c::DmaSegment seg{iova + (rq.addr - first), end - rq.addr};
-  Status s = status_of(hca_.create_mr(static_cast<c::Pd*>(pd), rq.addr, rq.length, rq.access, &seg, 1, &m->mr));
+  c::Pd* p = static_cast<c::Pd*>(pd);
+  constexpr uint32_t kRemote = kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic;
+  m->remote = nullptr;
+  Status s = status_of(hca_.create_mr(p, rq.addr, rq.length, rq.access & ~kRemote, &seg, 1, &m->mr));
+  if (s == Status::ok && (rq.access & kRemote)) {
+    s = status_of(hca_.create_mr(p, rq.addr, rq.length, rq.access, &seg, 1, &m->remote));
+    if (s != Status::ok) hca_.destroy_mr(m->mr);
+  }
   if (s != Status::ok) {
     plat_.unpin_client(pin);
     hca_.hal().mem_free(m, sizeof(MrObj));
@@ -231,14 +243,24 @@ Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out,
   m->pinned_len = end - first;
   m->next_dead = nullptr;
   pinned_ += end - first;
-  r->lkey = r->rkey = m->mr->mkey;
+  r->lkey = m->mr->mkey;
+  r->rkey = m->remote ? m->remote->mkey : 0;
   *out = m;
   return Status::ok;
 }
 
 Status UapiBackend::dereg_mr(void* o) {
   MrObj* m = static_cast<MrObj*>(o);
-  Status s = status_of(hca_.destroy_mr(m->mr));
+  // The R_Key first: once it is gone no peer reaches the pages. A key destroyed is forgotten, so
+  // a retry after a failure destroys only what is left.
+  Status s = Status::ok;
+  c::Mr** keys[] = {&m->remote, &m->mr};
+  for (c::Mr** k : keys) {
+    if (!*k) continue;
+    s = status_of(hca_.destroy_mr(*k));
+    if (s != Status::ok) break;
+    *k = nullptr;
+  }
   if (s != Status::ok && dead(s)) {
     // The mkey may still be in use by the device: the pin stays until the reset.
     m->dead_resets = hca_.stats().resets;
