@@ -95,7 +95,8 @@ enum class Selector : uint32_t { MELON_UAPI_SELECTORS(MELON_UAPI_SEL_ENUM) };
   V(quota_pinned_client, 22, "the client's pinned memory limit is used up (pinned_bytes.client)") \
   V(quota_pinned_user, 23, "the user's pinned memory limit is used up (pinned_bytes.user)")       \
   V(quota_pinned_device, 24, "the device's pinned memory limit is used up (pinned_bytes.device)") \
-  V(quota_user_clients, 25, "the user's client connections are used up (clients_per_user)")
+  V(quota_user_clients, 25, "the user's client connections are used up (clients_per_user)")       \
+  V(bad_address, 26, "the range is not the client's memory with the access asked")
 
 #define MELON_UAPI_STATUS_ENUM(name, value, text) name = value,
 enum class Status : uint32_t { MELON_UAPI_STATUSES(MELON_UAPI_STATUS_ENUM) };

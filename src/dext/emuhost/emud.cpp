@@ -24,7 +24,6 @@
 
 #include "dext/emuhost/client_dma.h"
 #include "dext/emuhost/emu_hal.h"
-#include "dext/emuhost/socket_protocol.h"
 #include "dext/emuhost/uar_watcher.h"
 #include "mlx5/core/hca.h"
 #include "mlx5/emu/device.h"
@@ -33,10 +32,15 @@
 #include "mlx5/prm/doorbell.h"
 #include "mlx5/core/uapi_backend.h"
 #include "uapi/server.h"
+#include "uapi/socket/protocol.h"
 
 namespace melon::dext {
 
 namespace {
+
+using uapi::kMaxSocketMessage;
+using uapi::SocketReply;
+using uapi::SocketRequest;
 
 int g_stop_fd = -1;  // eventfd the signal handler writes
 
@@ -45,7 +49,7 @@ std::string errstr(const char* what) { return std::string(what) + ": " + strerro
 struct Conn {
   int fd = -1;
   int event_fd = -1;
-  pid_t pid = 0;
+  std::shared_ptr<ClientProcess> proc;  // its process, for DMA into its MRs (client_dma.h)
   bool attached = false;  // false: over a client limit; refused at its first request with `refused`
   uapi::Status refused = uapi::Status::ok;
   std::unique_ptr<uapi::Client> client;
@@ -120,7 +124,7 @@ class Platform final : public mlx5::core::QueuePlatform {
 
   int pin_client(void* host, uint64_t addr, uint64_t len, bool writable, uint64_t* iova, uint64_t* token) override {
     const Conn* c = static_cast<const Conn*>(host);
-    uint64_t w = dma_.open_window(c->pid, addr, len, writable);
+    uint64_t w = dma_.open_window(c->proc, addr, len, writable);
     if (!w) return mlx5::core::kHalFault;
     *iova = *token = w;
     return mlx5::core::kHalOk;
@@ -153,6 +157,32 @@ class Platform final : public mlx5::core::QueuePlatform {
   std::map<int, M> mems_;
   std::map<uint32_t, int> uars_;
 };
+
+// One request datagram, and the descriptor it carries (if any: the first; more are closed).
+ssize_t recv_request(int fd, uint8_t* buf, size_t cap, int* passed) {
+  iovec iov{buf, cap};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(4 * sizeof(int))];
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = ctl;
+  mh.msg_controllen = sizeof ctl;
+  ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t k = 0; k < nfd; k++) {
+      int f;
+      memcpy(&f, CMSG_DATA(c) + k * sizeof(int), sizeof f);
+      if (*passed < 0)
+        *passed = f;
+      else
+        close(f);
+    }
+  }
+  return n;
+}
 
 bool send_reply(int fd, const SocketReply& rp, const void* body, uint32_t len, int pass_fd) {
   uint8_t buf[kMaxSocketMessage];
@@ -363,7 +393,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
         cr.uid = uid_t(-1);  // no credentials: a user of its own that no real one shares
         socklen_t crl = sizeof cr;
         getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cr, &crl);
-        c->pid = cr.pid;
+        c->proc = ClientProcess::open(cr.pid);  // at once: the process that connected is alive
         c->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         c->client = std::make_unique<uapi::Client>();
         c->refused = srv.attach(c->client.get(), c.get(), uint32_t(cr.uid));
@@ -377,7 +407,8 @@ int run_emud(const EmudOptions& opt, std::string* why) {
       if (!re) continue;
       Conn& c = *conns[i];
       uint8_t buf[kMaxSocketMessage];
-      ssize_t got = (re & POLLIN) ? recv(c.fd, buf, sizeof buf, MSG_DONTWAIT) : 0;
+      int passed_in = -1;  // a descriptor with the request (protocol.h: Open's memory file)
+      ssize_t got = (re & POLLIN) ? recv_request(c.fd, buf, sizeof buf, &passed_in) : 0;
       if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
       if (got <= 0) {  // closed or died: everything it owned goes now
         drop(i);
@@ -407,8 +438,10 @@ int run_emud(const EmudOptions& opt, std::string* why) {
             pass = int(region.memory);
         } else if (r.status == uapi::Status::ok && rq.selector == uint32_t(uapi::Selector::open)) {
           pass = c.event_fd;
+          if (c.proc && passed_in >= 0) c.proc->set_memory(passed_in), passed_in = -1;
         }
       }
+      if (passed_in >= 0) close(passed_in);
       rp.has_fd = pass >= 0;
       if (!send_reply(c.fd, rp, out, rp.out_len, pass) || !c.attached) drop(i);
     }

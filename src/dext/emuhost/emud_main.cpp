@@ -6,12 +6,12 @@
 #include <string.h>
 
 #include "dext/emuhost/emud.h"
-#include "dext/emuhost/socket_protocol.h"
+#include "uapi/socket/protocol.h"
 
 int main(int argc, char** argv) {
   melon::dext::EmudOptions opt;
   const char* env = getenv("MELON_EMUD_SOCKET");
-  opt.socket = env ? env : melon::dext::kDefaultSocket;
+  opt.socket = env ? env : melon::uapi::kDefaultSocket;
   for (int i = 1; i < argc; i++) {
     auto arg = [&](const char* name) { return !strcmp(argv[i], name) && i + 1 < argc; };
     if (arg("--socket"))

@@ -217,8 +217,10 @@ struct UapiBackend::MrObj {
 Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out, RegMrResp* r) {
   uint64_t first = rq.addr & ~0xfffull, end = round_up(rq.addr + rq.length, 4096);
   uint64_t iova = 0, pin = 0;
-  if (plat_.pin_client(host, first, end - first, (rq.access & ~kAccessRemoteRead) != 0, &iova, &pin) != c::kHalOk)
-    return Status::invalid;  // not the client's memory (or not pinnable)
+  // A range that is not all the client's memory with the access asked: EFAULT, as ibv_reg_mr.
+  if (int e = plat_.pin_client(host, first, end - first, (rq.access & ~kAccessRemoteRead) != 0, &iova, &pin);
+      e != c::kHalOk)
+    return e == c::kHalFault ? Status::bad_address : Status::invalid;
   MrObj* m = static_cast<MrObj*>(hca_.hal().mem_alloc(sizeof(MrObj)));
   if (!m) {
     plat_.unpin_client(pin);

@@ -1,4 +1,4 @@
-// The Linux Transport: melon-emud's Unix socket (dext::UapiClient), memfd mappings, the client's
+// The Linux Transport: melon-emud's Unix socket (uapi::SocketClient), memfd mappings, the client's
 // eventfd. The daemon serves one device, so `where` is its socket path.
 #include <errno.h>
 #include <linux/futex.h>
@@ -14,10 +14,10 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "dext/emuhost/uapi_client.h"
 #include "providers/mlx5/tables.h"
 #include "providers/mlx5/transport.h"
 #include "uapi/doorbell.h"
+#include "uapi/socket/client.h"
 
 namespace melon::mlx5prov {
 
@@ -102,7 +102,7 @@ class EmudTransport : public Transport {
     return last_watch_;
   }
 
-  dext::UapiClient client_;
+  uapi::SocketClient client_;
   std::mutex call_mu_;
   std::mutex mu_;  // watched_
   std::unordered_map<uint32_t, uapi::UarWatch*> watched_;

@@ -1,5 +1,6 @@
-// The client side of melon-emud's socket: what the mlx5 provider and the tests use to reach the
-// user-client ABI on Linux. (On macOS the provider makes the same calls through IOConnect*.)
+// The client half of melon-emud's socket (protocol.h): what the mlx5 provider and the tests use to
+// reach the user-client ABI on Linux. (On macOS the provider makes the same calls through
+// IOConnect*.) Hosted code: not part of the freestanding melon_uapi.
 #pragma once
 
 #include <stdint.h>
@@ -8,37 +9,40 @@
 
 #include "uapi/abi.h"
 
-namespace melon::dext {
+namespace melon::uapi {
 
-class UapiClient {
+class SocketClient {
  public:
-  UapiClient() = default;
-  ~UapiClient() { close(); }
-  UapiClient(const UapiClient&) = delete;
-  UapiClient& operator=(const UapiClient&) = delete;
+  SocketClient() = default;
+  ~SocketClient() { close(); }
+  SocketClient(const SocketClient&) = delete;
+  SocketClient& operator=(const SocketClient&) = delete;
 
-  // Connects to the daemon's socket; false with errno set when it cannot.
+  // Connects to the daemon's socket; false with errno set when it cannot. Grants nothing: the
+  // daemon gets no ptrace right over this process (open() hands it this process's memory file).
   bool connect(const std::string& path);
   void close();
   int fd() const { return fd_; }
 
-  // One call. `fd_out` receives a passed descriptor (Map, Open) or -1. A broken connection returns
-  // Status::device_dead.
-  uapi::Status call(uint32_t selector, const void* in, uint32_t in_len, void* out, uint32_t out_cap,
-                    uint32_t* out_len = nullptr, int* fd_out = nullptr);
+  // One call. `fd_in` is passed with the request (Open only), `fd_out` receives a passed descriptor
+  // (Map, Open) or -1. A broken connection returns Status::device_dead.
+  Status call(uint32_t selector, const void* in, uint32_t in_len, void* out, uint32_t out_cap,
+              uint32_t* out_len = nullptr, int* fd_out = nullptr, int fd_in = -1);
   template <class Req, class Resp>
-  uapi::Status call(uapi::Selector s, const Req& rq, Resp* rp, int* fd_out = nullptr) {
-    return call(uint32_t(s), &rq, uapi::wire_size<Req>, rp, uapi::wire_size<Resp>, nullptr, fd_out);
+  Status call(Selector s, const Req& rq, Resp* rp, int* fd_out = nullptr) {
+    return call(uint32_t(s), &rq, wire_size<Req>, rp, wire_size<Resp>, nullptr, fd_out);
   }
-  // Open with this ABI version; keeps the event fd the daemon passes.
-  uapi::Status open(uapi::OpenResp* rp = nullptr);
+  // Open with this ABI version, handing the daemon this process's /proc/self/mem (the device's way
+  // to its memory regions, bound to this process: a pid the daemon held could later be another
+  // process's); keeps the event fd the daemon passes.
+  Status open(OpenResp* rp = nullptr);
   int event_fd() const { return event_fd_; }
   // Maps (kind, handle) into this process; nullptr on failure (status in *st).
-  void* map(uapi::MapKind kind, uint32_t handle, uint64_t* len, uapi::Status* st);
+  void* map(MapKind kind, uint32_t handle, uint64_t* len, Status* st);
 
  private:
   int fd_ = -1;
   int event_fd_ = -1;
 };
 
-}  // namespace melon::dext
+}  // namespace melon::uapi
