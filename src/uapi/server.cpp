@@ -158,8 +158,10 @@ uint32_t Server::release_all(Client& c) {
   static constexpr ObjType kOrder[] = {ObjType::qp, ObjType::ah,  ObjType::mr, ObjType::srq,
                                        ObjType::cq, ObjType::uar, ObjType::pd};
   for (ObjType t : kOrder) {
+    if (!c.count[uint8_t(t)]) continue;
+    const uint32_t base = slot_base(uint8_t(t));
     for (uint32_t s = 0; s < kSlots[uint8_t(t)]; s++) {
-      Entry& e = c.entries[slot_base(uint8_t(t)) + s];
+      Entry& e = c.entries[base + s];
       if (!e.live) continue;
       if (backend_destroy(t, e.obj) != Status::ok) failures++;
       release(c, t, s);

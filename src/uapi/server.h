@@ -75,11 +75,15 @@ struct Entry {
 
 // Per-client table sizes: the anchor's quotas are also the compiled capacity.
 inline constexpr uint32_t kSlots[kObjTypes] = {0, 16, 4, 64, 64, 128, 8, 16};
-inline constexpr uint32_t slot_base(uint32_t t) {
-  uint32_t b = 0;
-  for (uint32_t i = 0; i < t; i++) b += kSlots[i];
+struct SlotBases {
+  uint32_t of[kObjTypes + 1];
+};
+inline constexpr SlotBases kSlotBases = [] {
+  SlotBases b{};
+  for (uint32_t i = 0; i < kObjTypes; i++) b.of[i + 1] = b.of[i] + kSlots[i];
   return b;
-}
+}();
+inline constexpr uint32_t slot_base(uint32_t t) { return kSlotBases.of[t]; }  // a table: it is on every lookup
 inline constexpr uint32_t kTotalSlots = slot_base(kObjTypes);
 
 struct Client {

@@ -24,6 +24,7 @@
 
 #include "dext/emuhost/client_dma.h"
 #include "dext/emuhost/emu_hal.h"
+#include "dext/emuhost/socket_request.h"
 #include "dext/emuhost/uar_watcher.h"
 #include "mlx5/core/hca.h"
 #include "mlx5/emu/device.h"
@@ -414,36 +415,12 @@ int run_emud(const EmudOptions& opt, std::string* why) {
         drop(i);
         continue;
       }
-      SocketReply rp{};
-      uint8_t out[kMaxSocketMessage];
-      int pass = -1;
-      if (size_t(got) < sizeof(SocketRequest)) {
-        rp.status = uint32_t(uapi::Status::truncated);
-      } else if (!c.attached) {
-        rp.status = uint32_t(c.refused);
-      } else {
-        SocketRequest rq;
-        memcpy(&rq, buf, sizeof rq);
-        uint32_t cap = rq.out_cap < sizeof out - sizeof rp ? rq.out_cap : uint32_t(sizeof out - sizeof rp);
-        uint32_t in_len = uint32_t(got) - sizeof rq;
-        uapi::Reply r = srv.handle(*c.client, rq.selector, in_len ? buf + sizeof rq : nullptr, in_len, out, cap);
-        rp.status = uint32_t(r.status);
-        rp.out_len = r.out_len;
-        if (r.status == uapi::Status::ok && rq.selector == uint32_t(uapi::Selector::map)) {
-          // The answer names no fd (map shows no host object); the region behind it does.
-          uapi::MapReq mq{};
-          memcpy(&mq, buf + sizeof rq, in_len < sizeof mq ? in_len : sizeof mq);
-          uapi::MapRegion region;
-          if (srv.mapping(*c.client, uapi::map_type(uapi::MapKind(mq.kind), mq.handle), &region) == uapi::Status::ok)
-            pass = int(region.memory);
-        } else if (r.status == uapi::Status::ok && rq.selector == uint32_t(uapi::Selector::open)) {
-          pass = c.event_fd;
-          if (c.proc && passed_in >= 0) c.proc->set_memory(passed_in), passed_in = -1;
-        }
-      }
+      uint8_t out[kMaxSocketBody];
+      SocketAnswer a =
+          answer_request(srv, c.attached ? c.client.get() : nullptr, c.refused, buf, size_t(got), c.event_fd, out);
+      if (a.took_memory && c.proc && passed_in >= 0) c.proc->set_memory(passed_in), passed_in = -1;
       if (passed_in >= 0) close(passed_in);
-      rp.has_fd = pass >= 0;
-      if (!send_reply(c.fd, rp, out, rp.out_len, pass) || !c.attached) drop(i);
+      if (!send_reply(c.fd, a.reply, out, a.reply.out_len, a.pass_fd) || !c.attached) drop(i);
     }
   }
 
