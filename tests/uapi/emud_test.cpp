@@ -3,12 +3,17 @@
 // one daemon per device; 16 clients at once; a clean stop.
 #include <errno.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +27,19 @@
 
 #include "uapi/socket/protocol.h"
 #include "uapi/socket/client.h"
+
+// Every prctl(PR_SET_PTRACER) this process makes (the client library's calls reach this definition
+// before libc's): connecting to the daemon must grant it nothing.
+static std::atomic<int> g_ptracer_grants{0};
+extern "C" int prctl(int option, ...) {
+  va_list ap;
+  va_start(ap, option);
+  unsigned long a[4];
+  for (unsigned long& x : a) x = va_arg(ap, unsigned long);
+  va_end(ap);
+  if (option == PR_SET_PTRACER) g_ptracer_grants++;
+  return int(syscall(SYS_prctl, option, a[0], a[1], a[2], a[3]));
+}
 
 namespace melon::dext {
 namespace {
@@ -557,6 +575,178 @@ TEST_F(Emud, AKilledClientLeavesNothingBehind) {
   EXPECT_EQ(after.pinned_bytes, 0u);
   EXPECT_EQ(after.dma_buffers, before.dma_buffers);
   EXPECT_EQ(after.fw_pages, before.fw_pages);
+}
+
+// Listing, connecting and opening grant the daemon no ptrace right over the client (842afb3 named
+// the daemon's owner its tracer at every connect, for the rest of the program's life).
+TEST_F(Emud, ConnectingAndOpeningGrantNoPtraceRight) {
+  int before = g_ptracer_grants;
+  auto c = client();
+  Objects o;
+  ASSERT_EQ(make_objects(*c, &o), Status::ok);
+  static uint8_t buf[4096] __attribute__((aligned(4096)));
+  uapi::RegMrResp r{};
+  ASSERT_EQ(c->call(Selector::reg_mr, uapi::RegMrReq{o.pd, uapi::kAccessLocalWrite, uint64_t(buf), 4096}, &r),
+            Status::ok);
+  EXPECT_EQ(g_ptracer_grants - before, 0);
+}
+
+// A hostile client tries each attack of issue 20 while a well-behaved one works: each attack gets
+// its clean error, the good client sees no failure, its rounds are no more than 2x slower than
+// alone (medians), and the hostile client leaves nothing behind.
+namespace hostile {
+
+// The good client's round: objects, an MR, a mapping, and all of it destroyed again.
+bool good_round(uapi::SocketClient& c) {
+  static uint8_t buf[1 << 16] __attribute__((aligned(4096)));
+  Objects o;
+  if (make_objects(c, &o) != Status::ok) return false;
+  uapi::RegMrResp r{};
+  if (c.call(Selector::reg_mr,
+             uapi::RegMrReq{o.pd, uapi::kAccessLocalWrite | uapi::kAccessRemoteWrite, uint64_t(buf), sizeof buf},
+             &r) != Status::ok)
+    return false;
+  uint64_t len;
+  Status st;
+  void* ring = c.map(uapi::MapKind::cqe, o.cq, &len, &st);
+  if (!ring) return false;
+  munmap(ring, len);
+  uapi::EmptyResp e;
+  if (c.call(Selector::dereg_mr, uapi::HandleReq{r.handle, 0}, &e) != Status::ok) return false;
+  return destroy_objects(c, o) == Status::ok;
+}
+
+// Runs in a child process; returns the number of attacks that did not get their clean error.
+int attack(const std::string& sock) {
+  int bad = 0;
+  auto expect = [&](Status got, Status want, const char* what) {
+    if (got != want) {
+      fprintf(stderr, "hostile: %s: %s, not %s\n", what, uapi::status_name(got), uapi::status_name(want));
+      bad++;
+    }
+  };
+  uapi::SocketClient h;
+  if (!h.connect(sock) || h.open() != Status::ok) return 100;
+  Objects o;
+  if (make_objects(h, &o) != Status::ok) return 101;
+  uapi::DeviceAttr a{};
+  h.call(Selector::query_device, uapi::EmptyReq{}, &a);
+  // 1. Resize every memfd it is handed (SIGBUS in the daemon at 842afb3).
+  for (auto [kind, hd] :
+       {std::pair{uapi::MapKind::uar, o.uar}, {uapi::MapKind::cqe, o.cq}, {uapi::MapKind::sq, o.qp}}) {
+    uapi::MapResp m{};
+    int fd = -1;
+    expect(h.call(Selector::map, uapi::MapReq{uint32_t(kind), hd}, &m, &fd), Status::ok, "map");
+    if (fd < 0 || ftruncate(fd, 0) == 0 || errno != EPERM) bad++, fprintf(stderr, "hostile: a memfd shrank\n");
+    if (m.memory != 0) bad++, fprintf(stderr, "hostile: map named a host object\n");
+    if (fd >= 0) close(fd);
+  }
+  // 2. Queue memory: the device's largest CQ, then 8 MiB rings until the client's 64 MiB are gone.
+  uapi::CreateCqResp cq{};
+  expect(h.call(Selector::create_cq, uapi::CreateCqReq{a.max_cqe, 0, o.uar, 0}, &cq), Status::quota_queue_client,
+         "huge CQ");
+  Status s;
+  int rings = 0;
+  while ((s = h.call(Selector::create_cq, uapi::CreateCqReq{(1u << 17) - 1, 0, o.uar, 0}, &cq)) == Status::ok) rings++;
+  expect(s, Status::quota_queue_client, "CQs past the queue memory");
+  // 3. Pinned memory, and ranges that are not its memory with the access asked.
+  uint64_t big = 257ull << 20;
+  void* m = mmap(nullptr, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  uapi::RegMrResp mr{};
+  expect(h.call(Selector::reg_mr, uapi::RegMrReq{o.pd, uapi::kAccessLocalWrite, uint64_t(m), big}, &mr),
+         Status::quota_pinned_client, "257 MiB MR");
+  mprotect(m, 4096, PROT_READ);
+  expect(h.call(Selector::reg_mr, uapi::RegMrReq{o.pd, uapi::kAccessLocalWrite, uint64_t(m), 8192}, &mr),
+         Status::bad_address, "writable MR over a read-only page");
+  munmap(static_cast<uint8_t*>(m) + 4096, 4096);
+  expect(h.call(Selector::reg_mr, uapi::RegMrReq{o.pd, 0, uint64_t(m), 3 * 4096}, &mr), Status::bad_address,
+         "MR over a hole");
+  // 4. Limits above the device's.
+  uapi::CreateQpReq q{};
+  q.pd = o.pd, q.send_cq = q.recv_cq = o.cq, q.uar = o.uar, q.qp_type = uapi::kQpRc;
+  q.max_send_wr = q.max_recv_wr = 4, q.max_send_sge = a.max_sge + 1, q.max_recv_sge = 1;
+  uapi::CreateQpResp qr{};
+  expect(h.call(Selector::create_qp, q, &qr), Status::invalid, "SGEs above the device's");
+  uapi::CreateSrqResp sr{};
+  expect(h.call(Selector::create_srq, uapi::CreateSrqReq{o.pd, 16, 1, 0}, &sr), Status::ok, "SRQ");
+  uapi::EmptyResp e;
+  expect(h.call(Selector::modify_srq, uapi::ModifySrqReq{sr.handle, 1000}, &e), Status::invalid,
+         "SRQ limit above its size");
+  // 5. Every connection of its user: the good client holds one, so 10 more, then refused.
+  std::vector<std::unique_ptr<uapi::SocketClient>> more;
+  for (int i = 0; i < 10; i++) {
+    more.push_back(std::make_unique<uapi::SocketClient>());
+    if (!more.back()->connect(sock) || more.back()->open() != Status::ok) bad++, fprintf(stderr, "hostile: conn\n");
+  }
+  uapi::SocketClient extra;
+  extra.connect(sock);
+  expect(extra.open(), Status::quota_user_clients, "the user's 13th connection");
+  more.clear();
+  // 6. Malformed datagrams, descriptors where none belong, forged handles.
+  uint8_t junk[uapi::kMaxSocketMessage];
+  memset(junk, 0xa5, sizeof junk);
+  for (size_t len : {size_t(1), size_t(7), sizeof junk}) {
+    if (send(h.fd(), junk, len, 0) != ssize_t(len)) bad++;
+    uint8_t reply[64];
+    if (recv(h.fd(), reply, sizeof reply, 0) < ssize_t(sizeof(uapi::SocketReply))) bad++;
+  }
+  int ev = eventfd(0, EFD_CLOEXEC);
+  uapi::DeviceAttr da{};
+  expect(h.call(uint32_t(Selector::query_device), nullptr, 0, &da, sizeof da, nullptr, nullptr, ev), Status::ok,
+         "a request carrying a stray descriptor");
+  close(ev);
+  expect(h.call(Selector::destroy_qp, uapi::HandleReq{o.qp ^ 0x200, 0}, &e), Status::bad_handle, "forged handle");
+  uapi::MapResp mp{};
+  expect(h.call(Selector::map, uapi::MapReq{uint32_t(uapi::MapKind::sq), o.cq}, &mp), Status::invalid,
+         "map of a kind the object lacks");
+  return bad + (rings == 7 ? 0 : 1);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace hostile
+
+TEST_F(Emud, AHostileClientGetsCleanErrorsAndAWellBehavedOneWorksOn) {
+  auto good = client();
+  auto rounds = [&](int n, std::atomic<bool>* stop) {
+    std::vector<double> t;
+    for (int i = 0; i < n || (stop && !*stop); i++) {
+      auto t0 = std::chrono::steady_clock::now();
+      EXPECT_TRUE(hostile::good_round(*good)) << "round " << i;
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (stop && *stop && i >= n) break;
+    }
+    return t;
+  };
+  uapi::UsageResp before = usage();
+  double alone = hostile::median(rounds(30, nullptr));
+  std::atomic<bool> stop{false};
+  std::vector<double> during;
+  std::thread g([&] { during = rounds(30, &stop); });
+  pid_t h = fork();
+  if (h == 0) _exit(hostile::attack(sock));
+  int st = 0;
+  waitpid(h, &st, 0);
+  stop = true;
+  g.join();
+  EXPECT_TRUE(WIFEXITED(st)) << "the hostile client crashed";
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "attacks without their clean error (stderr says which)";
+  double with = hostile::median(during);
+  EXPECT_LE(with, 2 * alone) << "alone " << alone * 1e3 << " ms a round, beside the attacks " << with * 1e3;
+  printf("good client: %.2f ms a round alone, %.2f ms beside the hostile one (%zu rounds)\n", alone * 1e3, with * 1e3,
+         during.size());
+  uapi::UsageResp after{};
+  for (int i = 0; i < 300; i++) {  // the hostile client's connections close as it exits
+    after = usage();
+    if (after.clients == 2) break;
+    usleep(10000);
+  }
+  EXPECT_EQ(after.clients, 2u);  // the good client and the one asking
+  EXPECT_EQ(after.queue_bytes, before.queue_bytes);
+  EXPECT_EQ(after.pinned_bytes, before.pinned_bytes);
 }
 
 }  // namespace
