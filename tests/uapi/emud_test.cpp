@@ -1,6 +1,8 @@
 // melon-emud as a process: the user-client boundary seen from client processes. Bad requests get
 // their exact status while another client's work goes on; a killed client leaves nothing behind;
 // one daemon per device; 16 clients at once; a clean stop.
+#include <dlfcn.h>
+#include <endian.h>
 #include <errno.h>
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -589,6 +591,42 @@ TEST_F(Emud, ConnectingAndOpeningGrantNoPtraceRight) {
   ASSERT_EQ(c->call(Selector::reg_mr, uapi::RegMrReq{o.pd, uapi::kAccessLocalWrite, uint64_t(buf), 4096}, &r),
             Status::ok);
   EXPECT_EQ(g_ptracer_grants - before, 0);
+}
+
+// Listing devices (ibv_get_device_list, ibv_get_device_guid through our libibverbs) connects to
+// nothing: with the daemon stopped (SIGSTOP), a connection would wait for its Open's answer for
+// ever. The GUID comes from <socket>.guid and is the device's.
+TEST_F(Emud, ListingDevicesDoesNotConnect) {
+  auto c = client();
+  uapi::DeviceAttr a{};
+  ASSERT_EQ(c->call(Selector::query_device, uapi::EmptyReq{}, &a), Status::ok);
+  c.reset();
+  ASSERT_EQ(kill(daemon, SIGSTOP), 0);
+  pid_t lister = fork();
+  if (lister == 0) {
+    alarm(10);
+    setenv("MELON_EMUD_SOCKET", sock.c_str(), 1);
+    setenv("MELON_SOFT_AUTO", "0", 1);
+    void* lib = dlopen(MELON_LIBIBVERBS, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) _exit(90);
+    using List = void** (*)(int*);
+    using Name = const char* (*)(void*);
+    using Guid = uint64_t (*)(void*);
+    auto list = reinterpret_cast<List>(dlsym(lib, "ibv_get_device_list"));
+    auto name = reinterpret_cast<Name>(dlsym(lib, "ibv_get_device_name"));
+    auto guid = reinterpret_cast<Guid>(dlsym(lib, "ibv_get_device_guid"));
+    if (!list || !name || !guid) _exit(91);
+    int n = 0;
+    void** devs = list(&n);
+    for (int i = 0; devs && i < n; i++)
+      if (!strcmp(name(devs[i]), "mlx5_0")) _exit(be64toh(guid(devs[i])) == a.node_guid ? 0 : 92);
+    _exit(93);
+  }
+  int st = 0;
+  waitpid(lister, &st, 0);
+  ASSERT_EQ(kill(daemon, SIGCONT), 0);
+  ASSERT_TRUE(WIFEXITED(st)) << "listing the devices waited on the stopped daemon (signal " << WTERMSIG(st) << ")";
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "90: no library, 91: no symbols, 92: wrong GUID, 93: no mlx5_0";
 }
 
 // A hostile client tries each attack of issue 20 while a well-behaved one works: each attack gets

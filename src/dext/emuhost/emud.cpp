@@ -253,11 +253,16 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   }
   // The lock file names the daemon (melonctl emud stop/status read it).
   if (ftruncate(lock_fd, 0) == 0) dprintf(lock_fd, "%d\n", int(getpid()));
-  unlink(opt.socket.c_str());  // a stale socket of a dead daemon (we hold the lock)
-  int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  // The socket is bound under a name of its own and appears at its path only once the device is
+  // up and its GUID published (below): whoever finds the socket finds a device to list.
   sockaddr_un sa{};
+  const std::string bind_path = opt.socket.size() + 4 < sizeof sa.sun_path ? opt.socket + ".new" : opt.socket;
+  unlink(opt.socket.c_str());  // a stale socket of a dead daemon (we hold the lock)
+  unlink(bind_path.c_str());
+  unlink((opt.socket + ".guid").c_str());
+  int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   sa.sun_family = AF_UNIX;
-  memcpy(sa.sun_path, opt.socket.c_str(), opt.socket.size() + 1);
+  memcpy(sa.sun_path, bind_path.c_str(), bind_path.size() + 1);
   // The socket is created with its mode (no window in which it has the umask's): owner and group
   // of the daemon by default; --socket-mode 0666 opens it to every user, as rdma-core's udev rule
   // opens /dev/infiniband/uverbs*, and the per-user limits (docs/uapi.md) then keep users apart.
@@ -276,7 +281,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
     errno = e;
     *why = errstr(("cannot bind the wire " + opt.wire + " port 4791").c_str());
     close(lfd);
-    unlink(opt.socket.c_str());
+    unlink(bind_path.c_str());
     close(lock_fd);
     return kEmudSocket;
   }
@@ -320,7 +325,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
     dev->stop_worker();
     hca.detach();
     close(lfd);
-    unlink(opt.socket.c_str());
+    unlink(bind_path.c_str());
     close(lock_fd);
     return kEmudDevice;
   };
@@ -335,6 +340,20 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   watcher.start();
   Platform plat(host, dma, watcher, wake_fd);
   mlx5::core::UapiBackend backend(hca, plat);
+  // The node GUID beside the socket (<socket>.guid, written whole by a rename): the mlx5 provider
+  // lists the device with it and connects only when a context is opened.
+  std::string guid_path = opt.socket + ".guid";
+  {
+    uapi::DeviceAttr attr{};
+    backend.query_device(&attr);
+    std::string tmp = guid_path + ".tmp";
+    if (FILE* f = fopen(tmp.c_str(), "we")) {
+      fprintf(f, "%016llx\n", (unsigned long long)attr.node_guid);
+      fclose(f);
+      rename(tmp.c_str(), guid_path.c_str());
+    }
+  }
+  if (bind_path != opt.socket) rename(bind_path.c_str(), opt.socket.c_str());
   uapi::Limits lim;
   backend.fill_limits(&lim);
   lim.clients = opt.clients < uapi::kMaxClients ? opt.clients : uapi::kMaxClients;
@@ -448,6 +467,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   dev->stop_worker();
   hca.detach();
   close(lfd);
+  unlink(guid_path.c_str());
   unlink(opt.socket.c_str());
   close(wake_fd);
   close(g_stop_fd);

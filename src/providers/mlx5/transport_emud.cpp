@@ -117,19 +117,13 @@ std::string device_location() {
   return e ? e : "/run/melondma/mlx5_0.sock";  // melon-emud's default (docs/uapi.md)
 }
 
-// A daemon answers on `where`: a connect without Open costs it nothing.
+// A daemon serves `where`: its socket and the node GUID it publishes beside it (melon-emud
+// writes <socket>.guid once the device is up and removes both when it stops). Discovery connects
+// to nothing: a connection is a client of the daemon, and it counts against the user's limit.
 bool device_present(const std::string& where) {
   struct stat st;
   if (stat(where.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  if (where.size() >= sizeof a.sun_path) return false;
-  memcpy(a.sun_path, where.c_str(), where.size() + 1);
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
+  return stat((where + ".guid").c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 std::unique_ptr<Transport> open_transport(const char* where, int* err) {
