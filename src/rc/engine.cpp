@@ -252,6 +252,7 @@ void Engine::tick() {
     qp->timer_at = 0;
     e.on_timer(*qp, now);
     e.requester_progress(*qp, now);
+    if (qp->resp.answer_at && qp->resp.answer_at <= now) e.answer(*qp, now);
     e.schedule(*qp);
   }
 }

@@ -119,6 +119,10 @@ struct EngineConfig {
   // them; per-QP windows alone overflow it once enough QPs stream at once. 0: per-QP windows only.
   uint32_t max_inflight_total = 0;
   uint32_t ack_every = 64;  // AckReq at least every N packets of a long message
+  // READ response packets (or atomic ACKs) one QP sends per turn, a receive or a tick(); a longer
+  // READ goes on at the next ticks (next_deadline() is then due), so one request from a peer never
+  // has the host queue more than this at once. Our requester asks for at most a window per READ.
+  uint32_t max_read_burst = 128;
 };
 
 class Qp;

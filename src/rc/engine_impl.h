@@ -116,7 +116,11 @@ class EngineImpl {
   void take_recv_wqe(Qp& qp);
   uint32_t recv_pd(const Qp& qp) const;  // the PD receive WQEs are checked in (the SRQ's, if any)
   void send_ack(Qp& qp, uint8_t syndrome, uint32_t psn);  // sends an owed coalesced ACK first
-  void flush_ack(Qp& qp);  // the ACK owed from a receive batch, if any
+  void flush_ack(Qp& qp);  // the ACK owed from a receive batch, if any (not while answering)
+  // Sends the next turn of READ responses and atomic ACKs, oldest resource first, then what waited
+  // behind them; leaves answer_at set while some remain.
+  void answer(Qp& qp, uint64_t now);
+  bool answering(const Qp& qp) const;
   void write_ack(Qp& qp, uint8_t syndrome, uint32_t psn, uint32_t msn);
 
   // shared

@@ -14,7 +14,7 @@ constexpr uint32_t kMaxQp = 4096;
 constexpr uint32_t kMaxSrq = 16384;
 constexpr uint32_t kMaxCq = 16384;
 constexpr uint32_t kMaxCqe = 65535;
-constexpr uint32_t kMaxMessage = 0x80000000u;  // IBA: 2^31 bytes per message
+constexpr uint32_t kMaxMessage = 0x80000000u;  // IBA: 2^31 bytes per message (the responder NAKs more)
 constexpr uint32_t kMaxMtu = 4096;
 
 }  // namespace melon::rc

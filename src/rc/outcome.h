@@ -23,6 +23,8 @@ enum class Outcome : uint8_t {
   remote_access_error,  // QP access flags, R_Key, PD, range or region access rights
   misaligned_atomic,  // atomic address not 8-byte aligned
   no_rd_atomic_resources,  // READ/atomic to a QP with max_dest_rd_atomic 0
+  message_too_long,  // a RETH DMA length above IBA's 2^31 bytes
+  too_many_rd_atomic,  // a READ/atomic beyond max_dest_rd_atomic still being answered
   rnr,  // SEND with no receive WQE posted
   recv_length_error,  // SEND longer than the receive WQE
   recv_protection_error,  // the receive WQE's buffer is not (or no longer) writable

@@ -46,6 +46,10 @@ struct Resource {
   uint32_t rkey = 0;
   uint32_t len = 0;
   uint64_t orig = 0;  // atomic: value before the operation
+  // Its responses are sent in turns (EngineConfig::max_read_burst): packets [next, stop) of the
+  // response sequence are still to go (a READ's all, or the rest of a re-issued one; an atomic's 1).
+  uint32_t next = 0, stop = 0;
+  bool answering() const { return valid && next < stop; }
 };
 
 // Requester (IBA 9.7.4): turns send WQEs into packets. Names follow the mlx5 QPC where it has one.
@@ -96,7 +100,13 @@ struct ResponderState {
   uint32_t ack_psn = 0, ack_msn = 0;
   // READ/atomic replay cache (IBA 9.7.5.1.2, "responder resources"): max_dest_rd_atomic entries.
   std::vector<Resource> resources;
-  uint32_t res_next = 0;
+  uint32_t res_next = 0;  // the slot the next request takes: the oldest
+  // Responses go in PSN order, so while a resource is answering an ACK or NAK for a later request
+  // waits: ACKs in ack_pending, a NAK here (the newest; the requester repeats what it lost).
+  bool nak_owed = false;
+  uint8_t nak_syndrome = 0;
+  uint32_t nak_psn = 0;
+  uint64_t answer_at = 0;  // responses still to send: tick() sends the next turn then (0: none)
 };
 
 class Qp {
@@ -130,8 +140,10 @@ class Qp {
   bool sq_drained() const { return !sq_count || !sq[sq_index(sq_head)].started; }
   // The earliest armed timer (retransmit or RNR back-off), or 0.
   uint64_t deadline() const {
-    uint64_t a = comp.retrans_deadline, b = req.rnr_deadline;
-    return !a ? b : !b ? a : a < b ? a : b;
+    uint64_t d = 0;
+    for (uint64_t t : {comp.retrans_deadline, req.rnr_deadline, resp.answer_at})
+      if (t && (!d || t < d)) d = t;
+    return d;
   }
   Srq* srq() const { return init.srq; }
   RecvQueue& recv_queue() { return init.srq ? init.srq->rq : rq; }

@@ -157,6 +157,9 @@ void EngineImpl::to_error(Qp& qp) {
   qp.attr.qp_state = QpState::err;
   note_sending(qp);
   qp.resp.in_send = qp.resp.in_write = qp.resp.ack_pending = false;  // ERR sends nothing
+  qp.resp.nak_owed = false;
+  qp.resp.answer_at = 0;
+  for (auto& r : qp.resp.resources) r.next = r.stop;
   flush_sq(qp);
   flush_rq(qp);
 }
@@ -172,7 +175,8 @@ void EngineImpl::reset(Qp& qp) {
   qp.sqd_notify = false;
   qp.rq.clear();
   qp.resp.in_send = qp.resp.in_write = qp.resp.have_wqe = qp.resp.nak_sent = qp.resp.uc_drop = false;
-  qp.resp.ack_pending = false;
+  qp.resp.ack_pending = qp.resp.nak_owed = false;
+  qp.resp.answer_at = 0;
   qp.resp.rmsn = 0;
   for (auto& r : qp.resp.resources) r.valid = false;
 }

@@ -47,17 +47,33 @@ void EngineImpl::write_ack(Qp& qp, uint8_t syndrome, uint32_t psn, uint32_t msn)
 }
 
 // Responses of one QP leave in PSN order: an ACK still owed from this batch goes before a NAK, a
-// READ response or an atomic ACK (which are never delayed).
+// READ response or an atomic ACK; and while READ responses or atomic ACKs of earlier requests are
+// still to go (answer()), the ACKs and NAKs of later ones wait for them.
 void EngineImpl::flush_ack(Qp& qp) {
-  if (!qp.resp.ack_pending) return;
+  if (!qp.resp.ack_pending || answering(qp)) return;
   qp.resp.ack_pending = false;
   write_ack(qp, syndrome_ack(), qp.resp.ack_psn, qp.resp.ack_msn);
 }
 
 void EngineImpl::send_ack(Qp& qp, uint8_t syndrome, uint32_t psn) {
+  ResponderState& r = qp.resp;
+  if (answering(qp)) {
+    if (syndrome == syndrome_ack()) {
+      r.ack_pending = true;
+      r.ack_psn = psn;
+      r.ack_msn = r.rmsn;
+    } else {
+      r.nak_owed = true;
+      r.nak_syndrome = syndrome;
+      r.nak_psn = psn;
+    }
+    return;
+  }
   flush_ack(qp);
-  write_ack(qp, syndrome, psn, qp.resp.rmsn);
+  write_ack(qp, syndrome, psn, r.rmsn);
 }
+
+bool EngineImpl::answering(const Qp& qp) const { return qp.resp.answer_at != 0; }
 
 bool EngineImpl::push_recv_wc(Qp& qp, const Wc& wc) {
   if (qp.init.recv_cq && qp.init.recv_cq->push(wc)) return true;
@@ -68,36 +84,30 @@ bool EngineImpl::push_recv_wc(Qp& qp, const Wc& wc) {
 
 namespace {
 
-// Serves READ responses for `len` bytes at `va` of `rkey`, as packets `first`.. of a READ
-// whose responses number `total` and start at PSN `psn0`. A re-issued READ (a duplicate whose PSN
-// lies inside the original, IBA 9.7.5.1.5) is answered as the continuation of the original:
-// MIDDLE/LAST, not FIRST/ONLY, as Linux rxe and ConnectX do.
-void send_read_responses(EngineImpl& e, Qp& qp, uint32_t rkey, uint64_t va, uint32_t len, uint32_t psn0, uint32_t first,
-                         uint32_t total) {
-  e.flush_ack(qp);
-  uint32_t n = len == 0 ? 1 : (len + qp.mtu - 1) / qp.mtu;
-  for (uint32_t k = 0; k < n; ++k) {
-    uint32_t i = first + k;
-    BaseOp b = total == 1 ? kReadRespOnly : i == 0 ? kReadRespFirst : i + 1 >= total ? kReadRespLast : kReadRespMiddle;
-    TxPacket tx;
-    e.fill_tx_common(qp, tx, make_opcode(Transport::rc, b), psn_add(psn0, int32_t(i)));
-    tx.pkt.aeth.syndrome = syndrome_ack();
-    tx.pkt.aeth.msn = qp.resp.rmsn & kPsnMask;
-    uint32_t off = k * qp.mtu;
-    uint32_t chunk = len - off < qp.mtu ? len - off : qp.mtu;
-    // The range was checked when the request arrived; a region gone since ends the responses (the
-    // requester's timer re-issues and then meets the access error).
-    if (append_spans(e.mem_, KeyKind::remote, qp.init.pd, rkey, va + off, chunk, kRemoteRead, tx) != MemStatus::ok)
-      return;
-    ++qp.counters.tx_packets;
-    e.link_.transmit(tx);
-  }
-}
-
 uint32_t read_packets(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
 
+// Response packet `i` of the READ `r`. A re-issued READ (a duplicate whose PSN lies inside the
+// original, IBA 9.7.5.1.5) is answered as the continuation of the original: MIDDLE/LAST, not
+// FIRST/ONLY, as Linux rxe and ConnectX do. False: the region is gone.
+bool send_read_response(EngineImpl& e, Qp& qp, const Resource& r, uint32_t i) {
+  const uint32_t total = read_packets(r.len, qp.mtu);
+  BaseOp b = total == 1 ? kReadRespOnly : i == 0 ? kReadRespFirst : i + 1 >= total ? kReadRespLast : kReadRespMiddle;
+  TxPacket tx;
+  e.fill_tx_common(qp, tx, make_opcode(Transport::rc, b), psn_add(r.first_psn, int32_t(i)));
+  tx.pkt.aeth.syndrome = syndrome_ack();
+  tx.pkt.aeth.msn = qp.resp.rmsn & kPsnMask;
+  uint64_t off = uint64_t(i) * qp.mtu;
+  uint32_t chunk = r.len - off < qp.mtu ? uint32_t(r.len - off) : qp.mtu;
+  // The range was checked when the request arrived; a region gone since ends the responses (the
+  // requester's timer re-issues and then meets the access error).
+  if (append_spans(e.mem_, KeyKind::remote, qp.init.pd, r.rkey, r.va + off, chunk, kRemoteRead, tx) != MemStatus::ok)
+    return false;
+  ++qp.counters.tx_packets;
+  e.link_.transmit(tx);
+  return true;
+}
+
 void send_atomic_ack(EngineImpl& e, Qp& qp, uint32_t psn, uint64_t orig) {
-  e.flush_ack(qp);
   TxPacket tx;
   e.fill_tx_common(qp, tx, make_opcode(Transport::rc, kAtomicAcknowledge), psn);
   tx.pkt.aeth.syndrome = syndrome_ack();
@@ -119,6 +129,16 @@ Resource& new_resource(Qp& qp) {
   r = Resource{};
   r.valid = true;
   return r;
+}
+
+// A re-issued request: the requester went back to it (go-back-N), so it re-issues every later
+// READ/atomic as well; their answers still to go are dropped and come again with those.
+void rewind_after(Qp& qp, const Resource& from) {
+  const uint32_t n = uint32_t(qp.resp.resources.size());
+  for (uint32_t k = 0; k < n; ++k) {
+    Resource& r = qp.resp.resources[k];
+    if (r.answering() && psn_diff(r.first_psn, from.first_psn) > 0) r.next = r.stop;
+  }
 }
 
 // ---- the checks (IBA 9.7.5.1), in chain order --------------------------------------------------
@@ -164,9 +184,11 @@ Outcome check_opcode_sequence(const Qp& qp, const Packet& p) {
 }
 
 // Length (9.7.5.1.4, C9-87): FIRST and MIDDLE carry exactly one MTU, LAST and ONLY at most one; an
-// RDMA WRITE carries exactly the RETH's DMA length in all.
+// RDMA WRITE carries exactly the RETH's DMA length in all; no message is longer than 2^31 bytes.
 Outcome check_length(const Qp& qp, const Packet& p) {
   const OpInfo& op = p.info();
+  if ((op.is(kReadReq) || (op.is(kWrite) && op.is(kStart))) && p.reth.dma_len > kMaxMessage)
+    return Outcome::message_too_long;
   if (!op.is(kSend) && !op.is(kWrite)) return Outcome::ok;
   if (op.is(kEnd) ? p.payload_len > qp.mtu : p.payload_len != qp.mtu) return Outcome::length_error;
   if (op.is(kWrite)) {
@@ -206,7 +228,14 @@ bool needs_recv_wqe(const OpInfo& op) { return op.is(kSend) || (op.is(kWrite) &&
 Outcome check_resources(Qp& qp, const Packet& p) {
   const OpInfo& op = p.info();
   if (needs_recv_wqe(op) && !qp.resp.have_wqe && qp.recv_queue().empty()) return Outcome::rnr;
-  if ((op.is(kReadReq) || op.is(kAtomic)) && qp.resp.resources.empty()) return Outcome::no_rd_atomic_resources;
+  if (op.is(kReadReq) || op.is(kAtomic)) {
+    if (qp.resp.resources.empty()) return Outcome::no_rd_atomic_resources;
+    // The oldest resource, which this request would take, is still being answered: the peer has
+    // more READ/atomic requests outstanding than max_dest_rd_atomic allows. A NAK, not a lost replay
+    // entry (C9-98, o9-22). A finished one is free: the requester issues request N+1 only once it
+    // has the answers of the oldest.
+    if (qp.resp.resources[qp.resp.res_next].answering()) return Outcome::too_many_rd_atomic;
+  }
   return Outcome::ok;
 }
 
@@ -235,6 +264,8 @@ void EngineImpl::respond(Qp& qp, const Packet& p, Outcome o) {
     }
     return;
   }
+  // A NAK that ends the QP goes now: nothing of it is answered after (to_error drops the rest).
+  if (row.responder_to_error) r.answer_at = 0;
   switch (row.reply) {
     case Reply::nak:
       if (o == Outcome::psn_sequence_error) {  // C9-100: once, naming the expected PSN
@@ -270,17 +301,20 @@ void EngineImpl::answer_duplicate(Qp& qp, const Packet& p) {
     if (p.reth.dma_len && check_range(mem_, KeyKind::remote, qp.init.pd, p.reth.rkey, p.reth.va, p.reth.dma_len,
                                       kRemoteRead) != MemStatus::ok)
       return void(++qp.counters.dropped);
-    send_read_responses(*this, qp, p.reth.rkey, p.reth.va, p.reth.dma_len, r->first_psn,
-                        uint32_t(psn_diff(psn, r->first_psn)), read_packets(r->len, qp.mtu));
-    return;
+    const uint32_t first = uint32_t(psn_diff(psn, r->first_psn));
+    rewind_after(qp, *r);
+    r->rkey = p.reth.rkey;
+    r->next = first;
+    r->stop = first + read_packets(p.reth.dma_len, qp.mtu);
+    return answer(qp, now());
   }
   if (op.is(kAtomic)) {
     Resource* r = find_resource(qp, psn);
-    if (r && r->atomic && r->first_psn == psn)
-      send_atomic_ack(*this, qp, psn, r->orig);
-    else
-      ++qp.counters.dropped;
-    return;
+    if (!r || !r->atomic || r->first_psn != psn) return void(++qp.counters.dropped);
+    rewind_after(qp, *r);
+    r->next = 0;
+    r->stop = 1;
+    return answer(qp, now());
   }
   send_ack(qp, syndrome_ack(), psn_add(qp.resp.next_rcv_psn, -1));
 }
@@ -375,10 +409,11 @@ Outcome EngineImpl::execute(Qp& qp, const Packet& p) {
     res.va = p.reth.va;
     res.rkey = p.reth.rkey;
     res.len = p.reth.dma_len;
+    res.stop = n;
     ++r.rmsn;
     r.next_rcv_psn = psn_add(psn, int32_t(n));
     ++qp.counters.rx_packets;
-    send_read_responses(*this, qp, p.reth.rkey, p.reth.va, p.reth.dma_len, psn, 0, n);
+    answer(qp, now());
     return Outcome::ok;
   }
   // Atomic (9.4.5): one 8-byte word, executed once; the original value is kept for duplicates.
@@ -400,11 +435,49 @@ Outcome EngineImpl::execute(Qp& qp, const Packet& p) {
   res.va = p.atomic.va;
   res.rkey = p.atomic.rkey;
   res.orig = orig;
+  res.stop = 1;
   ++r.rmsn;
   r.next_rcv_psn = psn_add(psn, 1);
   ++qp.counters.rx_packets;
-  send_atomic_ack(*this, qp, psn, orig);
+  answer(qp, now());
   return Outcome::ok;
+}
+
+// One turn of answers, oldest resource first: at most max_read_burst packets, then the next turn at
+// the next tick. Once every resource is answered, the ACK and NAK that waited behind them go.
+void EngineImpl::answer(Qp& qp, uint64_t now) {
+  ResponderState& s = qp.resp;
+  s.answer_at = 0;
+  uint32_t budget = cfg_.max_read_burst ? cfg_.max_read_burst : 1;
+  const uint32_t n = uint32_t(s.resources.size());
+  for (uint32_t k = 0; k < n; ++k) {
+    Resource& r = s.resources[(s.res_next + k) % n];
+    if (!r.answering()) continue;
+    if (s.ack_pending && psn_diff(s.ack_psn, r.first_psn) < 0) {  // an earlier request's ACK first
+      s.ack_pending = false;
+      write_ack(qp, syndrome_ack(), s.ack_psn, s.ack_msn);
+    }
+    for (; r.answering() && budget; --budget, ++r.next) {
+      if (r.atomic) {
+        send_atomic_ack(*this, qp, r.first_psn, r.orig);
+      } else if (!send_read_response(*this, qp, r, r.next)) {
+        r.next = r.stop;
+        break;
+      }
+    }
+    if (r.answering()) {
+      s.answer_at = now + 1;  // a later time, so tick() returns between turns
+      return;
+    }
+  }
+  if (s.ack_pending) {
+    s.ack_pending = false;
+    write_ack(qp, syndrome_ack(), s.ack_psn, s.ack_msn);
+  }
+  if (s.nak_owed) {
+    s.nak_owed = false;
+    write_ack(qp, s.nak_syndrome, s.nak_psn, s.rmsn);
+  }
 }
 
 // A SEND or WRITE packet was placed: advance, complete the message at its end, ACK when asked.

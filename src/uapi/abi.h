@@ -69,30 +69,41 @@ enum class Selector : uint32_t { MELON_UAPI_SELECTORS(MELON_UAPI_SEL_ENUM) };
 
 // Every answer's status. Kept apart from errno (Darwin and Linux numbers differ); the provider
 // maps them (errno_name() in docs/uapi.md gives the intended errno for each).
-#define MELON_UAPI_STATUSES(V)                                                        \
-  V(ok, 0, "ok")                                                                      \
-  V(unknown_selector, 1, "unknown selector")                                          \
-  V(truncated, 2, "request shorter than the selector's first version")                \
-  V(trailing_nonzero, 3, "request longer than this server knows, with nonzero extra") \
-  V(out_too_small, 4, "response buffer shorter than the selector's first version")    \
-  V(not_open, 5, "Open has not been called (or Close has)")                           \
-  V(already_open, 6, "Open called twice")                                             \
-  V(bad_version, 7, "ABI version not served")                                         \
-  V(invalid, 8, "a field is out of range or a reserved field is nonzero")             \
-  V(bad_handle, 9, "handle stale, forged, of the wrong type or another client's")     \
-  V(quota_client, 10, "the client's quota for this object is used up")                \
-  V(quota_device, 11, "the device's quota for this object is used up")                \
-  V(wrong_state, 12, "the object is not in a state that allows this")                 \
-  V(busy, 13, "the object still has dependents")                                      \
-  V(no_memory, 14, "out of memory")                                                   \
-  V(firmware, 15, "the firmware refused the command")                                 \
-  V(device_dead, 16, "the device is in a fatal state")                                \
-  V(unsupported, 17, "not supported")                                                 \
-  V(no_event, 18, "no event pending")
+#define MELON_UAPI_STATUSES(V)                                                                    \
+  V(ok, 0, "ok")                                                                                  \
+  V(unknown_selector, 1, "unknown selector")                                                      \
+  V(truncated, 2, "request shorter than the selector's first version")                            \
+  V(trailing_nonzero, 3, "request longer than this server knows, with nonzero extra")             \
+  V(out_too_small, 4, "response buffer shorter than the selector's first version")                \
+  V(not_open, 5, "Open has not been called (or Close has)")                                       \
+  V(already_open, 6, "Open called twice")                                                         \
+  V(bad_version, 7, "ABI version not served")                                                     \
+  V(invalid, 8, "a field is out of range or a reserved field is nonzero")                         \
+  V(bad_handle, 9, "handle stale, forged, of the wrong type or another client's")                 \
+  V(quota_client, 10, "the client's quota for this object is used up")                            \
+  V(quota_device, 11, "the device's quota for this object is used up")                            \
+  V(wrong_state, 12, "the object is not in a state that allows this")                             \
+  V(busy, 13, "the object still has dependents")                                                  \
+  V(no_memory, 14, "out of memory")                                                               \
+  V(firmware, 15, "the firmware refused the command")                                             \
+  V(device_dead, 16, "the device is in a fatal state")                                            \
+  V(unsupported, 17, "not supported")                                                             \
+  V(no_event, 18, "no event pending")                                                             \
+  V(quota_queue_client, 19, "the client's queue memory limit is used up (queue_bytes.client)")    \
+  V(quota_queue_user, 20, "the user's queue memory limit is used up (queue_bytes.user)")          \
+  V(quota_queue_device, 21, "the device's queue memory limit is used up (queue_bytes.device)")    \
+  V(quota_pinned_client, 22, "the client's pinned memory limit is used up (pinned_bytes.client)") \
+  V(quota_pinned_user, 23, "the user's pinned memory limit is used up (pinned_bytes.user)")       \
+  V(quota_pinned_device, 24, "the device's pinned memory limit is used up (pinned_bytes.device)") \
+  V(quota_user_clients, 25, "the user's client connections are used up (clients_per_user)")       \
+  V(bad_address, 26, "the range is not the client's memory with the access asked")
 
 #define MELON_UAPI_STATUS_ENUM(name, value, text) name = value,
 enum class Status : uint32_t { MELON_UAPI_STATUSES(MELON_UAPI_STATUS_ENUM) };
 #undef MELON_UAPI_STATUS_ENUM
+#define MELON_UAPI_STATUS_COUNT(name, value, text) +1
+inline constexpr uint32_t kStatusCount = 0 MELON_UAPI_STATUSES(MELON_UAPI_STATUS_COUNT);  // values 0..count-1
+#undef MELON_UAPI_STATUS_COUNT
 const char* status_name(Status s);
 
 // ---- Handles: token = type << 21 | generation << 9 | slot, 24 bits (fits IOConnectMapMemory64's
@@ -364,7 +375,7 @@ struct MapReq {
 };
 static_assert(sizeof(MapReq) == 8);
 struct MapResp {
-  uint64_t memory;  // the platform's memory object (the daemon passes its fd with the answer)
+  uint64_t memory;  // always 0 (no host object or address crosses); the daemon passes an fd with the answer
   uint64_t offset;  // where the mapping starts in it
   uint64_t length;
   uint32_t flags;  // kMapWriteCombine

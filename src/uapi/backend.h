@@ -33,20 +33,28 @@ struct CqSpec {
   uint32_t log_size;
   uint32_t comp_vector;
   void* uar;  // the client's UAR object
-  uint32_t event_tag;  // passed back to Server::deliver_* for this CQ's events
+  uint64_t event_tag;  // passed back to Server::deliver_* for this CQ's events (Server::tag_of)
 };
 struct SrqSpec {
   void* pd;
   uint32_t log_size, log_stride;  // WQEs, bytes per WQE
-  uint32_t event_tag;
+  uint64_t event_tag;
 };
 struct QpSpec {
   uint8_t type;  // kQpRc / kQpUd / kQpUc
   void *pd, *send_cq, *recv_cq, *srq, *uar;
   uint32_t log_sq_size;  // 64-byte basic blocks
   uint32_t log_rq_size, log_rq_stride;  // 0 / unused with an SRQ
-  uint32_t event_tag;
+  uint64_t event_tag;
 };
+
+// Ring bytes of each queue, one formula for the server (which charges them to quotas before the
+// backend is called) and the backend (which allocates them).
+inline constexpr uint64_t ring_bytes(const CqSpec& s) { return 64ull << s.log_size; }  // 64-byte CQEs
+inline constexpr uint64_t ring_bytes(const SrqSpec& s) { return (1ull << s.log_size) << s.log_stride; }
+inline constexpr uint64_t ring_bytes(const QpSpec& s) {  // PRM: one buffer, the RQ, then the SQ
+  return (s.srq ? 0 : (1ull << s.log_rq_size) << s.log_rq_stride) + (64ull << s.log_sq_size);
+}
 
 // The firmware transition a validated ModifyQp maps to.
 // sqd2rts exists for the backend's sake; the server never asks for it, because no transition
@@ -74,6 +82,12 @@ class Backend {
   virtual Status modify_qp(void*, Transition, const ModifyQpReq&) { return Status::unsupported; }
   virtual Status query_qp(void*, QpAttr*) { return Status::unsupported; }
   virtual Status destroy_qp(void*) { return Status::unsupported; }
+  // What the host spends on a queue with this many ring bytes (page rounding, doorbell record), and
+  // on pinning [addr, addr+len): the server charges these to the byte quotas before creating.
+  virtual uint64_t queue_cost(uint64_t ring) { return ring; }
+  virtual uint64_t pin_cost(uint64_t addr, uint64_t len) {
+    return ((addr + len + 4095) & ~4095ull) - (addr & ~4095ull);
+  }
   // The driver's own counts for UsageResp (core_live, queue/pinned bytes, ...).
   virtual void usage(UsageResp*) {}
   // UD address vectors are built in software (no firmware command).

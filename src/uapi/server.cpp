@@ -108,8 +108,18 @@ constexpr TransitionRule kRules[] = {
 
 // ---- Client life -------------------------------------------------------------------------------
 
-Status Server::attach(Client* c, void* host) {
+Status Server::attach(Client* c, void* host, uint32_t uid) {
   if (nclients_ >= lim_.clients || nclients_ >= kMaxClients) return Status::quota_device;
+  // The user's row: its own if it has clients, else a free one (there are as many rows as clients).
+  uint32_t user = kMaxClients;
+  for (uint32_t i = 0; i < kMaxClients && user == kMaxClients; i++)
+    if (users_[i].clients && users_[i].uid == uid) user = i;
+  for (uint32_t i = 0; i < kMaxClients && user == kMaxClients; i++)
+    if (!users_[i].clients) user = i;
+  if (user == kMaxClients) return Status::quota_device;  // unreachable: fewer clients than rows
+  if (users_[user].clients && users_[user].uid == uid && users_[user].clients >= lim_.clients_per_user)
+    return Status::quota_user_clients;
+  if (!lim_.clients_per_user) return Status::quota_user_clients;
   for (uint32_t i = 0; i < kMaxClients; i++) {
     if (clients_[i]) continue;
     // Generations survive in the storage the host hands us only if it reuses it; start each
@@ -119,6 +129,11 @@ Status Server::attach(Client* c, void* host) {
     c->attached = true;
     c->id = i + 1;
     c->host = host;
+    c->uid = uid;
+    c->user = user;
+    c->serial = ++serial_ ? serial_ : ++serial_;
+    if (!users_[user].clients) users_[user] = User{uid, 0, 0, 0};
+    users_[user].clients++;
     clients_[i] = c;
     nclients_++;
     return Status::ok;
@@ -131,6 +146,7 @@ uint32_t Server::detach(Client& c) {
   uint32_t failures = release_all(c);
   clients_[c.id - 1] = nullptr;
   nclients_--;
+  users_[c.user].clients--;
   c.attached = false;
   c.open = false;
   return failures;
@@ -142,8 +158,10 @@ uint32_t Server::release_all(Client& c) {
   static constexpr ObjType kOrder[] = {ObjType::qp, ObjType::ah,  ObjType::mr, ObjType::srq,
                                        ObjType::cq, ObjType::uar, ObjType::pd};
   for (ObjType t : kOrder) {
+    if (!c.count[uint8_t(t)]) continue;
+    const uint32_t base = slot_base(uint8_t(t));
     for (uint32_t s = 0; s < kSlots[uint8_t(t)]; s++) {
-      Entry& e = c.entries[slot_base(uint8_t(t)) + s];
+      Entry& e = c.entries[base + s];
       if (!e.live) continue;
       if (backend_destroy(t, e.obj) != Status::ok) failures++;
       release(c, t, s);
@@ -179,7 +197,29 @@ Status Server::reserve(Client& c, ObjType t, uint32_t* slot) {
   return Status::quota_client;
 }
 
-uint32_t Server::commit(Client& c, ObjType t, uint32_t slot, void* obj, const uint32_t* parents, uint32_t nparents) {
+// Byte quotas, the client's, then its user's, then the device's (the order docs/uapi.md gives).
+Status Server::afford(const Client& c, uint64_t queue, uint64_t pinned) const {
+  const User& u = users_[c.user];
+  if (queue) {
+    if (queue > lim_.queue_bytes.client || c.queue_bytes > lim_.queue_bytes.client - queue)
+      return Status::quota_queue_client;
+    if (queue > lim_.queue_bytes.user || u.queue_bytes > lim_.queue_bytes.user - queue) return Status::quota_queue_user;
+    if (queue > lim_.queue_bytes.device || queue_bytes_ > lim_.queue_bytes.device - queue)
+      return Status::quota_queue_device;
+  }
+  if (pinned) {
+    if (pinned > lim_.pinned_bytes.client || c.pinned_bytes > lim_.pinned_bytes.client - pinned)
+      return Status::quota_pinned_client;
+    if (pinned > lim_.pinned_bytes.user || u.pinned_bytes > lim_.pinned_bytes.user - pinned)
+      return Status::quota_pinned_user;
+    if (pinned > lim_.pinned_bytes.device || pinned_bytes_ > lim_.pinned_bytes.device - pinned)
+      return Status::quota_pinned_device;
+  }
+  return Status::ok;
+}
+
+uint32_t Server::commit(Client& c, ObjType t, uint32_t slot, void* obj, const uint32_t* parents, uint32_t nparents,
+                        uint64_t queue_bytes, uint64_t pinned_bytes) {
   uint8_t ti = uint8_t(t);
   Entry& e = c.entries[slot_base(ti) + slot];
   uint16_t gen = e.gen;
@@ -187,6 +227,11 @@ uint32_t Server::commit(Client& c, ObjType t, uint32_t slot, void* obj, const ui
   e.gen = gen;
   e.live = true;
   e.obj = obj;
+  e.queue_bytes = queue_bytes;
+  e.pinned_bytes = pinned_bytes;
+  User& u = users_[c.user];
+  c.queue_bytes += queue_bytes, u.queue_bytes += queue_bytes, queue_bytes_ += queue_bytes;
+  c.pinned_bytes += pinned_bytes, u.pinned_bytes += pinned_bytes, pinned_bytes_ += pinned_bytes;
   for (uint32_t i = 0; i < nparents; i++) {
     e.parents[i] = parents[i];
     if (Entry* p = lookup(c, parents[i], token_type(parents[i]))) p->refs++;
@@ -202,6 +247,9 @@ void Server::release(Client& c, ObjType t, uint32_t slot) {
   for (uint32_t p : e.parents)
     if (p)
       if (Entry* pe = lookup(c, p, token_type(p))) pe->refs--;
+  User& u = users_[c.user];
+  c.queue_bytes -= e.queue_bytes, u.queue_bytes -= e.queue_bytes, queue_bytes_ -= e.queue_bytes;
+  c.pinned_bytes -= e.pinned_bytes, u.pinned_bytes -= e.pinned_bytes, pinned_bytes_ -= e.pinned_bytes;
   // A new generation makes every token naming the old object stale (0 is never issued).
   uint16_t gen = uint16_t((e.gen + 1) & kGenMask);
   e = Entry{};
@@ -366,10 +414,12 @@ Status Server::reg_mr(Client& c, const RegMrReq& rq, RegMrResp* rp) {
   if (rq.length == 0 || rq.length > lim_.max_mr_size || rq.addr + rq.length < rq.addr) return Status::invalid;
   uint32_t slot;
   if (Status s = reserve(c, ObjType::mr, &slot); s != Status::ok) return s;
+  uint64_t pinned = be_.pin_cost(rq.addr, rq.length);
+  if (Status s = afford(c, 0, pinned); s != Status::ok) return s;
   void* obj = nullptr;
   stats_.backend_calls++;
   if (Status s = be_.reg_mr(c.host, pd->obj, rq, &obj, rp); s != Status::ok) return s;
-  rp->handle = commit(c, ObjType::mr, slot, obj, &rq.pd, 1);
+  rp->handle = commit(c, ObjType::mr, slot, obj, &rq.pd, 1, 0, pinned);
   return Status::ok;
 }
 
@@ -383,10 +433,12 @@ Status Server::create_cq(Client& c, const CreateCqReq& rq, CreateCqResp* rp) {
   uint32_t log = log2_ceil(rq.cqe + 1);
   CqSpec spec{log, rq.comp_vector, uar->obj,
               tag_of(c, make_token(ObjType::cq, c.entries[slot_base(3) + slot].gen, slot))};
+  uint64_t bytes = be_.queue_cost(ring_bytes(spec));
+  if (Status s = afford(c, bytes, 0); s != Status::ok) return s;
   Created cr;
   stats_.backend_calls++;
   if (Status s = be_.create_cq(spec, &cr, rp); s != Status::ok) return s;
-  rp->handle = commit(c, ObjType::cq, slot, cr.obj, &rq.uar, 1);
+  rp->handle = commit(c, ObjType::cq, slot, cr.obj, &rq.uar, 1, bytes);
   Entry* e = lookup(c, rp->handle, ObjType::cq);
   e->id = rp->cqn;
   for (uint32_t i = 0; i < kMaxMaps; i++) e->maps[i] = cr.maps[i];
@@ -405,23 +457,33 @@ Status Server::create_srq(Client& c, const CreateSrqReq& rq, CreateSrqResp* rp) 
   uint32_t log_stride = log2_ceil(16 * (rq.max_sge + 1));
   SrqSpec spec{pd->obj, log2_ceil(rq.max_wr + 1), log_stride,
                tag_of(c, make_token(ObjType::srq, c.entries[slot_base(7) + slot].gen, slot))};
+  uint64_t bytes = be_.queue_cost(ring_bytes(spec));
+  if (Status s = afford(c, bytes, 0); s != Status::ok) return s;
   Created cr;
   stats_.backend_calls++;
   if (Status s = be_.create_srq(spec, &cr, rp); s != Status::ok) return s;
-  rp->handle = commit(c, ObjType::srq, slot, cr.obj, &rq.pd, 1);
-  Entry* e = lookup(c, rp->handle, ObjType::srq);
-  for (uint32_t i = 0; i < kMaxMaps; i++) e->maps[i] = cr.maps[i];
+  // Arming the limit is part of the create: if the device refuses it, the SRQ goes again and the
+  // client hears why (as ibv_create_srq fails when mlx5 cannot set srq_limit).
   if (rq.srq_limit) {
     stats_.backend_calls++;
-    if (be_.modify_srq(cr.obj, rq.srq_limit) == Status::ok) e->state = 1;
+    if (Status s = be_.modify_srq(cr.obj, rq.srq_limit); s != Status::ok) {
+      if (backend_destroy(ObjType::srq, cr.obj) != Status::ok) stats_.cleanup_failures++;
+      return s;
+    }
   }
+  rp->handle = commit(c, ObjType::srq, slot, cr.obj, &rq.pd, 1, bytes);
+  Entry* e = lookup(c, rp->handle, ObjType::srq);
+  for (uint32_t i = 0; i < kMaxMaps; i++) e->maps[i] = cr.maps[i];
+  e->state = rq.srq_limit != 0;
+  e->srq_wrs = rp->wqe_cnt;
   return Status::ok;
 }
 
 Status Server::modify_srq(Client& c, const ModifySrqReq& rq) {
   Entry* e = lookup(c, rq.handle, ObjType::srq);
   if (!e) return Status::bad_handle;
-  if (rq.srq_limit > lim_.max_srq_wr) return Status::invalid;
+  // Against this SRQ's size, not the device's largest (Linux mlx5_ib_modify_srq: limit < max).
+  if (rq.srq_limit >= e->srq_wrs) return Status::invalid;
   stats_.backend_calls++;
   Status s = be_.modify_srq(e->obj, rq.srq_limit);
   if (s == Status::ok) e->state = rq.srq_limit != 0;
@@ -466,11 +528,13 @@ Status Server::create_qp(Client& c, const CreateQpReq& rq, CreateQpResp* rp) {
   spec.log_rq_stride = srq ? 0 : log2_ceil(16 * rq.max_recv_sge);
   if (spec.log_rq_stride < 4) spec.log_rq_stride = 4;
   spec.event_tag = tag_of(c, make_token(ObjType::qp, c.entries[slot_base(4) + slot].gen, slot));
+  uint64_t bytes = be_.queue_cost(ring_bytes(spec));
+  if (Status s = afford(c, bytes, 0); s != Status::ok) return s;
   Created cr;
   stats_.backend_calls++;
   if (Status s = be_.create_qp(spec, &cr, rp); s != Status::ok) return s;
   uint32_t parents[5] = {rq.pd, rq.send_cq, rq.recv_cq, rq.uar, rq.srq};
-  rp->handle = commit(c, ObjType::qp, slot, cr.obj, parents, rq.srq ? 5 : 4);
+  rp->handle = commit(c, ObjType::qp, slot, cr.obj, parents, rq.srq ? 5 : 4, bytes);
   Entry* e = lookup(c, rp->handle, ObjType::qp);
   e->id = rp->qpn;
   e->qp_type = rq.qp_type;
@@ -591,7 +655,7 @@ Status Server::map(Client& c, const MapReq& rq, MapResp* rp) {
   if (rq.kind > 0xff || (rq.handle >> 24)) return Status::invalid;
   MapRegion m;
   if (Status s = mapping(c, map_type(MapKind(rq.kind), rq.handle), &m); s != Status::ok) return s;
-  rp->memory = m.memory;
+  rp->memory = 0;  // the platform's memory object (a DEXT pointer, the daemon's fd) is the host's
   rp->offset = m.offset;
   rp->length = m.length;
   rp->flags = m.flags;
@@ -611,20 +675,28 @@ void Server::push_event(Client& c, const EventResp& e) {
   if (notify_) notify_->event_queued(c);
 }
 
-void Server::deliver_completion(uint32_t tag) {
-  uint32_t id = tag >> 24;
-  if (id < 1 || id > kMaxClients || !clients_[id - 1]) return;
-  Client& c = *clients_[id - 1];
-  // The CQ may be gone (destroyed while the event was in flight): drop it then.
-  if (!c.open || !lookup(c, tag & 0xffffffu, ObjType::cq)) return;
-  push_event(c, EventResp{kEventCompletion, tag & 0xffffffu, 0, 0});
+Client* Server::client_of(uint64_t tag) {
+  uint32_t id = uint32_t(tag >> 24) & 0xff;
+  if (id < 1 || id > kMaxClients || !clients_[id - 1]) return nullptr;
+  Client* c = clients_[id - 1];
+  return c->serial == uint32_t(tag >> 32) ? c : nullptr;  // the slot may have a new client since
 }
 
-void Server::deliver_async(uint32_t tag, uint32_t ibv_event_type) {
-  uint32_t id = tag >> 24;
-  if (id < 1 || id > kMaxClients || !clients_[id - 1]) return;
-  Client& c = *clients_[id - 1];
-  uint32_t token = tag & 0xffffffu;
+void Server::deliver_completion(uint64_t tag) {
+  Client* cp = client_of(tag);
+  if (!cp) return;
+  Client& c = *cp;
+  // The CQ may be gone (destroyed while the event was in flight): drop it then.
+  uint32_t token = uint32_t(tag) & 0xffffffu;
+  if (!c.open || !lookup(c, token, ObjType::cq)) return;
+  push_event(c, EventResp{kEventCompletion, token, 0, 0});
+}
+
+void Server::deliver_async(uint64_t tag, uint32_t ibv_event_type) {
+  Client* cp = client_of(tag);
+  if (!cp) return;
+  Client& c = *cp;
+  uint32_t token = uint32_t(tag) & 0xffffffu;
   if (!c.open || (token && !lookup(c, token, token_type(token)))) return;
   push_event(c, EventResp{kEventAsync, token, ibv_event_type, 0});
 }

@@ -23,6 +23,16 @@
 
 namespace melon::uapi {
 
+// The device-wide object quotas' defaults (a backend sizes what it keeps per object, e.g. event
+// routes, from them).
+inline constexpr Quotas kDeviceQuotas{256, 1024, 1024, 2048, 128, 256, 64};
+
+// Bytes a client can make the host spend, counted per client, per user (the uid the host names at
+// attach) and per device.
+struct ByteQuota {
+  uint64_t client, user, device;
+};
+
 // Device limits the server checks requests against (the host fills them from the device's caps)
 // and the device-wide object quotas.
 struct Limits {
@@ -31,8 +41,14 @@ struct Limits {
   uint32_t comp_vectors = 1, ports = 1;
   uint64_t max_mr_size = 1ull << 40;
   Quotas client;  // per client
-  Quotas device{256, 1024, 1024, 2048, 128, 256, 64};  // across all clients
+  Quotas device = kDeviceQuotas;  // across all clients
   uint32_t clients = kMaxClients;
+  // Byte and connection limits (docs/uapi.md "Quotas"). Queue memory is what rings and doorbell
+  // records take of the host; pinned memory is MR pages the device may reach (Linux charges these
+  // to RLIMIT_MEMLOCK).
+  ByteQuota queue_bytes{64ull << 20, 256ull << 20, 1ull << 30};
+  ByteQuota pinned_bytes{256ull << 20, 1ull << 30, 4ull << 30};
+  uint32_t clients_per_user = 12;  // of the device's 16: one user cannot lock the others out
   uint64_t features = kFeatRc | kFeatRoceV2 | kFeatDirectPath | kFeatAsyncEvents | kFeatImmediate | kFeatInline |
                       kFeatAtomic | kFeatBlueFlame | kFeatCqEvents | kFeatUc | kFeatUd | kFeatSrq;
 };
@@ -51,23 +67,33 @@ struct Entry {
   uint32_t refs = 0;  // live objects that depend on this one
   uint32_t parents[5] = {};  // tokens this object holds references on
   uint32_t id = 0;  // QPN / CQN, for event routing
+  uint32_t srq_wrs = 0;  // SRQ: the WQEs it was given (a limit must stay below)
+  uint64_t queue_bytes = 0, pinned_bytes = 0;  // charged at commit, given back at release
   void* obj = nullptr;  // the backend's object
   MapRegion maps[kMaxMaps];
 };
 
 // Per-client table sizes: the anchor's quotas are also the compiled capacity.
 inline constexpr uint32_t kSlots[kObjTypes] = {0, 16, 4, 64, 64, 128, 8, 16};
-inline constexpr uint32_t slot_base(uint32_t t) {
-  uint32_t b = 0;
-  for (uint32_t i = 0; i < t; i++) b += kSlots[i];
+struct SlotBases {
+  uint32_t of[kObjTypes + 1];
+};
+inline constexpr SlotBases kSlotBases = [] {
+  SlotBases b{};
+  for (uint32_t i = 0; i < kObjTypes; i++) b.of[i + 1] = b.of[i] + kSlots[i];
   return b;
-}
+}();
+inline constexpr uint32_t slot_base(uint32_t t) { return kSlotBases.of[t]; }  // a table: it is on every lookup
 inline constexpr uint32_t kTotalSlots = slot_base(kObjTypes);
 
 struct Client {
   bool attached = false, open = false;
   uint32_t id = 0;  // 1..kMaxClients
   void* host = nullptr;  // the platform's handle of this client's address space
+  uint32_t serial = 0;  // which attach this is (never 0): event tags carry it
+  uint32_t uid = 0;  // the user the host says it runs as
+  uint32_t user = 0;  // its index in the server's user table
+  uint64_t queue_bytes = 0, pinned_bytes = 0;
   uint32_t count[kObjTypes] = {};
   Entry entries[kTotalSlots];
   static constexpr uint32_t kEvents = 64;
@@ -93,8 +119,9 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // A new client: quota_device when kMaxClients are attached.
-  Status attach(Client* c, void* host);
+  // A new client of user `uid` (SO_PEERCRED on Linux, the audit token's uid on macOS):
+  // quota_device when the device's clients are attached, quota_user_clients when the user's are.
+  Status attach(Client* c, void* host, uint32_t uid = 0);
   // Releases every object the client owns (dependents first) and its client slot. Returns the
   // number of backend destroy calls that failed (their objects are dropped anyway).
   uint32_t detach(Client& c);
@@ -105,9 +132,12 @@ class Server {
   // region behind `map_type(kind, token)` of this client, or status bad_handle / invalid.
   Status mapping(Client& c, uint32_t memory_type, MapRegion* out);
 
-  // Events from the device, tagged as the backend was told at creation (CqSpec::event_tag ...).
-  void deliver_completion(uint32_t tag);
-  void deliver_async(uint32_t tag, uint32_t ibv_event_type);
+  // Events from the device, tagged as the backend was told at creation (CqSpec::event_tag ...). The
+  // backend binds an event to the tag live when the device posted it; a tag whose client has left
+  // (even if its slot has a new client) or whose object is gone (even if its slot has a new one)
+  // names nothing, and the event is dropped.
+  void deliver_completion(uint64_t tag);
+  void deliver_async(uint64_t tag, uint32_t ibv_event_type);
   // A device event (port active/down, fatal): to every open client, with handle 0.
   void deliver_device(uint32_t ibv_event_type);
 
@@ -120,11 +150,13 @@ class Server {
   const ServerStats& stats() const { return stats_; }
   const Limits& limits() const { return lim_; }
 
-  // Event tags: client id and token. Exposed for backends and tests.
-  static uint32_t tag_of(const Client& c, uint32_t token) { return c.id << 24 | token; }
+  // Event tags: the client's attach serial, its id and the object's token (with its generation).
+  // Exposed for backends and tests.
+  static uint64_t tag_of(const Client& c, uint32_t token) { return uint64_t(c.serial) << 32 | c.id << 24 | token; }
 
  private:
   Reply dispatch(Client& c, Selector s, const void* in, void* out);
+  Client* client_of(uint64_t tag);
   Status open(Client& c, const OpenReq& rq, OpenResp* rp);
   Status alloc_pd(Client& c, HandleResp* rp);
   Status alloc_uar(Client& c, UarResp* rp);
@@ -144,7 +176,9 @@ class Server {
   // Handle table.
   Entry* lookup(Client& c, uint32_t token, ObjType t);
   Status reserve(Client& c, ObjType t, uint32_t* slot);  // quotas; no state change
-  uint32_t commit(Client& c, ObjType t, uint32_t slot, void* obj, const uint32_t* parents, uint32_t nparents);
+  Status afford(const Client& c, uint64_t queue_bytes, uint64_t pinned_bytes) const;  // byte quotas
+  uint32_t commit(Client& c, ObjType t, uint32_t slot, void* obj, const uint32_t* parents, uint32_t nparents,
+                  uint64_t queue_bytes = 0, uint64_t pinned_bytes = 0);
   void release(Client& c, ObjType t, uint32_t slot);
   Status backend_destroy(ObjType t, void* obj);
   uint32_t release_all(Client& c);
@@ -154,7 +188,15 @@ class Server {
   Limits lim_;
   Client* clients_[kMaxClients] = {};
   uint32_t nclients_ = 0;
+  uint32_t serial_ = 0;
   uint32_t dev_count_[kObjTypes] = {};
+  // Users with attached clients (at most one per client).
+  struct User {
+    uint32_t uid = 0, clients = 0;
+    uint64_t queue_bytes = 0, pinned_bytes = 0;
+  };
+  User users_[kMaxClients];
+  uint64_t queue_bytes_ = 0, pinned_bytes_ = 0;
   ServerStats stats_;
   EventNotify* notify_ = nullptr;
 };

@@ -1,5 +1,5 @@
 // melon-emud's kernel-bypass data path, driven as an mlx5 provider drives hardware: the test holds
-// only a UapiClient and the mappings. It writes raw WQEs (src/mlx5/prm layouts) into the mapped SQ,
+// only a uapi::SocketClient and the mappings. It writes raw WQEs (src/mlx5/prm layouts) into the mapped SQ,
 // the doorbell record, then the doorbell into the mapped UAR page (with the wake-up handshake of
 // uapi/doorbell.h), and polls the mapped CQ ring by the owner bit. Between two daemons the frames
 // cross each one's UDP wire on its own loopback address; between two clients of one daemon they
@@ -84,7 +84,7 @@ TEST_F(EmudDataPath, NoDoorbellIsLeftLyingAcrossTheSleepHandshake) {
 }
 
 uapi::UsageResp usage(const std::string& sock) {
-  UapiClient c;
+  uapi::SocketClient c;
   EXPECT_TRUE(c.connect(sock));
   EXPECT_EQ(c.open(), Status::ok);
   uapi::UsageResp u{};

@@ -1,5 +1,5 @@
 // A client of melon-emud that drives the data path as an mlx5 provider drives hardware, with
-// nothing but a UapiClient and the mappings: raw WQEs (src/mlx5/prm layouts) into the mapped SQ, the
+// nothing but a uapi::SocketClient and the mappings: raw WQEs (src/mlx5/prm layouts) into the mapped SQ, the
 // doorbell record, the doorbell into the mapped UAR page with the wake-up handshake of
 // uapi/doorbell.h, CQEs polled from the mapped ring by the owner bit. Shared by
 // uapi_emud_datapath_test and bench_emud; plus a daemon started as a child process.
@@ -18,7 +18,7 @@
 #include <chrono>
 #include <string>
 
-#include "dext/emuhost/uapi_client.h"
+#include "uapi/socket/client.h"
 #include "mlx5/prm/cqe.h"
 #include "mlx5/prm/doorbell.h"
 #include "mlx5/prm/wqe.h"
@@ -71,7 +71,7 @@ struct Daemon {
       _exit(127);
     }
     for (int i = 0; i < 1000; i++) {
-      UapiClient c;
+      uapi::SocketClient c;
       if (c.connect(sock)) return true;
       usleep(10000);
     }
@@ -111,8 +111,8 @@ inline uint32_t log2u(uint32_t v) {
 }
 
 struct Endpoint {
-  UapiClient c;
-  UapiClient* cl = &c;  // the connection its calls go through: its own, or the one it shares
+  uapi::SocketClient c;
+  uapi::SocketClient* cl = &c;  // the connection its calls go through: its own, or the one it shares
   uapi::OpenResp open{};
   uint32_t pd = 0, uar = 0, cq = 0, qp = 0, mr = 0;
   // UAR page

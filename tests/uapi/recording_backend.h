@@ -38,6 +38,13 @@ class RecordingBackend final : public Backend {
     for (auto& o : objs_) n += o->live;
     return n;
   }
+  // Drops the records of destroyed objects (a long-lived backend, as a fuzz target's, stays small).
+  void forget_dead() {
+    std::vector<std::unique_ptr<Obj>> keep;
+    for (auto& o : objs_)
+      if (o->live) keep.push_back(std::move(o));
+    objs_ = std::move(keep);
+  }
 
   Status query_device(DeviceAttr* a) override {
     calls.push_back("query_device");
@@ -100,8 +107,9 @@ class RecordingBackend final : public Backend {
   }
   Status modify_srq(void*, uint32_t) override {
     calls.push_back("modify_srq");
-    return Status::ok;
+    return fail_modify_srq;
   }
+  Status fail_modify_srq = Status::ok;  // what every modify_srq (arming the limit) answers
   Status destroy_srq(void* o) override { return destroy("srq", o); }
   Status create_qp(const QpSpec& spec, Created* c, CreateQpResp* r) override {
     std::vector<void*> parents{spec.pd, spec.send_cq, spec.recv_cq, spec.uar};

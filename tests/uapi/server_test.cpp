@@ -24,13 +24,13 @@ class Uapi : public ::testing::Test {
   void SetUp() override { srv = std::make_unique<Server>(be, lim); }
   void restart() { srv = std::make_unique<Server>(be, lim); }
 
-  Client& attach() {
+  Client& attach(uint32_t uid = 0) {
     clients.push_back(std::make_unique<Client>());
-    EXPECT_EQ(srv->attach(clients.back().get(), this), Status::ok);
+    EXPECT_EQ(srv->attach(clients.back().get(), this, uid), Status::ok);
     return *clients.back();
   }
-  Client& open_client() {
-    Client& c = attach();
+  Client& open_client(uint32_t uid = 0) {
+    Client& c = attach(uid);
     OpenReq rq{kAbiVersion, 0, ~0ull};
     OpenResp rp{};
     EXPECT_EQ(call(c, Selector::open, rq, &rp), Status::ok);
@@ -270,6 +270,78 @@ TEST_F(Uapi, ReservedFieldsMustBeZero) {
 
 // ---- Quotas ----------------------------------------------------------------------------------
 
+// Bytes, not objects: a CQ of 16 entries rings 32 x 64 B = 2 KiB (the recording backend's cost is
+// the ring itself), charged to its client, its user and the device, each refusal naming its limit.
+TEST_F(Uapi, QueueMemoryIsLimitedPerClientPerUserAndPerDevice) {
+  lim.queue_bytes = {4096, 6144, 8192};
+  restart();
+  Client& a = open_client(1);
+  Client& b = open_client(1);
+  Client& c = open_client(2);
+  uint32_t ua = uar(a), ub = uar(b), uc = uar(c);
+  CreateCqResp r{};
+  uint32_t first = cq(a, ua);
+  uint32_t second = cq(a, ua);
+  refused(a, Selector::create_cq, CreateCqReq{16, 0, ua, 0}, &r, Status::quota_queue_client);
+  cq(b, ub);  // the user's 6 KiB
+  refused(b, Selector::create_cq, CreateCqReq{16, 0, ub, 0}, &r, Status::quota_queue_user);
+  cq(c, uc);  // another user, the device's 8 KiB
+  refused(c, Selector::create_cq, CreateCqReq{16, 0, uc, 0}, &r, Status::quota_queue_device);
+  // One big ring is refused whole, before the backend allocates any of it.
+  refused(c, Selector::create_cq, CreateCqReq{1u << 20, 0, uc, 0}, &r, Status::quota_queue_client);
+  // A freed queue gives its bytes back to all three.
+  ASSERT_EQ(call0(a, Selector::destroy_cq, HandleReq{first, 0}), Status::ok);
+  EXPECT_EQ(call(c, Selector::create_cq, CreateCqReq{16, 0, uc, 0}, &r), Status::ok);
+  // QPs and SRQs are charged the same way (the device's 8 KiB are in use again).
+  uint32_t p = pd(a);
+  CreateQpResp qr{};
+  refused(a, Selector::create_qp, qp_req(p, second, second, ua), &qr, Status::quota_queue_device);
+  CreateSrqResp sr{};
+  refused(a, Selector::create_srq, CreateSrqReq{p, 16, 1, 0}, &sr, Status::quota_queue_device);
+}
+
+// Pinned bytes are whole pages (an MR from 0x10800 of 4 KiB pins two), as RLIMIT_MEMLOCK counts them.
+TEST_F(Uapi, PinnedMemoryIsLimitedPerClientPerUserAndPerDevice) {
+  lim.pinned_bytes = {16384, 24576, 32768};
+  restart();
+  Client& a = open_client(7);
+  Client& b = open_client(7);
+  Client& c = open_client(8);
+  uint32_t pa = pd(a), pb = pd(b), pc = pd(c);
+  RegMrResp r{};
+  auto reg = [&](Client& cl, uint32_t p, uint64_t addr, uint64_t len) {
+    return call(cl, Selector::reg_mr, RegMrReq{p, kAccessLocalWrite, addr, len}, &r);
+  };
+  ASSERT_EQ(reg(a, pa, 0x10800, 4096), Status::ok);  // 2 pages
+  uint32_t first = r.handle;
+  ASSERT_EQ(reg(a, pa, 0x20000, 8192), Status::ok);  // 4 pages: the client's 16 KiB
+  refused(a, Selector::reg_mr, RegMrReq{pa, kAccessLocalWrite, 0x30000, 1}, &r, Status::quota_pinned_client);
+  ASSERT_EQ(reg(b, pb, 0x30000, 8192), Status::ok);  // the user's 24 KiB
+  refused(b, Selector::reg_mr, RegMrReq{pb, kAccessLocalWrite, 0x40000, 1}, &r, Status::quota_pinned_user);
+  ASSERT_EQ(reg(c, pc, 0x40000, 8192), Status::ok);  // the device's 32 KiB
+  refused(c, Selector::reg_mr, RegMrReq{pc, kAccessLocalWrite, 0x50000, 1}, &r, Status::quota_pinned_device);
+  refused(c, Selector::reg_mr, RegMrReq{pc, kAccessLocalWrite, 0x50000, 1ull << 40}, &r, Status::quota_pinned_client);
+  ASSERT_EQ(call0(a, Selector::dereg_mr, HandleReq{first, 0}), Status::ok);
+  EXPECT_EQ(reg(c, pc, 0x50000, 8192), Status::ok);  // the freed 8 KiB; the device is full again
+  refused(a, Selector::reg_mr, RegMrReq{pa, kAccessLocalWrite, 0x60000, 4096}, &r, Status::quota_pinned_device);
+  // A client that goes gives back everything it held.
+  srv->detach(b);
+  EXPECT_EQ(reg(a, pa, 0x60000, 4096), Status::ok);
+}
+
+// One user cannot take every client connection of the device.
+TEST_F(Uapi, ClientConnectionsAreLimitedPerUser) {
+  lim.clients_per_user = 2;
+  restart();
+  attach(5);
+  Client& second = attach(5);
+  Client extra;
+  EXPECT_EQ(srv->attach(&extra, nullptr, 5), Status::quota_user_clients);
+  attach(6);  // another user is not affected
+  srv->detach(second);
+  EXPECT_EQ(srv->attach(&extra, nullptr, 5), Status::ok);
+}
+
 TEST_F(Uapi, ClientQuotaIsEnforcedBeforeTheFirmware) {
   Client& c = open_client();
   for (int i = 0; i < 16; i++) pd(c);
@@ -305,7 +377,7 @@ TEST_F(Uapi, DeviceQuotaSpansClients) {
 }
 
 TEST_F(Uapi, SixteenClientsPerDevice) {
-  for (uint32_t i = 0; i < kMaxClients; i++) open_client();
+  for (uint32_t i = 0; i < kMaxClients; i++) open_client(100 + i);
   Client extra;
   EXPECT_EQ(srv->attach(&extra, nullptr), Status::quota_device);
   srv->detach(*clients[3]);
@@ -600,6 +672,24 @@ TEST_F(Uapi, MappingsAreByKindAndHandle) {
   EXPECT_EQ(srv->mapping(c, map_type(MapKind::cqe, q), &reg), Status::bad_handle);
 }
 
+// A map answer names no host object: the platform's memory handle (a DEXT record pointer, the
+// daemon's fd number) stays with the host, which finds it with mapping().
+TEST_F(Uapi, MapShowsTheClientNoHostAddress) {
+  Client& c = open_client();
+  uint32_t u = uar(c);
+  uint32_t q = cq(c, u);
+  for (auto [kind, h] : {std::pair{MapKind::uar, u}, {MapKind::cqe, q}, {MapKind::db_record, q}}) {
+    MapResp m{};
+    ASSERT_EQ(call(c, Selector::map, MapReq{uint32_t(kind), h}, &m), Status::ok);
+    MapRegion reg;
+    ASSERT_EQ(srv->mapping(c, map_type(kind, h), &reg), Status::ok);
+    ASSERT_NE(reg.memory, 0u) << "the recording backend names its memory";
+    EXPECT_EQ(m.memory, 0u) << "kind " << int(kind);
+    EXPECT_EQ(m.offset, reg.offset);
+    EXPECT_EQ(m.length, reg.length);
+  }
+}
+
 TEST_F(Uapi, EventsGoToTheOwnerOnly) {
   Client& a = open_client();
   Client& b = open_client();
@@ -614,17 +704,64 @@ TEST_F(Uapi, EventsGoToTheOwnerOnly) {
   EXPECT_EQ(e.kind, kEventCompletion);
   EXPECT_EQ(e.handle, q);
   // A late event for a destroyed CQ is dropped, not delivered to whoever reuses the slot.
-  uint32_t tag = be.last_cq.event_tag;
+  uint64_t tag = be.last_cq.event_tag;
   ASSERT_EQ(call0(a, Selector::destroy_cq, HandleReq{q, 0}), Status::ok);
   cq(a, u);
   srv->deliver_completion(tag);
   refused(a, Selector::get_event, EmptyReq{}, &e, Status::no_event);
 }
 
+// An event posted for a client that has left is not delivered to the next client in its slot,
+// whose first CQ has the same slot and generation the old one had.
+TEST_F(Uapi, AnEventOfALeftClientDoesNotReachTheNextClientInItsSlot) {
+  Client& a = open_client();
+  uint32_t u = uar(a);
+  uint32_t q = cq(a, u);
+  uint64_t tag = be.last_cq.event_tag;
+  uint32_t id = a.id;
+  srv->detach(a);
+  Client& b = open_client();
+  ASSERT_EQ(b.id, id);
+  uint32_t ub = uar(b);
+  ASSERT_EQ(cq(b, ub), q);  // the same token
+  srv->deliver_completion(tag);
+  srv->deliver_async(tag, 0 /* IBV_EVENT_CQ_ERR */);
+  EventResp e{};
+  refused(b, Selector::get_event, EmptyReq{}, &e, Status::no_event);
+  // Its own CQ's events do reach it.
+  srv->deliver_completion(be.last_cq.event_tag);
+  EXPECT_EQ(call(b, Selector::get_event, EmptyReq{}, &e), Status::ok);
+}
+
+// An SRQ's limit is checked against that SRQ (16 WRs given 32 WQEs), not the device's largest.
+TEST_F(Uapi, AnSrqLimitIsBoundedByTheSrqsOwnSize) {
+  Client& c = open_client();
+  uint32_t p = pd(c);
+  CreateSrqResp sr{};
+  ASSERT_EQ(call(c, Selector::create_srq, CreateSrqReq{p, 16, 1, 0}, &sr), Status::ok);
+  ASSERT_EQ(sr.wqe_cnt, 32u);
+  EXPECT_EQ(call0(c, Selector::modify_srq, ModifySrqReq{sr.handle, 31}), Status::ok);
+  refused0(c, Selector::modify_srq, ModifySrqReq{sr.handle, 32}, Status::invalid);
+  refused0(c, Selector::modify_srq, ModifySrqReq{sr.handle, 1000}, Status::invalid);
+}
+
+// A create_srq whose limit the device refuses to arm fails whole: no SRQ, no quota, the status.
+TEST_F(Uapi, ACreateSrqWhoseLimitCannotBeArmedFails) {
+  Client& c = open_client();
+  uint32_t p = pd(c);
+  be.fail_modify_srq = Status::firmware;
+  CreateSrqResp sr{};
+  EXPECT_EQ(call(c, Selector::create_srq, CreateSrqReq{p, 16, 1, 4}, &sr), Status::firmware);
+  EXPECT_EQ(be.live("srq"), 0);
+  EXPECT_EQ(srv->live(ObjType::srq), 0u);
+  be.fail_modify_srq = Status::ok;
+  EXPECT_EQ(call(c, Selector::create_srq, CreateSrqReq{p, 16, 1, 4}, &sr), Status::ok);
+}
+
 TEST_F(Uapi, EventOverflowIsCounted) {
   Client& c = open_client();
   uint32_t h = qp(c);
-  uint32_t tag = Server::tag_of(c, h);
+  uint64_t tag = Server::tag_of(c, h);
   for (uint32_t i = 0; i < Client::kEvents + 5; i++) srv->deliver_async(tag, 1 /* IBV_EVENT_QP_FATAL */);
   EventResp e{};
   ASSERT_EQ(call(c, Selector::get_event, EmptyReq{}, &e), Status::ok);

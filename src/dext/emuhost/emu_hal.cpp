@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include <chrono>
 #include <thread>
@@ -120,6 +121,8 @@ void EmuHal::vector_disable(uint32_t vector) {
   std::lock_guard<std::mutex> l(irq_mu_);
   if (vector < 64) handlers_[vector] = nullptr;
 }
+
+bool EmuHal::random_bytes(void* p, size_t n) { return getrandom(p, n, 0) == ssize_t(n); }
 
 uint64_t EmuHal::now_ns() {
   if (clock_) return clock_->now_ns();

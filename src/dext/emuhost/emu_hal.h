@@ -54,6 +54,7 @@ class EmuHal final : public mlx5::core::Hal {
   int vector_enable(uint32_t vector, mlx5::core::VectorHandler* h) override;
   void vector_disable(uint32_t vector) override;
   void schedule_service() override { service_requested_ = true; }
+  bool random_bytes(void* p, size_t n) override;
   uint64_t now_ns() override;
   void delay_us(uint32_t us) override;
   void* lock_create() override;

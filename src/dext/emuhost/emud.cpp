@@ -24,7 +24,7 @@
 
 #include "dext/emuhost/client_dma.h"
 #include "dext/emuhost/emu_hal.h"
-#include "dext/emuhost/socket_protocol.h"
+#include "dext/emuhost/socket_request.h"
 #include "dext/emuhost/uar_watcher.h"
 #include "mlx5/core/hca.h"
 #include "mlx5/emu/device.h"
@@ -33,10 +33,15 @@
 #include "mlx5/prm/doorbell.h"
 #include "mlx5/core/uapi_backend.h"
 #include "uapi/server.h"
+#include "uapi/socket/protocol.h"
 
 namespace melon::dext {
 
 namespace {
+
+using uapi::kMaxSocketMessage;
+using uapi::SocketReply;
+using uapi::SocketRequest;
 
 int g_stop_fd = -1;  // eventfd the signal handler writes
 
@@ -45,8 +50,9 @@ std::string errstr(const char* what) { return std::string(what) + ": " + strerro
 struct Conn {
   int fd = -1;
   int event_fd = -1;
-  pid_t pid = 0;
-  bool attached = false;  // false: over the device's client limit; refused at its first request
+  std::shared_ptr<ClientProcess> proc;  // its process, for DMA into its MRs (client_dma.h)
+  bool attached = false;  // false: over a client limit; refused at its first request with `refused`
+  uapi::Status refused = uapi::Status::ok;
   std::unique_ptr<uapi::Client> client;
 };
 
@@ -63,10 +69,15 @@ class Platform final : public mlx5::core::QueuePlatform {
   }
 
   int queue_alloc(uint64_t size, Mem* out) override {
-    int fd = memfd_create("melon-queue", MFD_CLOEXEC);
+    int fd = memfd_create("melon-queue", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) return mlx5::core::kHalNoMemory;
     void* va = MAP_FAILED;
-    if (ftruncate(fd, off_t(size)) == 0) va = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // The client gets this fd read-write. Sealed at its size before anyone else sees it: a client's
+    // ftruncate() would otherwise make the daemon's next doorbell read or device DMA into the
+    // memory take SIGBUS, and every client with it. Hole punching stays possible and only zeroes
+    // pages the client could have written anyway.
+    if (ftruncate(fd, off_t(size)) == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+      va = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (va == MAP_FAILED) {
       close(fd);
       return mlx5::core::kHalNoMemory;
@@ -114,7 +125,7 @@ class Platform final : public mlx5::core::QueuePlatform {
 
   int pin_client(void* host, uint64_t addr, uint64_t len, bool writable, uint64_t* iova, uint64_t* token) override {
     const Conn* c = static_cast<const Conn*>(host);
-    uint64_t w = dma_.open_window(c->pid, addr, len, writable);
+    uint64_t w = dma_.open_window(c->proc, addr, len, writable);
     if (!w) return mlx5::core::kHalFault;
     *iova = *token = w;
     return mlx5::core::kHalOk;
@@ -147,6 +158,32 @@ class Platform final : public mlx5::core::QueuePlatform {
   std::map<int, M> mems_;
   std::map<uint32_t, int> uars_;
 };
+
+// One request datagram, and the descriptor it carries (if any: the first; more are closed).
+ssize_t recv_request(int fd, uint8_t* buf, size_t cap, int* passed) {
+  iovec iov{buf, cap};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(4 * sizeof(int))];
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = ctl;
+  mh.msg_controllen = sizeof ctl;
+  ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t k = 0; k < nfd; k++) {
+      int f;
+      memcpy(&f, CMSG_DATA(c) + k * sizeof(int), sizeof f);
+      if (*passed < 0)
+        *passed = f;
+      else
+        close(f);
+    }
+  }
+  return n;
+}
 
 bool send_reply(int fd, const SocketReply& rp, const void* body, uint32_t len, int pass_fd) {
   uint8_t buf[kMaxSocketMessage];
@@ -216,25 +253,35 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   }
   // The lock file names the daemon (melonctl emud stop/status read it).
   if (ftruncate(lock_fd, 0) == 0) dprintf(lock_fd, "%d\n", int(getpid()));
-  unlink(opt.socket.c_str());  // a stale socket of a dead daemon (we hold the lock)
-  int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  // The socket is bound under a name of its own and appears at its path only once the device is
+  // up and its GUID published (below): whoever finds the socket finds a device to list.
   sockaddr_un sa{};
+  const std::string bind_path = opt.socket.size() + 4 < sizeof sa.sun_path ? opt.socket + ".new" : opt.socket;
+  unlink(opt.socket.c_str());  // a stale socket of a dead daemon (we hold the lock)
+  unlink(bind_path.c_str());
+  unlink((opt.socket + ".guid").c_str());
+  int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   sa.sun_family = AF_UNIX;
-  memcpy(sa.sun_path, opt.socket.c_str(), opt.socket.size() + 1);
-  if (lfd < 0 || bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(lfd, 32) != 0) {
+  memcpy(sa.sun_path, bind_path.c_str(), bind_path.size() + 1);
+  // The socket is created with its mode (no window in which it has the umask's): owner and group
+  // of the daemon by default; --socket-mode 0666 opens it to every user, as rdma-core's udev rule
+  // opens /dev/infiniband/uverbs*, and the per-user limits (docs/uapi.md) then keep users apart.
+  mode_t old_mask = umask(0777 & ~opt.socket_mode);
+  bool bound = lfd >= 0 && bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  umask(old_mask);
+  if (!bound || listen(lfd, 32) != 0) {
     *why = errstr(("cannot listen on " + opt.socket).c_str());
     if (lfd >= 0) close(lfd);
     close(lock_fd);
     return kEmudSocket;
   }
-  chmod(opt.socket.c_str(), 0666);
   // The port's wire: RoCEv2 over UDP 4791 at the wire address (the soft provider and rxe speak it).
   mlx5::emu::UdpWire wire(gid);  // port 4791
   if (int e = wire.open(); e != 0) {
     errno = e;
     *why = errstr(("cannot bind the wire " + opt.wire + " port 4791").c_str());
     close(lfd);
-    unlink(opt.socket.c_str());
+    unlink(bind_path.c_str());
     close(lock_fd);
     return kEmudSocket;
   }
@@ -278,7 +325,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
     dev->stop_worker();
     hca.detach();
     close(lfd);
-    unlink(opt.socket.c_str());
+    unlink(bind_path.c_str());
     close(lock_fd);
     return kEmudDevice;
   };
@@ -293,9 +340,29 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   watcher.start();
   Platform plat(host, dma, watcher, wake_fd);
   mlx5::core::UapiBackend backend(hca, plat);
+  // The node GUID beside the socket (<socket>.guid, written whole by a rename): the mlx5 provider
+  // lists the device with it and connects only when a context is opened.
+  std::string guid_path = opt.socket + ".guid";
+  {
+    uapi::DeviceAttr attr{};
+    backend.query_device(&attr);
+    std::string tmp = guid_path + ".tmp";
+    if (FILE* f = fopen(tmp.c_str(), "we")) {
+      fprintf(f, "%016llx\n", (unsigned long long)attr.node_guid);
+      fclose(f);
+      rename(tmp.c_str(), guid_path.c_str());
+    }
+  }
+  if (bind_path != opt.socket) rename(bind_path.c_str(), opt.socket.c_str());
   uapi::Limits lim;
   backend.fill_limits(&lim);
   lim.clients = opt.clients < uapi::kMaxClients ? opt.clients : uapi::kMaxClients;
+  if (opt.clients_per_user) lim.clients_per_user = opt.clients_per_user;
+  for (auto [mib, q] : {std::pair{opt.queue_mib, &lim.queue_bytes}, {opt.pinned_mib, &lim.pinned_bytes}}) {
+    if (mib[0]) q->client = mib[0] << 20;
+    if (mib[1]) q->user = mib[1] << 20;
+    if (mib[2]) q->device = mib[2] << 20;
+  }
   uapi::Server srv(backend, lim);
   std::vector<std::unique_ptr<Conn>> conns;
   struct Notify final : uapi::EventNotify {
@@ -343,12 +410,14 @@ int run_emud(const EmudOptions& opt, std::string* why) {
         auto c = std::make_unique<Conn>();
         c->fd = cfd;
         ucred cr{};
+        cr.uid = uid_t(-1);  // no credentials: a user of its own that no real one shares
         socklen_t crl = sizeof cr;
         getsockopt(cfd, SOL_SOCKET, SO_PEERCRED, &cr, &crl);
-        c->pid = cr.pid;
+        c->proc = ClientProcess::open(cr.pid);  // at once: the process that connected is alive
         c->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         c->client = std::make_unique<uapi::Client>();
-        c->attached = srv.attach(c->client.get(), c.get()) == uapi::Status::ok;
+        c->refused = srv.attach(c->client.get(), c.get(), uint32_t(cr.uid));
+        c->attached = c->refused == uapi::Status::ok;
         conns.push_back(std::move(c));
       }
     }
@@ -358,37 +427,19 @@ int run_emud(const EmudOptions& opt, std::string* why) {
       if (!re) continue;
       Conn& c = *conns[i];
       uint8_t buf[kMaxSocketMessage];
-      ssize_t got = (re & POLLIN) ? recv(c.fd, buf, sizeof buf, MSG_DONTWAIT) : 0;
+      int passed_in = -1;  // a descriptor with the request (protocol.h: Open's memory file)
+      ssize_t got = (re & POLLIN) ? recv_request(c.fd, buf, sizeof buf, &passed_in) : 0;
       if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
       if (got <= 0) {  // closed or died: everything it owned goes now
         drop(i);
         continue;
       }
-      SocketReply rp{};
-      uint8_t out[kMaxSocketMessage];
-      int pass = -1;
-      if (size_t(got) < sizeof(SocketRequest)) {
-        rp.status = uint32_t(uapi::Status::truncated);
-      } else if (!c.attached) {
-        rp.status = uint32_t(uapi::Status::quota_device);
-      } else {
-        SocketRequest rq;
-        memcpy(&rq, buf, sizeof rq);
-        uint32_t cap = rq.out_cap < sizeof out - sizeof rp ? rq.out_cap : uint32_t(sizeof out - sizeof rp);
-        uint32_t in_len = uint32_t(got) - sizeof rq;
-        uapi::Reply r = srv.handle(*c.client, rq.selector, in_len ? buf + sizeof rq : nullptr, in_len, out, cap);
-        rp.status = uint32_t(r.status);
-        rp.out_len = r.out_len;
-        if (r.status == uapi::Status::ok && rq.selector == uint32_t(uapi::Selector::map)) {
-          uapi::MapResp m;
-          memcpy(&m, out, sizeof m);
-          pass = int(m.memory);
-        } else if (r.status == uapi::Status::ok && rq.selector == uint32_t(uapi::Selector::open)) {
-          pass = c.event_fd;
-        }
-      }
-      rp.has_fd = pass >= 0;
-      if (!send_reply(c.fd, rp, out, rp.out_len, pass) || !c.attached) drop(i);
+      uint8_t out[kMaxSocketBody];
+      SocketAnswer a =
+          answer_request(srv, c.attached ? c.client.get() : nullptr, c.refused, buf, size_t(got), c.event_fd, out);
+      if (a.took_memory && c.proc && passed_in >= 0) c.proc->set_memory(passed_in), passed_in = -1;
+      if (passed_in >= 0) close(passed_in);
+      if (!send_reply(c.fd, a.reply, out, a.reply.out_len, a.pass_fd) || !c.attached) drop(i);
     }
   }
 
@@ -416,6 +467,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   dev->stop_worker();
   hca.detach();
   close(lfd);
+  unlink(guid_path.c_str());
   unlink(opt.socket.c_str());
   close(wake_fd);
   close(g_stop_fd);

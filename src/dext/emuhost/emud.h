@@ -22,6 +22,10 @@ struct EmudOptions {
   std::string wire = kDefaultWire;  // the RoCEv2 address (IPv4 or IPv6, UDP 4791) of this emulated port
   uint32_t clients = 16;  // at most uapi::kMaxClients
   uint32_t spin_us = 100;  // the doorbell watcher polls this long after the last doorbell, then sleeps
+  // Limits (docs/uapi.md "Quotas"); 0 keeps uapi::Limits' default. MiB per client, user, device.
+  uint32_t clients_per_user = 0;
+  uint64_t queue_mib[3] = {}, pinned_mib[3] = {};
+  uint32_t socket_mode = 0660;  // the socket's permission bits (docs/uapi.md: who may connect)
   bool verbose = false;
 };
 

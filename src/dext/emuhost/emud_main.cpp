@@ -1,16 +1,17 @@
-// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--spin-us N] [--verbose]
+// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose]
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dext/emuhost/emud.h"
-#include "dext/emuhost/socket_protocol.h"
+#include "uapi/socket/protocol.h"
 
 int main(int argc, char** argv) {
   melon::dext::EmudOptions opt;
   const char* env = getenv("MELON_EMUD_SOCKET");
-  opt.socket = env ? env : melon::dext::kDefaultSocket;
+  opt.socket = env ? env : melon::uapi::kDefaultSocket;
   for (int i = 1; i < argc; i++) {
     auto arg = [&](const char* name) { return !strcmp(argv[i], name) && i + 1 < argc; };
     if (arg("--socket"))
@@ -19,12 +20,24 @@ int main(int argc, char** argv) {
       opt.wire = argv[++i];
     else if (arg("--clients"))
       opt.clients = uint32_t(atoi(argv[++i]));
+    else if (arg("--clients-per-user"))
+      opt.clients_per_user = uint32_t(atoi(argv[++i]));
+    else if (arg("--queue-mib") || arg("--pinned-mib")) {
+      uint64_t* v = !strcmp(argv[i], "--queue-mib") ? opt.queue_mib : opt.pinned_mib;
+      if (sscanf(argv[++i], "%" SCNu64 ",%" SCNu64 ",%" SCNu64, &v[0], &v[1], &v[2]) != 3) {
+        fprintf(stderr, "melon-emud: %s takes CLIENT,USER,DEVICE in MiB\n", argv[i - 1]);
+        return melon::dext::kEmudUsage;
+      }
+    } else if (arg("--socket-mode"))
+      opt.socket_mode = uint32_t(strtoul(argv[++i], nullptr, 8)) & 0777;
     else if (arg("--spin-us"))
       opt.spin_us = uint32_t(atoi(argv[++i]));
     else if (!strcmp(argv[i], "--verbose"))
       opt.verbose = true;
     else {
-      fprintf(stderr, "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--spin-us N] [--verbose]\n");
+      fprintf(stderr,
+              "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib "
+              "C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose]\n");
       return melon::dext::kEmudUsage;
     }
   }

@@ -90,6 +90,10 @@ class Hal {
   // issue commands (a work queue; never the interrupt context that asked).
   virtual void schedule_service() {}
 
+  // ---- Randomness: fills with unpredictable bytes (memory key variants); false when the platform
+  // has none, and the core falls back to a counter.
+  virtual bool random_bytes(void*, size_t) { return false; }
+
   // ---- Time.
   virtual uint64_t now_ns() { return 0; }  // monotonic
   virtual void delay_us(uint32_t) {}

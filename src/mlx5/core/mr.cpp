@@ -15,7 +15,7 @@ namespace p = prm;
 namespace {
 constexpr uint32_t kMaxMrPageShift = 30;
 constexpr uint32_t kMaxMtts = 1u << 16;  // one command's mailboxes hold at most ~5000; cap below
-uint8_t g_key_variant = 0x5a;  // rotates so a stale key misses after re-registration
+uint8_t g_key_variant = 0x5a;  // without a random source: rotates so a stale key misses after re-registration
 }  // namespace
 
 Err Hca::create_mr(Pd* pd, uint64_t va, uint64_t len, uint32_t access, const DmaSegment* segs, uint32_t nsegs, Mr** out,
@@ -41,7 +41,10 @@ Err Hca::create_mr(Pd* pd, uint64_t va, uint64_t len, uint32_t access, const Dma
   if (!in) return Err::no_memory;
   p::cmd_set_header(in.get(), p::opcode::CREATE_MKEY, 0);
   p::create_mkey_in::view v(in.get());
-  uint8_t key = __atomic_fetch_add(&g_key_variant, 1, __ATOMIC_RELAXED);
+  // The key's 8 variant bits: random, so no client can predict another's keys from its own
+  // (ReDMArk); the firmware picks the 24-bit index.
+  uint8_t key;
+  if (!hal_->random_bytes(&key, 1)) key = __atomic_fetch_add(&g_key_variant, 1, __ATOMIC_RELAXED);
   auto m = v.at(p::create_mkey_in::memory_key_mkey_entry);
   p::mkc_set_access_mode(m, p::mkc_access_mode::MTT);
   m.set(p::mkc::lr, 1)

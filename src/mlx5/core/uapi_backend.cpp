@@ -48,9 +48,10 @@ enum RouteKind : uint8_t { kDevice = 0, kCq = 1, kQp = 2, kSrq = 3 };
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
-UapiBackend::UapiBackend(c::Hca& hca, QueuePlatform& plat) : hca_(hca), plat_(plat) {
+UapiBackend::UapiBackend(c::Hca& hca, QueuePlatform& plat, uint32_t routes) : hca_(hca), plat_(plat), nroutes_(routes) {
   lock_ = hca_.hal().lock_create();
-  routes_ = static_cast<Route*>(hca_.hal().mem_alloc(sizeof(Route) * kRoutes));
+  routes_ = static_cast<Route*>(hca_.hal().mem_alloc(sizeof(Route) * nroutes_));
+  if (!routes_) nroutes_ = 0;  // every create then fails: no event could reach its client
   pending_ = static_cast<Pending*>(hca_.hal().mem_alloc(sizeof(Pending) * kPending));
   hca_.set_device_sink(this);  // port changes and fatal errors go to every client
 }
@@ -58,19 +59,42 @@ UapiBackend::UapiBackend(c::Hca& hca, QueuePlatform& plat) : hca_(hca), plat_(pl
 UapiBackend::~UapiBackend() {
   release_dead();  // a host that forgot to is still safe: nothing goes while the device is fatal
   hca_.set_device_sink(nullptr);
-  if (routes_) hca_.hal().mem_free(routes_, sizeof(Route) * kRoutes);
+  if (routes_) hca_.hal().mem_free(routes_, sizeof(Route) * nroutes_);
   if (pending_) hca_.hal().mem_free(pending_, sizeof(Pending) * kPending);
   if (lock_) hca_.hal().lock_destroy(lock_);
 }
 
+namespace {
+uint32_t min32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+}  // namespace
+
 void UapiBackend::fill_limits(uapi::Limits* lim) {
+  // What the server admits is what query_device tells the client, field for field: a request the
+  // device attributes allow is never refused, and one they do not is never passed on.
+  DeviceAttr a{};
+  query_device(&a);
+  lim->max_qp_wr = a.max_qp_wr;
+  lim->max_sge = a.max_sge;
+  lim->max_inline = a.max_inline_data;
+  lim->max_cqe = a.max_cqe;
+  lim->max_srq_wr = a.max_srq_wr;
+  lim->max_srq_sge = a.max_srq_sge;
+  lim->max_rd_atomic = min32(a.max_qp_rd_atom, a.max_qp_init_rd_atom);
+  lim->ports = a.phys_port_cnt;
+  if (a.max_mr_size < lim->max_mr_size) lim->max_mr_size = a.max_mr_size;
   const c::HcaCaps& caps = hca_.caps();
   lim->gid_tbl_len = caps.gid_table_size ? caps.gid_table_size : 16;
   lim->comp_vectors = hca_.comp_eq_count() ? hca_.comp_eq_count() : 1;
-  uint32_t log_wq = p::get(caps.general, p::cmd_hca_cap::log_max_wq_sz);
-  if (log_wq && (1u << log_wq) < lim->max_qp_wr) lim->max_qp_wr = lim->max_srq_wr = 1u << log_wq;
-  uint32_t log_cq = p::get(caps.general, p::cmd_hca_cap::log_max_cq_sz);
-  if (log_cq && (1u << log_cq) - 1 < lim->max_cqe) lim->max_cqe = (1u << log_cq) - 1;
+  // Device quotas: no more objects than the device has, and every CQ, QP and SRQ with an event
+  // route (the largest gives way first).
+  uapi::Quotas& d = lim->device;
+  d.pd = min32(d.pd, a.max_pd), d.cq = min32(d.cq, a.max_cq), d.qp = min32(d.qp, a.max_qp);
+  d.mr = min32(d.mr, a.max_mr / 2), d.srq = min32(d.srq, a.max_srq);  // an MR may take two mkeys
+  uint32_t* order[] = {&d.qp, &d.cq, &d.srq};
+  for (uint32_t* q : order) {
+    uint64_t sum = uint64_t(d.cq) + d.qp + d.srq;
+    if (sum > nroutes_) *q -= min32(*q, uint32_t(sum - nroutes_));
+  }
 }
 
 // ---- Queries -----------------------------------------------------------------------------------
@@ -177,8 +201,13 @@ Status UapiBackend::free_uar(void* o) {
   return s;
 }
 
+// An MR is two memory keys over the same pages when it grants remote access: the L_Key with local
+// rights only, the R_Key with the rest. A peer that learns the L_Key (or an application that
+// sends it by mistake) reaches nothing, and the two share no bits (ReDMArk; the soft provider's
+// keys are the same way). Without remote access there is no R_Key (0).
 struct UapiBackend::MrObj {
-  c::Mr* mr;
+  c::Mr* mr;  // the L_Key's
+  c::Mr* remote;  // the R_Key's, or null
   uint64_t pin;
   uint64_t pinned_len;  // page-rounded, counted in pinned_
   MrObj* next_dead;
@@ -188,8 +217,10 @@ struct UapiBackend::MrObj {
 Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out, RegMrResp* r) {
   uint64_t first = rq.addr & ~0xfffull, end = round_up(rq.addr + rq.length, 4096);
   uint64_t iova = 0, pin = 0;
-  if (plat_.pin_client(host, first, end - first, (rq.access & ~kAccessRemoteRead) != 0, &iova, &pin) != c::kHalOk)
-    return Status::invalid;  // not the client's memory (or not pinnable)
+  // A range that is not all the client's memory with the access asked: EFAULT, as ibv_reg_mr.
+  if (int e = plat_.pin_client(host, first, end - first, (rq.access & ~kAccessRemoteRead) != 0, &iova, &pin);
+      e != c::kHalOk)
+    return e == c::kHalFault ? Status::bad_address : Status::invalid;
   MrObj* m = static_cast<MrObj*>(hca_.hal().mem_alloc(sizeof(MrObj)));
   if (!m) {
     plat_.unpin_client(pin);
@@ -197,7 +228,14 @@ Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out,
   }
   // The segment starts at the address itself (its in-page offset is the MR's first page offset).
   c::DmaSegment seg{iova + (rq.addr - first), end - rq.addr};
-  Status s = status_of(hca_.create_mr(static_cast<c::Pd*>(pd), rq.addr, rq.length, rq.access, &seg, 1, &m->mr));
+  c::Pd* p = static_cast<c::Pd*>(pd);
+  constexpr uint32_t kRemote = kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic;
+  m->remote = nullptr;
+  Status s = status_of(hca_.create_mr(p, rq.addr, rq.length, rq.access & ~kRemote, &seg, 1, &m->mr));
+  if (s == Status::ok && (rq.access & kRemote)) {
+    s = status_of(hca_.create_mr(p, rq.addr, rq.length, rq.access, &seg, 1, &m->remote));
+    if (s != Status::ok) hca_.destroy_mr(m->mr);
+  }
   if (s != Status::ok) {
     plat_.unpin_client(pin);
     hca_.hal().mem_free(m, sizeof(MrObj));
@@ -207,14 +245,24 @@ Status UapiBackend::reg_mr(void* host, void* pd, const RegMrReq& rq, void** out,
   m->pinned_len = end - first;
   m->next_dead = nullptr;
   pinned_ += end - first;
-  r->lkey = r->rkey = m->mr->mkey;
+  r->lkey = m->mr->mkey;
+  r->rkey = m->remote ? m->remote->mkey : 0;
   *out = m;
   return Status::ok;
 }
 
 Status UapiBackend::dereg_mr(void* o) {
   MrObj* m = static_cast<MrObj*>(o);
-  Status s = status_of(hca_.destroy_mr(m->mr));
+  // The R_Key first: once it is gone no peer reaches the pages. A key destroyed is forgotten, so
+  // a retry after a failure destroys only what is left.
+  Status s = Status::ok;
+  c::Mr** keys[] = {&m->remote, &m->mr};
+  for (c::Mr** k : keys) {
+    if (!*k) continue;
+    s = status_of(hca_.destroy_mr(*k));
+    if (s != Status::ok) break;
+    *k = nullptr;
+  }
   if (s != Status::ok && dead(s)) {
     // The mkey may still be in use by the device: the pin stays until the reset.
     m->dead_resets = hca_.stats().resets;
@@ -236,10 +284,15 @@ void UapiBackend::free_mr(MrObj* m) {
 
 // ---- Queues ------------------------------------------------------------------------------------
 
+uint64_t UapiBackend::queue_cost(uint64_t ring) {
+  uint64_t page = hca_.hal().host_page_size();
+  return round_up(ring, page) + page;  // as queue_mem() allocates
+}
+
 Status UapiBackend::queue_mem(uint64_t ring_bytes, Queue* q, Created* cr, MapKind ring_kind, MapKind second_kind) {
   uint64_t page = hca_.hal().host_page_size();
   uint64_t ring = round_up(ring_bytes, page);
-  if (plat_.queue_alloc(ring + page, &q->mem) != c::kHalOk) return Status::no_memory;
+  if (plat_.queue_alloc(queue_cost(ring_bytes), &q->mem) != c::kHalOk) return Status::no_memory;
   q->ring_bytes = ring;
   queue_bytes_ += q->mem.size;
   cr->maps[0] = MapRegion{uint8_t(ring_kind), 0, q->mem.memory, 0, ring};
@@ -304,8 +357,7 @@ Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) 
   Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
   if (!q) return Status::no_memory;
   *q = Queue{};
-  uint64_t ring = 64ull << spec.log_size;
-  if (Status s = queue_mem(ring, q, cr, MapKind::cqe, MapKind::db_record); s != Status::ok) {
+  if (Status s = queue_mem(ring_bytes(spec), q, cr, MapKind::cqe, MapKind::db_record); s != Status::ok) {
     hca_.hal().mem_free(q, sizeof(Queue));
     return s;
   }
@@ -326,7 +378,11 @@ Status UapiBackend::create_cq(const CqSpec& spec, Created* cr, CreateCqResp* r) 
     free_queue(q);
     return s;
   }
-  route_add(kCq, q->cq->cqn, spec.event_tag);
+  if (!route_add(kCq, q->cq->cqn, spec.event_tag)) {  // no event could reach the client: refuse
+    hca_.destroy_cq(q->cq);
+    free_queue(q);
+    return Status::no_memory;
+  }
   q->bound_kind = kCq, q->bound_number = q->cq->cqn;
   plat_.doorbell_bind(*cp.uar, kCq, q->cq->cqn, static_cast<uint8_t*>(q->mem.va) + q->ring_bytes);
   r->cqn = q->cq->cqn;
@@ -354,8 +410,7 @@ Status UapiBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* 
   Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
   if (!q) return Status::no_memory;
   *q = Queue{};
-  uint64_t ring = (1ull << spec.log_size) << spec.log_stride;
-  if (Status s = queue_mem(ring, q, cr, MapKind::rq, MapKind::db_record); s != Status::ok) {
+  if (Status s = queue_mem(ring_bytes(spec), q, cr, MapKind::rq, MapKind::db_record); s != Status::ok) {
     hca_.hal().mem_free(q, sizeof(Queue));
     return s;
   }
@@ -372,7 +427,11 @@ Status UapiBackend::create_srq(const SrqSpec& spec, Created* cr, CreateSrqResp* 
     free_queue(q);
     return s;
   }
-  route_add(kSrq, q->srq->srqn, spec.event_tag);
+  if (!route_add(kSrq, q->srq->srqn, spec.event_tag)) {  // no event could reach the client: refuse
+    hca_.destroy_srq(q->srq);
+    free_queue(q);
+    return Status::no_memory;
+  }
   r->wqe_cnt = 1u << spec.log_size;
   r->stride = 1u << spec.log_stride;
   r->dbr_offset = 0;
@@ -401,10 +460,9 @@ Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) 
   Queue* q = static_cast<Queue*>(hca_.hal().mem_alloc(sizeof(Queue)));
   if (!q) return Status::no_memory;
   *q = Queue{};
-  // PRM: one buffer, the RQ first, then the SQ.
+  // PRM: one buffer, the RQ first, then the SQ (ring_bytes()).
   uint64_t rq = spec.srq ? 0 : (1ull << spec.log_rq_size) << spec.log_rq_stride;
-  uint64_t sq = 64ull << spec.log_sq_size;
-  if (Status s = queue_mem(rq + sq, q, cr, MapKind::sq, MapKind::rq); s != Status::ok) {
+  if (Status s = queue_mem(ring_bytes(spec), q, cr, MapKind::sq, MapKind::rq); s != Status::ok) {
     hca_.hal().mem_free(q, sizeof(Queue));
     return s;
   }
@@ -428,7 +486,11 @@ Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) 
     free_queue(q);
     return s;
   }
-  route_add(kQp, q->qp->qpn, spec.event_tag);
+  if (!route_add(kQp, q->qp->qpn, spec.event_tag)) {  // no event could reach the client: refuse
+    hca_.destroy_qp(q->qp);
+    free_queue(q);
+    return Status::no_memory;
+  }
   q->bound_kind = kQp, q->bound_number = q->qp->qpn;
   plat_.doorbell_bind(*qp.uar, kQp, q->qp->qpn, static_cast<uint8_t*>(q->mem.va) + q->ring_bytes);
   r->qpn = q->qp->qpn;
@@ -580,27 +642,36 @@ void UapiBackend::usage(UsageResp* u) {
 
 // ---- Events ------------------------------------------------------------------------------------
 
-void UapiBackend::route_add(uint8_t kind, uint32_t number, uint32_t tag) {
+bool UapiBackend::route_add(uint8_t kind, uint32_t number, uint64_t tag) {
   c::HalLock l(hca_.hal(), lock_);
-  for (uint32_t i = 0; i < kRoutes; i++) {
+  for (uint32_t i = 0; i < nroutes_; i++) {
     if (routes_[i].kind == 0) {
       routes_[i] = Route{kind, number, tag};
-      return;
+      return true;
     }
   }
+  return false;
 }
 
 void UapiBackend::route_del(uint8_t kind, uint32_t number) {
   c::HalLock l(hca_.hal(), lock_);
-  for (uint32_t i = 0; i < kRoutes; i++)
+  for (uint32_t i = 0; i < nroutes_; i++)
     if (routes_[i].kind == kind && routes_[i].number == number) routes_[i] = Route{};
 }
 
+// The route is looked up now, when the device posts the event: by the time the host drains it the
+// object may be gone and its number (CQN, QPN) given to another client's object.
 void UapiBackend::push(uint8_t kind, uint32_t number, uint32_t event_type) {
   {
     c::HalLock l(hca_.hal(), lock_);
+    uint64_t tag = 0;
+    if (kind != kDevice) {
+      for (uint32_t i = 0; i < nroutes_ && !tag; i++)
+        if (routes_[i].kind == kind && routes_[i].number == number) tag = routes_[i].tag;
+      if (!tag) return;  // the object is gone
+    }
     if (pend_count_ == kPending) return;  // the Server counts its own drops; these are rare
-    pending_[(pend_head_ + pend_count_) % kPending] = Pending{kind, number, event_type};
+    pending_[(pend_head_ + pend_count_) % kPending] = Pending{kind, event_type, tag};
     pend_count_++;
   }
   plat_.events_pending();
@@ -645,25 +716,22 @@ void UapiBackend::on_async_event(const c::AsyncEvent& e) {
 void UapiBackend::drain_events(uapi::Server& srv) {
   for (;;) {
     Pending ev;
-    uint32_t tag = 0;
     {
       c::HalLock l(hca_.hal(), lock_);
       if (!pend_count_) return;
       ev = pending_[pend_head_];
       pend_head_ = (pend_head_ + 1) % kPending;
       pend_count_--;
-      for (uint32_t i = 0; i < kRoutes; i++)
-        if (routes_[i].kind == ev.kind && routes_[i].number == ev.number) tag = routes_[i].tag;
     }
     if (ev.kind == kDevice) {
       srv.deliver_device(ev.event_type);
       continue;
     }
-    if (!tag) continue;  // the object is gone
+    // The server drops it if the tag's object (or client) has gone since.
     if (ev.event_type == ~0u)
-      srv.deliver_completion(tag);
+      srv.deliver_completion(ev.tag);
     else
-      srv.deliver_async(tag, ev.event_type);
+      srv.deliver_async(ev.tag, ev.event_type);
   }
 }
 

@@ -50,14 +50,18 @@ class QueuePlatform {
 
 class UapiBackend final : public uapi::Backend, private EventSink {
  public:
-  UapiBackend(Hca& hca, QueuePlatform& plat);
+  // Event routes for every CQ, QP and SRQ the device quotas allow (fill_limits() keeps the quotas
+  // within `routes`).
+  static constexpr uint32_t kRoutes = uapi::kDeviceQuotas.cq + uapi::kDeviceQuotas.qp + uapi::kDeviceQuotas.srq;
+  UapiBackend(Hca& hca, QueuePlatform& plat, uint32_t routes = kRoutes);
   ~UapiBackend();
   UapiBackend(const UapiBackend&) = delete;
   UapiBackend& operator=(const UapiBackend&) = delete;
 
   // Hands queued events to the server (from the host's serialized context).
   void drain_events(uapi::Server& srv);
-  // Limits for the Server, from the device's capabilities.
+  // Limits for the Server: the device's, as query_device() states them (the one place), and device
+  // quotas no larger than the device's object counts and the event routes.
   void fill_limits(uapi::Limits* lim);
   uint64_t queue_bytes() const { return queue_bytes_; }
   uint64_t pinned() const { return pinned_; }
@@ -90,6 +94,7 @@ class UapiBackend final : public uapi::Backend, private EventSink {
   uapi::Status destroy_qp(void*) override;
   uapi::Status make_av(const uapi::AddressReq&, uint8_t*) override;
   void usage(uapi::UsageResp*) override;
+  uint64_t queue_cost(uint64_t ring) override;
 
  private:
   struct Queue;  // a CQ, SRQ or QP with its memory
@@ -97,7 +102,7 @@ class UapiBackend final : public uapi::Backend, private EventSink {
   struct Route {
     uint8_t kind;  // 0 free, 1 CQ, 2 QP, 3 SRQ
     uint32_t number;  // CQN / QPN / SRQN
-    uint32_t tag;
+    uint64_t tag;
   };
   void on_async_event(const AsyncEvent& e) override;
   void on_completion(uint32_t cqn) override;
@@ -110,19 +115,20 @@ class UapiBackend final : public uapi::Backend, private EventSink {
   bool dead(uapi::Status s) const { return s == uapi::Status::device_dead || fatal(); }
   void park_queue(Queue* q, uint8_t route_kind, uint32_t number);
   void free_mr(MrObj* m);
-  void route_add(uint8_t kind, uint32_t number, uint32_t tag);
+  bool route_add(uint8_t kind, uint32_t number, uint64_t tag);
   void route_del(uint8_t kind, uint32_t number);
   void push(uint8_t kind, uint32_t number, uint32_t event_type);
 
   Hca& hca_;
   QueuePlatform& plat_;
   void* lock_ = nullptr;
-  static constexpr uint32_t kRoutes = 2048;
-  Route* routes_ = nullptr;  // kRoutes entries, HAL memory
+  uint32_t nroutes_;
+  Route* routes_ = nullptr;  // nroutes_ entries, HAL memory
   static constexpr uint32_t kPending = 1024;
   struct Pending {
     uint8_t kind;
-    uint32_t number, event_type;
+    uint32_t event_type;
+    uint64_t tag;  // the object's route when the device posted the event (0: a device event)
   };
   Pending* pending_ = nullptr;  // ring, HAL memory
   uint32_t pend_head_ = 0, pend_count_ = 0;

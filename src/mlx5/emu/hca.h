@@ -394,7 +394,8 @@ class Hca {
   void eq_doorbell(const Doorbell& db);
   void cq_doorbell(const Doorbell& db);
   void send_doorbell(const Doorbell& db);
-  uint32_t cq_cursor_ = 0x80, mkey_cursor_ = 0x100, qp_cursor_ = 0x11, srq_cursor_ = 0x40;
+  uint32_t cq_cursor_ = 0x80, qp_cursor_ = 0x11, srq_cursor_ = 0x40;
+  uint64_t mkey_rng_ = 0;  // xorshift state for mkey indexes, seeded from the OS at the first CREATE_MKEY
 
   // ---- data path (transport.cpp, datapath.cpp) ----
   class EngineHost;

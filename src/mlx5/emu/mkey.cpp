@@ -2,6 +2,8 @@
 // PD and access rights checked on every use, and the length the key covers.
 #include <string.h>
 
+#include <random>
+
 #include "mlx5/emu/hca.h"
 
 namespace melon::mlx5::emu {
@@ -52,9 +54,19 @@ CmdStatus Hca::create_mkey(Cmd& c) {
   }
   if (mkeys_.size() >= (1u << prm::get(cur_caps_, prm::cmd_hca_cap::log_max_mkey)))
     return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
-  uint32_t idx = mkey_cursor_;
-  while (mkeys_.count(idx)) idx = (idx + 1) & 0xffffff ? (idx + 1) & 0xffffff : 1;
-  mkey_cursor_ = idx + 1;
+  // The firmware picks the index; this one picks it at random among all the device has (how
+  // ConnectX firmware picks is not documented). With the driver's random 8-bit variant an R_Key then
+  // has log_max_mkey + 8 unpredictable bits, and no client learns another's keys from its own.
+  uint32_t space = 1u << prm::get(cur_caps_, prm::cmd_hca_cap::log_max_mkey);
+  if (!mkey_rng_) {
+    std::random_device rd;
+    mkey_rng_ = (uint64_t(rd()) << 32 | rd()) | 1;
+  }
+  uint32_t idx;
+  do {
+    mkey_rng_ ^= mkey_rng_ << 13, mkey_rng_ ^= mkey_rng_ >> 7, mkey_rng_ ^= mkey_rng_ << 17;
+    idx = 1 + uint32_t(mkey_rng_ % (space - 1));
+  } while (mkeys_.count(idx));
   uint64_t icm = icm_alloc(prm::mkc::size_bytes);
   if (!icm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
   if (!icm_write(icm, m.data(), prm::mkc::size_bytes)) return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);

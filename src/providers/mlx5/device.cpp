@@ -29,8 +29,18 @@ class Mlx5Provider : public verbs::Provider {
   }
 
  private:
-  // The node GUID (ibv_get_device_guid works before any open): asked once per daemon socket.
+  // The node GUID (ibv_get_device_guid works before any open). melon-emud publishes it beside its
+  // socket (<socket>.guid, docs/uapi.md), so listing devices opens no connection to the daemon;
+  // through IOKit it is asked once per device.
   __be64 guid_of(const std::string& path) {
+#ifndef MELON_TRANSPORT_IOKIT
+    unsigned long long v = 0;
+    if (FILE* f = fopen((path + ".guid").c_str(), "re")) {
+      if (fscanf(f, "%llx", &v) != 1) v = 0;
+      fclose(f);
+    }
+    return to_be64(uint64_t(v));
+#endif
     std::lock_guard<std::mutex> lock(mu_);
     auto it = guids_.find(path);
     if (it != guids_.end()) return it->second;

@@ -77,7 +77,15 @@ int errno_of(uapi::Status st) {
     case S::ok: return 0;
     case S::quota_client:
     case S::quota_device:
+    case S::quota_queue_client:
+    case S::quota_queue_device:
+    case S::quota_pinned_client:
+    case S::quota_pinned_device:
     case S::no_memory: return ENOMEM;
+    case S::quota_queue_user:  // a user's limits: the quota errno
+    case S::quota_pinned_user:
+    case S::quota_user_clients: return EDQUOT;
+    case S::bad_address: return EFAULT;  // as ibv_reg_mr's pinning fails on Linux
     case S::busy: return EBUSY;
     case S::unsupported: return EOPNOTSUPP;
     case S::device_dead:

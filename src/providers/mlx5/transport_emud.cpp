@@ -1,4 +1,4 @@
-// The Linux Transport: melon-emud's Unix socket (dext::UapiClient), memfd mappings, the client's
+// The Linux Transport: melon-emud's Unix socket (uapi::SocketClient), memfd mappings, the client's
 // eventfd. The daemon serves one device, so `where` is its socket path.
 #include <errno.h>
 #include <linux/futex.h>
@@ -14,10 +14,10 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "dext/emuhost/uapi_client.h"
 #include "providers/mlx5/tables.h"
 #include "providers/mlx5/transport.h"
 #include "uapi/doorbell.h"
+#include "uapi/socket/client.h"
 
 namespace melon::mlx5prov {
 
@@ -102,7 +102,7 @@ class EmudTransport : public Transport {
     return last_watch_;
   }
 
-  dext::UapiClient client_;
+  uapi::SocketClient client_;
   std::mutex call_mu_;
   std::mutex mu_;  // watched_
   std::unordered_map<uint32_t, uapi::UarWatch*> watched_;
@@ -117,19 +117,13 @@ std::string device_location() {
   return e ? e : "/run/melondma/mlx5_0.sock";  // melon-emud's default (docs/uapi.md)
 }
 
-// A daemon answers on `where`: a connect without Open costs it nothing.
+// A daemon serves `where`: its socket and the node GUID it publishes beside it (melon-emud
+// writes <socket>.guid once the device is up and removes both when it stops). Discovery connects
+// to nothing: a connection is a client of the daemon, and it counts against the user's limit.
 bool device_present(const std::string& where) {
   struct stat st;
   if (stat(where.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  if (where.size() >= sizeof a.sun_path) return false;
-  memcpy(a.sun_path, where.c_str(), where.size() + 1);
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
+  return stat((where + ".guid").c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 std::unique_ptr<Transport> open_transport(const char* where, int* err) {

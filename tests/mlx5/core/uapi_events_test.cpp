@@ -258,6 +258,48 @@ TEST_F(UapiEvents, LastWqeReachedReachesTheClientForTheQpOnAnSrq) {
   EXPECT_EQ(events(), want);
 }
 
+// Every CQ, QP and SRQ the device quotas admit has an event route: the default table holds all of
+// them, and fill_limits() lowers the quotas of a host whose table is smaller.
+TEST_F(UapiEvents, TheDeviceQuotasNeverOutrunTheEventRoutes) {
+  u::Limits lim;
+  be->fill_limits(&lim);
+  EXPECT_LE(uint64_t(lim.device.cq) + lim.device.qp + lim.device.srq, core::UapiBackend::kRoutes);
+  EXPECT_EQ(lim.device.cq, u::kDeviceQuotas.cq) << "the default quotas fit as they are";
+  core::UapiBackend small(b.hca, plat, 3);
+  u::Limits few;
+  small.fill_limits(&few);
+  EXPECT_LE(few.device.cq + few.device.qp + few.device.srq, 3u);
+}
+
+// A CQ whose event route cannot be added is not created: the client gets no_memory and the
+// device, the queue memory and the server are as before (the object would never have had an event).
+TEST_F(UapiEvents, ACreateWhoseEventRouteCannotBeAddedFails) {
+  core::UapiBackend small(b.hca, plat, 2);
+  u::Limits lim;  // the defaults: quotas above what `small` can route
+  u::Server s2(small, lim);
+  u::Client c2;
+  ASSERT_EQ(s2.attach(&c2, nullptr), u::Status::ok);
+  auto call2 = [&](u::Selector sel, const auto& rq, auto* rp) {
+    return s2.handle(c2, uint32_t(sel), &rq, u::wire_size<std::decay_t<decltype(rq)>>, rp, sizeof *rp).status;
+  };
+  u::OpenResp open{};
+  ASSERT_EQ(call2(u::Selector::open, u::OpenReq{u::kAbiVersion, 0, 0}, &open), u::Status::ok);
+  u::UarResp ur{};
+  ASSERT_EQ(call2(u::Selector::alloc_uar, u::EmptyReq{}, &ur), u::Status::ok);
+  u::CreateCqResp r{};
+  ASSERT_EQ(call2(u::Selector::create_cq, u::CreateCqReq{16, 0, ur.handle, 0}, &r), u::Status::ok);
+  ASSERT_EQ(call2(u::Selector::create_cq, u::CreateCqReq{16, 0, ur.handle, 0}, &r), u::Status::ok);
+  const uint32_t cqs = b.hca.live(core::ObjKind::cq);
+  const size_t mems = plat.mems.size();
+  const uint64_t bytes = small.queue_bytes();
+  EXPECT_EQ(call2(u::Selector::create_cq, u::CreateCqReq{16, 0, ur.handle, 0}, &r), u::Status::no_memory);
+  EXPECT_EQ(b.hca.live(core::ObjKind::cq), cqs);
+  EXPECT_EQ(plat.mems.size(), mems);
+  EXPECT_EQ(small.queue_bytes(), bytes);
+  EXPECT_EQ(s2.live(u::ObjType::cq), 2u);
+  EXPECT_EQ(s2.detach(c2), 0u);
+}
+
 // The device turns fatal while the client holds a CQ, an SRQ, a QP on it and an MR. Their destroy
 // commands cannot reach the firmware, yet the client's destroys succeed (its handles go), and the
 // backend keeps the queue memory and the MR's pin, which the device may still write, until the
