@@ -7,11 +7,10 @@
 #include <errno.h>
 #include <string.h>
 
-#include <atomic>
-
 #include "mlx5/prm/cqe.h"
 #include "mlx5/prm/doorbell.h"
 #include "mlx5/prm/wqe.h"
+#include "providers/mlx5/doorbells.h"
 #include "providers/mlx5/mlx5.h"
 #include "providers/mlx5/tables.h"
 
@@ -55,10 +54,9 @@ inline void complete_recv(Mlx5Qp* qp, uint16_t wqe_counter, ibv_wc* wc) {
 
 // One CQE -> one ibv_wc. 0: nothing to poll; 1: *wc filled; -1: a CQE for an unknown QP (skipped).
 int poll_one(Mlx5Cq* cq, ibv_wc* wc) {
-  uint8_t* cqe = cqe_at(cq, cq->ci);
+  const uint8_t* cqe = take_cqe(cqe_at(cq, cq->ci), cq->ci, cq->log_cnt);
+  if (!cqe) return 0;
   uint8_t opcode = uint8_t(cqe_get(cqe, q::opcode));
-  if (opcode == p::cqe_opcode::INVALID || cqe_get(cqe, q::owner) != ((cq->ci >> cq->log_cnt) & 1)) return 0;
-  std::atomic_thread_fence(std::memory_order_acquire);  // read the CQE only after its owner bit
   cq->ci++;
   uint32_t qpn = cqe_get(cqe, q::qpn);
   Mlx5Qp* qp = cq->ctx->qp_by_qpn(qpn);
@@ -121,10 +119,7 @@ int poll_one(Mlx5Cq* cq, ibv_wc* wc) {
   }
 }
 
-inline void update_ci(Mlx5Cq* cq) {
-  std::atomic_thread_fence(std::memory_order_release);  // the CQEs are consumed before the device may reuse them
-  cq->dbrec[0] = to_be32(cq->ci & 0xffffff);
-}
+inline void update_ci(Mlx5Cq* cq) { set_cq_ci(&cq->dbrec[0], cq->ci); }
 
 }  // namespace
 
@@ -171,13 +166,11 @@ void Mlx5Context::arm_cq(Mlx5Cq* cq, bool solicited) {
   // emulated card follows it: docs/uapi.md "Doorbells").
   uint32_t word;
   memcpy(&word, rec + 4, 4);
-  __atomic_store_n(&cq->dbrec[1], word, __ATOMIC_RELAXED);
-  std::atomic_thread_fence(std::memory_order_release);  // the record before the doorbell
   uint64_t v;
   memcpy(&v, db, 8);
   std::lock_guard<std::mutex> lock(uar_mu_);
   auto* reg = reinterpret_cast<volatile uint64_t*>(static_cast<uint8_t*>(uar_map_.addr) + p::kUarCqDoorbell);
-  *reg = v;
+  ring_cq_arm(&cq->dbrec[1], word, reg, v);
   t_->kick(uar_.handle, p::kUarCqDoorbell, v);
 }
 
