@@ -121,7 +121,47 @@ int poll_one(Mlx5Cq* cq, ibv_wc* wc) {
 
 inline void update_ci(Mlx5Cq* cq) { set_cq_ci(&cq->dbrec[0], cq->ci); }
 
+inline bool is_responder(uint8_t opcode) {
+  switch (opcode) {
+    case p::cqe_opcode::RESP_WR_IMM:
+    case p::cqe_opcode::RESP_SEND:
+    case p::cqe_opcode::RESP_SEND_IMM:
+    case p::cqe_opcode::RESP_SEND_INV:
+    case p::cqe_opcode::RESP_ERR: return true;
+    default: return false;
+  }
+}
+
 }  // namespace
+
+// rdma-core __mlx5_cq_clean: find the producer end of what software owns, then walk back to the
+// consumer index, dropping QP `qpn`'s CQEs (an SRQ gets their WQEs back) and moving the others up
+// over the gaps, each keeping the owner bit of the slot it lands in.
+void clean_cq(Mlx5Cq* cq, uint32_t qpn, Mlx5Srq* srq) {
+  uint32_t pi = cq->ci;
+  while (pi - cq->ci < cq->cqe_cnt - 1 && take_cqe(cqe_at(cq, pi), pi, cq->log_cnt)) ++pi;
+  uint32_t freed = 0;
+  while (pi != cq->ci) {
+    --pi;
+    uint8_t* cqe = cqe_at(cq, pi);
+    if (cqe_get(cqe, q::qpn) == qpn) {
+      if (srq && is_responder(uint8_t(cqe_get(cqe, q::opcode)))) {
+        std::lock_guard<std::mutex> lock(srq->mu);
+        srq_free(srq->q, cqe_get(cqe, q::wqe_counter) & (srq->q.wqe_cnt - 1));
+      }
+      ++freed;
+    } else if (freed) {
+      uint8_t* dest = cqe_at(cq, pi + freed);
+      uint32_t owner = cqe_get(dest, q::owner);
+      memcpy(dest, cqe, p::kCqeBytes);
+      p::set(dest, q::owner, owner);
+    }
+  }
+  if (freed) {
+    cq->ci += freed;
+    set_cq_ci_after_clean(&cq->dbrec[0], cq->ci);
+  }
+}
 
 int mlx5_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   if (n < 0 || (n > 0 && !wc)) return -EINVAL;
