@@ -14,6 +14,7 @@
 #include "dext/driverkit/driver_parts.h"
 #include "dext/driverkit/queue_memory.h"
 #include "dk_rig.h"
+#include "mlx5/emu/hca.h"
 #include "mlx5/emu/wire.h"
 #include "mlx5/prm/prm.h"
 
@@ -274,14 +275,14 @@ TEST_F(DextGlue, MappingsComeFromCopyClientMemoryForType) {
         << int(kind);
     EXPECT_GT(size, 0u);
   }
-  // The UAR: a 4 KiB window of BAR0, past the initialization segment, page aligned.
+  // The UAR: one host page of BAR0, past the initialization segment, page aligned.
   ASSERT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::uar, o.uar), mach_task_self(), &addr, &size,
                                  kIOMapAnywhere),
             kIOReturnSuccess);
-  EXPECT_EQ(size, 4096u);
+  EXPECT_EQ(size, dkfake::task_page_size());
   long long off = dkfake::device_offset_of(c.port, addr);
   EXPECT_GE(off, (long long)mlx5::emu::kFirstUarIndex * 4096);
-  EXPECT_EQ(off % 4096, 0);
+  EXPECT_EQ(off % dkfake::task_page_size(), 0u);
   // Refusals: another object's kind, a forged token, a type above 32 bits of sense.
   kern_return_t kr =
       IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::sq, o.cq), mach_task_self(), &addr, &size, 0);
@@ -544,6 +545,56 @@ TEST_F(DextGlue, TwoCardsExchangeAnRdmaWriteThroughTheDriversMappings) {
   EXPECT_EQ(b.buf[1024 + 4096], 0);
   EXPECT_GT(link.frames(), 0u);
 }
+
+// A client's UAR mapping is whole 16 KiB task pages of BAR0, and a store anywhere in them reaches
+// the card. Those pages must hold no other client's UAR, no EQ's UAR and not the initialization
+// segment, whether the card takes 16 KiB UAR pages (max log_uar_page_sz 2) or only 4 KiB ones (0:
+// the core then takes every UAR of a host page for one owner). At 842afb3, with 4 KiB UAR pages,
+// the EQ's UAR and the second client's shared the first client's page.
+class UarIsolation : public DextGlue, public ::testing::WithParamInterface<int> {};
+
+TEST_P(UarIsolation, AClientCannotRingAnotherClientsOrTheEqsDoorbells) {
+  dkfake::CardOptions o;
+  o.max_log_uar_page_sz = uint8_t(GetParam());
+  Driver d(o);
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  Conn ca, cb;
+  Side a{ca}, b{cb};
+  a.make();
+  b.make();
+  ASSERT_FALSE(HasFatalFailure());
+  long long off_a = dkfake::device_offset_of(ca.port, uint64_t(uintptr_t(a.uar_page)));
+  long long off_b = dkfake::device_offset_of(cb.port, uint64_t(uintptr_t(b.uar_page)));
+  ASSERT_GE(off_a, 0);
+  ASSERT_GE(off_b, 0);
+  mlx5::emu::Hca& hca = d.card.device().hca();
+  std::vector<uint64_t> foreign = {p::init_seg_offset::cmd_dbell, uint64_t(off_b) + p::kUarCqDoorbell,
+                                   uint64_t(off_b) + p::kUarBlueFlame};
+  {
+    std::lock_guard<std::mutex> l(hca.mu_);
+    EXPECT_EQ(hca.uar_page_bytes(), GetParam() >= 2 ? 16384u : 4096u);
+    ASSERT_FALSE(hca.eqs_.empty());
+    for (auto& [eqn, eq] : hca.eqs_) foreign.push_back(eq.uar * hca.uar_page_bytes() + p::kUarEqArm);
+  }
+  uint8_t bytes[8] = {};
+  for (uint64_t t : foreign) {
+    uint8_t* at = a.uar_page + (int64_t(t) - off_a);  // where a's mapping would hold BAR offset t
+    EXPECT_FALSE(dkfake::mmio_store64(ca.port, at, bytes)) << "client a reaches BAR0+0x" << std::hex << t;
+  }
+  // Its own doorbells it reaches: the arm doorbell of its CQ arms the CQ.
+  uint8_t arm[8] = {};
+  p::set(arm, p::cq_uar_db::cqn, a.cq.cqn);
+  EXPECT_TRUE(dkfake::mmio_store64(ca.port, a.uar_page + p::kUarCqDoorbell, arm));
+  auto armed = [&] {
+    std::lock_guard<std::mutex> l(hca.mu_);
+    auto it = hca.cqs_.find(a.cq.cqn);
+    return it != hca.cqs_.end() && it->second.arm != mlx5::emu::CqArm::kNone;
+  };
+  for (int i = 0; i < 2000 && !armed(); i++) usleep(1000);
+  EXPECT_TRUE(armed());
+}
+
+INSTANTIATE_TEST_SUITE_P(MaxLogUarPageSize, UarIsolation, ::testing::Values(0, 2));
 
 // Bad input at the boundary, through the glue: random selectors (known and not), random lengths and
 // bytes, handles taken from earlier answers, random mapping types. Every answer must be one of the

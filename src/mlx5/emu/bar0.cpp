@@ -11,8 +11,11 @@ namespace is = prm::initial_seg;
 constexpr uint32_t kCmdIfRev = 5;  // command interface revision the Linux driver requires (CMD_IF_REV)
 constexpr uint32_t kLogCmdqSize = 5, kLogCmdqStride = 6;  // 32 entries of 64 bytes
 constexpr uint64_t kTimerKhz = 156250;  // internal timer rate: cmd_hca_cap.device_frequency_khz
-constexpr uint64_t kUarBase = uint64_t(kFirstUarIndex) * prm::kUarPageBytes;
 }  // namespace
+
+uint64_t Hca::uar_page_bytes() const {
+  return uint64_t(prm::kUarPageBytes) << prm::get(cur_caps_, prm::cmd_hca_cap::log_uar_page_sz);
+}
 
 void Hca::iseg_refresh() {
   update_fw_state();
@@ -82,9 +85,10 @@ void Hca::mmio_write(uint64_t off, const uint8_t* b, size_t len) {
     }
     return;
   }
-  if (off < kUarBase) return;
-  uint32_t uar = uint32_t(off / prm::kUarPageBytes);
-  uint32_t in_page = uint32_t(off % prm::kUarPageBytes);
+  uint64_t uar_page = uar_page_bytes();
+  if (off < kFirstUarIndex * uar_page) return;
+  uint32_t uar = uint32_t(off / uar_page);
+  uint32_t in_page = uint32_t(off % prm::kUarPageBytes);  // uar_4k: the doorbells repeat every 4 KiB
   Doorbell db{};
   db.uar = uar;
   db.len = uint32_t(len > sizeof db.bytes ? sizeof db.bytes : len);

@@ -87,13 +87,19 @@ struct DeviceConfig {
   // Check the XOR signatures of queue entries and mailboxes (cmd_hca_cap.cmdif_checksum = 3).
   // Off by default, as Linux drives the card (cmd.c leaves checksums disabled).
   bool cmd_signatures = false;
+  // The largest UAR page the device takes (cmd_hca_cap.log_uar_page_sz maximum, 4 KiB << n). 0 as
+  // this model always had: a driver on 16 KiB host pages cannot get UAR pages of its page size. A
+  // driver sets the size with SET_HCA_CAP; UAR n then sits at n * (4 KiB << size), its doorbells
+  // in every 4 KiB of it (uar_4k).
+  uint8_t max_log_uar_page_sz = 0;
   // Firmware pages the device asks for at each stage (QUERY_PAGES boot / init, then a regular demand
   // announced by PAGE_REQUEST once an EQ takes that event).
   uint32_t boot_pages = 8, init_pages = 24, regular_pages = 32;
 };
 
 // BAR0: 32 MiB. The initialization segment sits at 0 (its last field ends at 0x400c); UAR page n is
-// at n * 4 KiB, and ALLOC_UAR hands out n >= kFirstUarIndex so no UAR overlaps the init segment.
+// at n * the UAR page size (4 KiB unless set larger), and ALLOC_UAR hands out n >= kFirstUarIndex
+// so no UAR overlaps the init segment.
 inline constexpr uint64_t kBar0Bytes = 32ull << 20;
 inline constexpr uint32_t kFirstUarIndex = 8;
 inline constexpr uint16_t kPciVendorMellanox = 0x15b3;

@@ -188,6 +188,7 @@ class Hca {
   // ---- bar0.cpp ----
   uint32_t mmio_read32(uint64_t off);
   void mmio_write(uint64_t off, const uint8_t* bytes, size_t len);
+  uint64_t uar_page_bytes() const;  // as SET_HCA_CAP left log_uar_page_sz
 
   // ---- config_space.cpp ----
   uint32_t cfg_read(uint32_t off, unsigned width);

@@ -22,7 +22,12 @@ struct CardOptions {
   uint8_t mac_last = 1;  // the port MAC's last byte (two cards on one link need different ones)
   mlx5::emu::FramePort* wire = nullptr;  // the Ethernet port's link (src/mlx5/emu/wire.h), if any
   bool configure_msix = true;  // false: ConfigureInterrupts fails (the driver must cope)
+  uint8_t max_log_uar_page_sz = 0;  // the card's largest UAR page (emu::DeviceConfig)
 };
+
+// The page size of the tasks that map memory (Apple silicon's 16 KiB): a device-memory mapping
+// covers whole pages of it.
+inline uint64_t task_page_size() { return 16384; }
 
 // One PCI function: the emulator (worker thread, steady clock) and its IOMMU, as an IOPCIDevice.
 class Card {
@@ -67,9 +72,10 @@ IOUserClient* user_client_of(uint32_t connection);
 void kill_connection(uint32_t connection);
 // The BAR offset behind a device-memory mapping IOConnectMapMemory64 made (-1 if not one).
 long long device_offset_of(uint32_t connection, uint64_t address);
-// The CPU's 8-byte store to a device-memory mapping (a doorbell): the mapping is a plain page here,
-// so the test stores through this, and the bytes reach the card's BAR0 at the mapped offset.
-// Returns false if `address` is not inside such a mapping of `connection`.
+// The CPU's 8-byte store to a device-memory mapping (a doorbell): the mapping is plain pages here,
+// so the test stores through this, and the bytes reach the card's BAR0 at the offset the address
+// maps (anywhere in the mapped pages, not only the descriptor's range). Returns false if
+// `address` is not inside such a mapping of `connection`.
 bool mmio_store64(uint32_t connection, void* address, const void* bytes8);
 // The io_service_t of a started driver (to open one of several).
 uint32_t service_port(IOService* driver);

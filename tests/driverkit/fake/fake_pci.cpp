@@ -78,6 +78,7 @@ Card::Card(const CardOptions& o) {
   ports.wire = o.wire;
   emu::DeviceConfig cfg;
   cfg.msix_vectors = o.msix_vectors;
+  cfg.max_log_uar_page_sz = o.max_log_uar_page_sz;
   cfg.mac[5] = o.mac_last;
   cfg.node_guid = (cfg.node_guid & ~0xffull) | o.mac_last;
   dev_ = std::make_unique<emu::Device>(ports, cfg);

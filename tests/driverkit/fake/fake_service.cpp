@@ -35,8 +35,10 @@ std::map<uint32_t, IOService*>& services() {  // io_service_t -> registered serv
 }
 struct Mapping {
   IOMemoryDescriptor* md;
-  void* shadow;  // device memory: a page standing in for the BAR window
-  uint64_t len;
+  void* shadow;  // device memory: whole pages standing in for the BAR window they map
+  uint64_t len;  // from the returned address to the descriptor's end
+  uint64_t win_off = 0, win_len = 0;  // device memory: the BAR range the task can store to
+  uint64_t win_base = 0;  // the task address of win_off
 };
 struct Connection {
   IOService* driver = nullptr;
@@ -430,11 +432,17 @@ kern_return_t IOConnectMapMemory64(io_connect_t connect, uint32_t type, task_por
   Mapping m{md, nullptr, md->fake_length_};
   uint64_t addr;
   if (md->fake_device_) {
-    // BAR0 cannot be mapped into a Linux process: a zeroed page stands for the window (its offset
-    // into the BAR is what the tests check, with device_offset_of()).
-    m.shadow = aligned_alloc(4096, (m.len + 4095) / 4096 * 4096);
-    memset(m.shadow, 0, (m.len + 4095) / 4096 * 4096);
-    addr = uint64_t(uintptr_t(m.shadow));
+    // The task gets whole pages: the pages of BAR0 the descriptor touches, the returned address at
+    // the descriptor's offset within the first (as IOKit maps a descriptor that does not start on a
+    // page). BAR0 cannot be mapped into a Linux process, so zeroed pages stand for the window, and
+    // a store anywhere in it reaches the BAR through mmio_store64, neighbours included.
+    uint64_t page = melon::dkfake::task_page_size();
+    m.win_off = md->fake_device_offset_ / page * page;
+    m.win_len = (md->fake_device_offset_ + m.len + page - 1) / page * page - m.win_off;
+    m.shadow = aligned_alloc(page, m.win_len);
+    memset(m.shadow, 0, m.win_len);
+    m.win_base = uint64_t(uintptr_t(m.shadow));
+    addr = m.win_base + (md->fake_device_offset_ - m.win_off);
   } else {
     addr = uint64_t(uintptr_t(md->fake_base_));
   }
@@ -482,9 +490,9 @@ bool mmio_store64(uint32_t connect, void* address, const void* bytes8) {
     auto c = connections().find(connect);
     if (c == connections().end()) return false;
     for (auto& [base, m] : c->second.maps)
-      if (m.md->fake_device_ && a >= base && a + 8 <= base + m.len) {
+      if (m.md->fake_device_ && a >= m.win_base && a + 8 <= m.win_base + m.win_len) {
         card = static_cast<Card*>(m.md->fake_card_);
-        off = m.md->fake_device_offset_ + (a - base);
+        off = m.win_off + (a - m.win_base);
       }
   }
   if (!card || off % 8) return false;
