@@ -49,7 +49,7 @@ TEST_F(DextGlue, StartBringsTheEmulatedCardToReadyAndStopLeavesNothing) {
     Driver d;
     ASSERT_EQ(d.start_result, kIOReturnSuccess);
     EXPECT_EQ(dkfake::string_property(d.service, "MelonState"), "ready");
-    EXPECT_TRUE(has_line("MlxPCIDriver: function 15b3:1015"));
+    EXPECT_TRUE(has_line("MlxPCIDriver: function 15b3:1015 (ConnectX-4 Lx)"));
     EXPECT_TRUE(has_line("MlxPCIDriver: MelonState starting"));
     EXPECT_TRUE(has_line("MlxPCIDriver: MelonState ready"));
     ASSERT_NE(parts(d.service), nullptr);
@@ -96,6 +96,28 @@ TEST_F(DextGlue, OrphanedCardLogsTheExactLineAndStartFailsCleanly) {
     EXPECT_EQ(c.open_result, kIOReturnNotFound);
     drv->release();
     EXPECT_EQ(card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+// pci_devices.h is what Start drives: any other function is refused before the driver touches it
+// (no command, no FLR, memory space and bus master as they were), with a log line, and closed again
+// so the next driver that matches can have it. At 842afb3 Start drove a ConnectX-5 like a 4 Lx.
+TEST_F(DextGlue, StartRefusesADeviceTheCoreDoesNotDrive) {
+  Ledger before;
+  {
+    dkfake::CardOptions o;
+    o.device_id = 0x1017;  // ConnectX-5
+    Driver d(o);
+    EXPECT_EQ(d.start_result, kIOReturnUnsupported);
+    EXPECT_TRUE(has_line("MlxPCIDriver: 15b3:1017 is not a device this driver supports; leaving it"));
+    EXPECT_EQ(d.card.device().stats().commands, 0u);
+    EXPECT_EQ(d.card.flrs_.load(), 0);
+    EXPECT_EQ(d.card.device().config_read(mlx5::emu::kPciCommand, 2) &
+                  (mlx5::emu::kPciCommandMemory | mlx5::emu::kPciCommandBusMaster),
+              0u);
+    ASSERT_EQ(d.card.pci()->Open(d.service, 0), kIOReturnSuccess) << "Start left the function open";
+    d.card.pci()->Close(d.service, 0);
   }
   expect_same(before, Ledger{});
 }

@@ -14,6 +14,7 @@
 #include <MlxPCIDriver.h>  // iig's output, from the build's include path (tests/driverkit/generated on Linux)
 #include "dext/driverkit/dext_device.h"
 #include "dext/driverkit/driver_parts.h"
+#include "dext/driverkit/pci_devices.h"
 #include "dext/driverkit/pci_hal.h"
 #include "dext/driverkit/placement.h"
 #include "dext/driverkit/queue_memory.h"
@@ -172,15 +173,24 @@ static kern_return_t start_device(MlxPCIDriver* self, IOService* provider) {
   }
   iv->open = true;
   // A card that lost power or its link answers every read with all ones: nothing can bring it back
-  // but a cold power cycle (scripts/macos look for exactly this line).
-  uint16_t vendor = 0xffff, device = 0xffff;
-  iv->pci->ConfigurationRead16(kIOPCIConfigurationOffsetVendorID, &vendor);
+  // but a cold power cycle (scripts/macos look for exactly this line). Vendor and device ID are one
+  // dword: Apple's ConfigurationRead16 ignores offset bits 0 and 1, so 0x02 would read 0x00 again.
+  uint32_t id = 0xffffffffu;
+  iv->pci->ConfigurationRead32(kIOPCIConfigurationOffsetVendorID, &id);
+  uint16_t vendor = uint16_t(id), device = uint16_t(id >> 16);
   if (vendor == 0xffff) {
     os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: config space reads 0xffff");
     return kIOReturnNoDevice;
   }
-  iv->pci->ConfigurationRead16(kIOPCIConfigurationOffsetDeviceID, &device);
-  os_log(OS_LOG_DEFAULT, "MlxPCIDriver: function %04x:%04x", vendor, device);
+  // Only what the core drives (pci_devices.h), refused before anything touches the function: the
+  // card goes back to the next driver that matches it.
+  const melon::dext::PciDevice* known = melon::dext::find_pci_device(vendor, device);
+  if (!known) {
+    os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: %04x:%04x is not a device this driver supports; leaving it", vendor,
+                 device);
+    return kIOReturnUnsupported;
+  }
+  os_log(OS_LOG_DEFAULT, "MlxPCIDriver: function %04x:%04x (%{public}s)", vendor, device, known->family);
 
   uint8_t bar = 0, bar_type = 0;
   uint64_t bar_size = 0;

@@ -37,12 +37,22 @@ uint32_t PciHal::read32(uint32_t off) {
 void PciHal::write32(uint32_t off, uint32_t value) { pci_->MemoryWrite32(bar_, off, __builtin_bswap32(value)); }
 void PciHal::write64(uint32_t off, uint64_t value) { pci_->MemoryWrite64(bar_, off, __builtin_bswap64(value)); }
 
-uint16_t PciHal::config_read16(uint32_t off) {
-  uint16_t v = 0xffff;
-  pci_->ConfigurationRead16(off, &v);
+// Configuration space in dwords: Apple's accessors ignore the offset's bits 0 and 1, so a 16-bit
+// field in a dword's upper half (Device ID, Status, PCIe DevCap's upper half, Device Status) is
+// read as part of its dword, and written with the lower half it reads.
+uint32_t PciHal::config_read32(uint32_t off) {
+  uint32_t v = 0xffffffffu;
+  pci_->ConfigurationRead32(off & ~3u, &v);
   return v;
 }
-void PciHal::config_write16(uint32_t off, uint16_t value) { pci_->ConfigurationWrite16(off, value); }
+uint16_t PciHal::config_read16(uint32_t off) { return uint16_t(config_read32(off) >> ((off & 2) * 8)); }
+void PciHal::config_write16(uint32_t off, uint16_t value) {
+  if (!(off & 2)) {
+    pci_->ConfigurationWrite16(off, value);
+    return;
+  }
+  pci_->ConfigurationWrite32(off & ~3u, (config_read32(off) & 0xffffu) | uint32_t(value) << 16);
+}
 
 // The capability list (PCI Local Bus 6.7): pointer at 0x34, entries of (id, next); PCIe's id is 0x10.
 uint32_t PciHal::pcie_cap() {
@@ -60,7 +70,7 @@ uint32_t PciHal::pcie_cap() {
 int PciHal::function_reset() {
   uint32_t cap = pcie_cap();
   if (!cap) return core::kHalUnsupported;
-  uint32_t devcap = config_read16(cap + 4) | uint32_t(config_read16(cap + 6)) << 16;
+  uint32_t devcap = config_read32(cap + 4);
   if (!(devcap & (1u << 28))) return core::kHalUnsupported;
   config_write16(cap + 8, uint16_t(config_read16(cap + 8) | 0x8000));
   IOSleep(100);

@@ -77,6 +77,7 @@ class PciHal final : public mlx5::core::Hal {
 
  private:
   uint32_t pcie_cap();  // offset of the PCIe capability, 0 if none
+  uint32_t config_read32(uint32_t off);
 
   IOPCIDevice* pci_;
   uint8_t bar_;

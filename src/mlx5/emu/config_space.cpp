@@ -22,7 +22,7 @@ constexpr uint32_t kCapPtr = 0x34;
 void Hca::cfg_reset() {
   memset(pci_, 0, sizeof pci_);
   put16(pci_ + 0x00, kPciVendorMellanox);
-  put16(pci_ + 0x02, kPciDeviceConnectX4Lx);
+  put16(pci_ + 0x02, cfg_.pci_device_id);
   put16(pci_ + 0x06, 1 << 4);  // status: capabilities list
   pci_[0x08] = 0;  // revision
   pci_[0x09] = 0x00, pci_[0x0a] = 0x00, pci_[0x0b] = 0x02;  // class: network controller, Ethernet

@@ -92,6 +92,7 @@ struct DeviceConfig {
   // driver sets the size with SET_HCA_CAP; UAR n then sits at n * (4 KiB << size), its doorbells
   // in every 4 KiB of it (uar_4k).
   uint8_t max_log_uar_page_sz = 0;
+  uint16_t pci_device_id = 0x1015;  // config space's device ID (ConnectX-4 Lx; tests give others)
   // Firmware pages the device asks for at each stage (QUERY_PAGES boot / init, then a regular demand
   // announced by PAGE_REQUEST once an EQ takes that event).
   uint32_t boot_pages = 8, init_pages = 24, regular_pages = 32;

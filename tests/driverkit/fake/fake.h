@@ -23,6 +23,7 @@ struct CardOptions {
   mlx5::emu::FramePort* wire = nullptr;  // the Ethernet port's link (src/mlx5/emu/wire.h), if any
   bool configure_msix = true;  // false: ConfigureInterrupts fails (the driver must cope)
   uint8_t max_log_uar_page_sz = 0;  // the card's largest UAR page (emu::DeviceConfig)
+  uint16_t device_id = mlx5::emu::kPciDeviceConnectX4Lx;  // config space's device ID
 };
 
 // The page size of the tasks that map memory (Apple silicon's 16 KiB): a device-memory mapping

@@ -79,6 +79,7 @@ Card::Card(const CardOptions& o) {
   emu::DeviceConfig cfg;
   cfg.msix_vectors = o.msix_vectors;
   cfg.max_log_uar_page_sz = o.max_log_uar_page_sz;
+  cfg.pci_device_id = o.device_id;
   cfg.mac[5] = o.mac_last;
   cfg.node_guid = (cfg.node_guid & ~0xffull) | o.mac_last;
   dev_ = std::make_unique<emu::Device>(ports, cfg);
@@ -133,13 +134,27 @@ kern_return_t IOPCIDevice::Open(IOService* forClient, IOOptionBits) {
 }
 void IOPCIDevice::Close(IOService*, IOOptionBits) { service_impl(this)->open = false; }
 
+// Configuration space as Apple documents each accessor: the offset's bits 0 and 1 are ignored, so
+// a 16-bit access always reaches the lower half of its dword. Reads fail as -1 when not open.
+void IOPCIDevice::ConfigurationRead32(uint64_t off, uint32_t* v) {
+  Card* c = card_of(this);
+  *v = c && service_impl(this)->open ? c->device().config_read(uint32_t(off & ~3ull), 4) : 0xffffffffu;
+}
 void IOPCIDevice::ConfigurationRead16(uint64_t off, uint16_t* v) {
   Card* c = card_of(this);
-  *v = c && service_impl(this)->open ? uint16_t(c->device().config_read(uint32_t(off), 2)) : 0xffff;
+  *v = c && service_impl(this)->open ? uint16_t(c->device().config_read(uint32_t(off & ~3ull), 2)) : 0xffff;
+}
+void IOPCIDevice::ConfigurationWrite32(uint64_t off, uint32_t v) {
+  Card* c = card_of(this);
+  if (!c || !service_impl(this)->open) return;
+  off &= ~3ull;
+  if (off == emu::kPciExpDevCtl && (v & emu::kPciExpDevCtlFlr)) c->flrs_++;
+  c->device().config_write(uint32_t(off), 4, v);
 }
 void IOPCIDevice::ConfigurationWrite16(uint64_t off, uint16_t v) {
   Card* c = card_of(this);
   if (!c || !service_impl(this)->open) return;
+  off &= ~3ull;
   if (off == emu::kPciExpDevCtl && (v & emu::kPciExpDevCtlFlr)) c->flrs_++;
   c->device().config_write(uint32_t(off), 2, v);
 }
