@@ -115,7 +115,7 @@ TEST_F(DextGlue, StartRefusesADeviceTheCoreDoesNotDrive) {
     EXPECT_EQ(d.card.flrs_.load(), 0);
     EXPECT_EQ(d.card.device().config_read(mlx5::emu::kPciCommand, 2) &
                   (mlx5::emu::kPciCommandMemory | mlx5::emu::kPciCommandBusMaster),
-              0u);
+              mlx5::emu::kPciCommandMemory);  // as the host enumerated it: bus master never set
     ASSERT_EQ(d.card.pci()->Open(d.service, 0), kIOReturnSuccess) << "Start left the function open";
     d.card.pci()->Close(d.service, 0);
   }
@@ -419,6 +419,49 @@ TEST_F(DextGlue, FatalFirmwareShowsAsMelonStateFatalAndStopResetsTheFunction) {
     c.port = IO_OBJECT_NULL;  // stopped with the driver
     EXPECT_EQ(d.card.flrs_.load(), 1) << "teardown of a fatal device must reset it before freeing";
     EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+// The FLR of a fatal Stop leaves a card the next Start brings up: a real FLR puts the BARs, the
+// command register and MSI-X back at their reset values (the emulated card models it), so the glue
+// waits for Transactions Pending to clear, saves them, resets, and restores them. At 842afb3 the
+// reset was a raw Device Control write: the second Start found BAR0 unassigned (MMIO all ones) and
+// failed, and Transactions Pending was never looked at.
+TEST_F(DextGlue, FlrAtStopLeavesACardTheNextStartBringsUp) {
+  Ledger before;
+  {
+    dkfake::Card card;
+    kern_return_t r = kIOReturnError;
+    IOService* s = dkfake::start_driver(card, &r);
+    ASSERT_EQ(r, kIOReturnSuccess);
+    card.device().inject_fatal(0x7);
+    for (int i = 0; i < 200 && dkfake::string_property(s, "MelonState") != "fatal"; i++) usleep(50 * 1000);
+    ASSERT_EQ(dkfake::string_property(s, "MelonState"), "fatal");
+    mlx5::emu::Faults f = card.device().faults();
+    f.transactions_pending_reads = 2;  // a DMA in flight when Stop comes
+    card.device().set_faults(f);
+    EXPECT_EQ(dkfake::stop_driver(s), kIOReturnSuccess);
+    EXPECT_EQ(card.flrs_.load(), 1);
+    EXPECT_EQ(card.device().faults().transactions_pending_reads, 0u) << "Transactions Pending never read";
+    // The function decodes its BAR again, with MSI-X enabled as it was.
+    EXPECT_NE(card.device().config_read(mlx5::emu::kPciCommand, 2) & mlx5::emu::kPciCommandMemory, 0u);
+    uint64_t bar0 = uint64_t(card.device().config_read(0x14, 4)) << 32 | (card.device().config_read(0x10, 4) & ~0xfu);
+    EXPECT_EQ(bar0, mlx5::emu::kBar0HostAddress);
+    EXPECT_NE(card.device().config_read(mlx5::emu::kPciMsixCap + 2, 2) & mlx5::emu::kPciMsixEnable, 0u);
+    uint64_t unclaimed = card.device().stats().mmio_unclaimed;
+    dkfake::clear_log();
+    s = dkfake::start_driver(card, &r);
+    EXPECT_EQ(r, kIOReturnSuccess);
+    EXPECT_EQ(dkfake::string_property(s, "MelonState"), "ready");
+    EXPECT_EQ(card.device().stats().mmio_unclaimed, unclaimed);
+    EXPECT_TRUE(has_line("MlxEQ: async EQ 1 + 1 completion EQs, MSI-X vectors"));
+    EXPECT_EQ(card.device().stats().irqs_held, 0u) << "interrupts held: MSI-X left masked";
+    if (r == kIOReturnSuccess) {
+      EXPECT_EQ(dkfake::stop_driver(s), kIOReturnSuccess);
+    } else {
+      s->release();
+    }
   }
   expect_same(before, Ledger{});
 }

@@ -55,26 +55,85 @@ void PciHal::config_write16(uint32_t off, uint16_t value) {
 }
 
 // The capability list (PCI Local Bus 6.7): pointer at 0x34, entries of (id, next); PCIe's id is 0x10.
-uint32_t PciHal::pcie_cap() {
+uint32_t PciHal::pcie_cap() { return find_cap(0x10); }
+
+// ---- Function-level reset (PCIe Base 6.6.2), the sequence of Linux's pci_reset_function:
+// wait for Transactions Pending to clear, save what the reset clears, reset, wait 100 ms and for
+// the function to answer, restore. After an FLR the BARs, the command register, Device Control
+// and MSI-X (enable and table) are back at their reset values: left so, MMIO reads all ones and
+// no interrupt is delivered. IOPCIDevice::Reset does the reset where the SDK has it; the
+// restore is ours either way (writing back what it already restored changes nothing).
+namespace {
+constexpr uint32_t kDevCapFlr = 1u << 28;
+constexpr uint16_t kDevCtlFlr = 1u << 15, kDevStaTransPending = 1u << 5;
+constexpr uint32_t kMsixCapId = 0x11;
+constexpr uint16_t kMsixEnable = 1u << 15, kMsixMaskAll = 1u << 14;
+}  // namespace
+
+uint32_t PciHal::find_cap(uint32_t id) {
   uint32_t at = config_read16(0x34) & 0xfc;
   for (int hops = 0; at >= 0x40 && hops < 48; hops++) {
     uint16_t head = config_read16(at);
-    if ((head & 0xff) == 0x10) return at;
+    if ((head & 0xff) == id) return at;
     at = (head >> 8) & 0xfc;
   }
   return 0;
 }
 
-// FLR through configuration space (PCIe Base 6.6.2): DevCap bit 28 says the function can, Device
-// Control bit 15 starts it, and the function is usable again 100 ms later.
+// Linux pci_wait_for_pending: look 4 times, 100, 200 and 400 ms apart; reset anyway after that.
+bool PciHal::wait_transactions(uint32_t pcie) {
+  for (int i = 0; i < 4; i++) {
+    if (i) IOSleep(100u << (i - 1));
+    if (!(config_read16(pcie + 0x0a) & kDevStaTransPending)) return true;
+  }
+  os_log_error(OS_LOG_DEFAULT, "MlxPCI: transactions still pending after 700 ms; resetting the function anyway");
+  return false;
+}
+
+void PciHal::save_config(uint32_t pcie, SavedConfig* s) {
+  for (uint32_t i = 0; i < 16; i++) s->header[i] = config_read32(i * 4);
+  s->devctl = config_read16(pcie + 0x08);
+  s->devctl2 = config_read16(pcie + 0x28);
+  s->msix = find_cap(kMsixCapId);
+  s->vectors = 0;
+  if (!s->msix) return;
+  s->msix_ctl = config_read16(s->msix + 2);
+  uint32_t table = config_read32(s->msix + 4);
+  if ((table & 7) != bar_) return;  // the table is in another BAR: not ours to save
+  s->table_off = table & ~7u;
+  s->vectors = (s->msix_ctl & 0x7ff) + 1;
+  if (s->vectors > kMaxSavedVectors) s->vectors = kMaxSavedVectors;
+  for (uint32_t i = 0; i < s->vectors * 4; i++) pci_->MemoryRead32(bar_, s->table_off + i * 4, &s->table[i]);
+}
+
+// Linux pci_restore_state's order: PCIe Device Control, the header (BARs before the command
+// register that enables decoding them), then MSI-X masked, its table, and unmasked.
+void PciHal::restore_config(uint32_t pcie, const SavedConfig& s) {
+  config_write16(pcie + 0x08, uint16_t(s.devctl & ~kDevCtlFlr));
+  config_write16(pcie + 0x28, s.devctl2);
+  for (uint32_t i = 15; i >= 2; i--) pci_->ConfigurationWrite32(i * 4, s.header[i]);
+  pci_->ConfigurationWrite16(0x04, uint16_t(s.header[1]));  // command (status is write-one-to-clear)
+  if (!s.msix) return;
+  config_write16(s.msix + 2, uint16_t(s.msix_ctl | kMsixEnable | kMsixMaskAll));
+  for (uint32_t i = 0; i < s.vectors * 4; i++) pci_->MemoryWrite32(bar_, s.table_off + i * 4, s.table[i]);
+  config_write16(s.msix + 2, s.msix_ctl);
+}
+
 int PciHal::function_reset() {
   uint32_t cap = pcie_cap();
   if (!cap) return core::kHalUnsupported;
-  uint32_t devcap = config_read32(cap + 4);
-  if (!(devcap & (1u << 28))) return core::kHalUnsupported;
-  config_write16(cap + 8, uint16_t(config_read16(cap + 8) | 0x8000));
+  if (!(config_read32(cap + 4) & kDevCapFlr)) return core::kHalUnsupported;
+  wait_transactions(cap);
+  SavedConfig s;
+  save_config(cap, &s);
+  if (pci_->Reset(kIOPCIDeviceResetTypeFunctionReset, kIOPCIDeviceResetOptionNone) != kIOReturnSuccess)
+    config_write16(cap + 8, uint16_t(config_read16(cap + 8) | kDevCtlFlr));
   IOSleep(100);
-  return config_read16(0) == 0xffff ? core::kHalGone : core::kHalOk;
+  // The function may answer with Configuration Request Retry for a while (PCIe 2.3.1): up to 1 s more.
+  for (int i = 0; i < 10 && (config_read32(0) & 0xffff) == 0xffff; i++) IOSleep(100);
+  if ((config_read32(0) & 0xffff) == 0xffff) return core::kHalGone;
+  restore_config(cap, s);
+  return core::kHalOk;
 }
 
 // ---- DMA ----------------------------------------------------------------------------------------

@@ -76,8 +76,22 @@ class PciHal final : public mlx5::core::Hal {
   void log(mlx5::core::LogLevel level, const char* line) override;
 
  private:
+  static constexpr uint32_t kMaxSavedVectors = 64;
+  // What an FLR clears and function_reset() puts back.
+  struct SavedConfig {
+    uint32_t header[16];  // the type 0 header's dwords
+    uint16_t devctl, devctl2;  // PCIe Device Control, Device Control 2
+    uint32_t msix = 0;  // MSI-X capability offset, 0 if none
+    uint16_t msix_ctl = 0;
+    uint32_t table_off = 0, vectors = 0;
+    uint32_t table[kMaxSavedVectors * 4];
+  };
+  uint32_t find_cap(uint32_t id);  // offset of capability `id`, 0 if none
   uint32_t pcie_cap();  // offset of the PCIe capability, 0 if none
   uint32_t config_read32(uint32_t off);
+  bool wait_transactions(uint32_t pcie);
+  void save_config(uint32_t pcie, SavedConfig* s);
+  void restore_config(uint32_t pcie, const SavedConfig& s);
 
   IOPCIDevice* pci_;
   uint8_t bar_;

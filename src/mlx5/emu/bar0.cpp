@@ -51,6 +51,12 @@ void Hca::iseg_refresh() {
 
 uint32_t Hca::mmio_read32(uint64_t off) {
   if (state_ == FwState::kRemoved || off % 4 || off + 4 > kBar0Bytes) return 0xffffffffu;
+  if (!mmio_decoded()) {
+    ++stats_.mmio_unclaimed;  // nothing claims the address: the root port completes with all ones
+    return 0xffffffffu;
+  }
+  if (off >= kMsixTableOffset && off < kMsixTableOffset + 16ull * cfg_.msix_vectors) return msix_read(off);
+  if (off >= kMsixPbaOffset && off < kMsixPbaOffset + 8ull * ((cfg_.msix_vectors + 63) / 64)) return msix_read(off);
   if (off + 4 <= sizeof iseg_) {
     iseg_refresh();
     return uint32_t(iseg_[off]) | uint32_t(iseg_[off + 1]) << 8 | uint32_t(iseg_[off + 2]) << 16 |
@@ -66,6 +72,15 @@ uint32_t be32(const uint8_t* b) { return uint32_t(b[0]) << 24 | uint32_t(b[1]) <
 void Hca::mmio_write(uint64_t off, const uint8_t* b, size_t len) {
   if (state_ == FwState::kRemoved || len == 0 || off + len > kBar0Bytes) return;
   if ((len == 4 || len == 8) && off % len) return;
+  if (!mmio_decoded()) {
+    ++stats_.mmio_unclaimed;
+    return;
+  }
+  if (off >= kMsixTableOffset && off < kMsixPbaOffset + 0x1000) {
+    uint32_t le = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
+    if (len == 4 && off < kMsixTableOffset + 16ull * cfg_.msix_vectors) msix_write(off, le);
+    return;
+  }
   if (off < sizeof iseg_) {
     if (len != 4) return;
     if (off == prm::init_seg_offset::cmdq_addr_h) {

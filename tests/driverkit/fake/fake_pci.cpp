@@ -178,6 +178,9 @@ kern_return_t IOPCIDevice::GetBARInfo(uint8_t bar, uint8_t* memoryIndex, uint64_
 kern_return_t IOPCIDevice::Reset(IOOptionBits type, IOOptionBits) {
   Card* c = card_of(this);
   if (!c || type != kIOPCIDeviceResetTypeFunctionReset) return kIOReturnUnsupported;
+  // Apple does not document that Reset restores the configuration; this fake assumes the worst
+  // and leaves it at the reset values the emulated card models (BARs, command, MSI-X).
+  c->flrs_++;
   c->device().flr();
   return kIOReturnSuccess;
 }
