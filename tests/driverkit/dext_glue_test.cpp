@@ -359,6 +359,39 @@ TEST_F(DextGlue, ClientDeathReleasesEverythingItHeld) {
   expect_same(before, Ledger{});
 }
 
+// Apple does not promise that a provider's Stop comes after its clients'. A client still open when
+// the driver stops finds a stopped device: its calls and mappings answer device_dead, its objects
+// are gone, and its own Stop later frees what was left. At 842afb3 the driver freed the device
+// under the client, whose next call used freed memory (ASan stops the debug build there).
+TEST_F(DextGlue, DriverStoppedBeforeItsClientsLeavesThemAStoppedDevice) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    std::vector<uint8_t> buf(16384);
+    Objects o;
+    make_objects(c, &o, buf.data(), buf.size());
+    EXPECT_EQ(dkfake::stop_provider_first(d.service), kIOReturnSuccess);
+    EXPECT_EQ(d.card.host().mapped_bytes(), 0u) << "the stopped device still maps memory for the client";
+    uapi::HandleResp pd{};
+    EXPECT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::device_dead);
+    mach_vm_address_t addr = 0;
+    mach_vm_size_t size = 0;
+    kern_return_t kr = IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::cqe, o.cq), mach_task_self(), &addr,
+                                            &size, kIOMapAnywhere);
+    Status st;
+    ASSERT_TRUE(uapi::iokit::status_of_return(kr, &st)) << std::hex << kr;
+    EXPECT_EQ(st, Status::device_dead);
+    IOServiceClose(c.port);
+    c.port = IO_OBJECT_NULL;
+    dkfake::release_stopped(d.service);
+    d.service = nullptr;
+  }
+  expect_same(before, Ledger{});
+}
+
 TEST_F(DextGlue, StopWithClientsStillOpenStopsThemFirst) {
   Ledger before;
   {

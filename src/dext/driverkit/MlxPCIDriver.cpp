@@ -46,7 +46,7 @@ struct MlxPCIDriver_IVars {
   PciHal* hal;
   QueueMemory* queues;
   DextDevice* dev;
-  DriverParts parts;
+  DriverParts* parts;  // shared with the user clients (driver_parts.h)
   DextState published;
   uint32_t numer, denom;  // mach timebase
 };
@@ -120,27 +120,50 @@ static kern_return_t setup_timer(MlxPCIDriver* self) {
   return ret;
 }
 
-// Everything Start() made, in reverse; safe on a partial Start.
+// The device, its queue memory and its HAL, and the parts that share them: freed by whoever lets
+// go last, the driver's Stop or a user client's (driver_parts.h).
+struct OwnedParts {
+  DriverParts parts;  // first: a DriverParts* is an OwnedParts*
+  PciHal* hal;
+};
+
+static void free_device(DextDevice* dev, QueueMemory* queues, PciHal* hal) {
+  if (dev) {
+    dev->~DextDevice();
+    IOFree(dev, sizeof(DextDevice));
+  }
+  if (queues) {
+    queues->~QueueMemory();
+    IOFree(queues, sizeof(QueueMemory));
+  }
+  if (hal) {
+    hal->~PciHal();
+    IOFree(hal, sizeof(PciHal));
+  }
+}
+
+static void free_parts(DriverParts* p) {
+  OwnedParts* o = reinterpret_cast<OwnedParts*>(p);
+  free_device(p->dev, p->queues, o->hal);
+  IOFree(o, sizeof(OwnedParts));
+}
+
+// Everything Start() made, in reverse; safe on a partial Start. Clients still attached are
+// detached by stop() and keep the stopped device until they go.
 static void release_all(MlxPCIDriver* self) {
   MlxPCIDriver_IVars* iv = self->ivars;
   if (iv->timer) iv->timer->Cancel(nullptr);
   if (iv->dev) {
     core::Err e = iv->dev->stop();
     if (e != core::Err::ok) os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: stop: %{public}s", core::err_name(e));
-    iv->dev->~DextDevice();
-    IOFree(iv->dev, sizeof(DextDevice));
-    iv->dev = nullptr;
   }
-  if (iv->queues) {
-    iv->queues->~QueueMemory();
-    IOFree(iv->queues, sizeof(QueueMemory));
-    iv->queues = nullptr;
+  if (iv->hal) iv->hal->set_vectors(nullptr, 0);  // the sources go below; a HAL kept alive must not reach them
+  if (iv->parts) {
+    release_parts(iv->parts);
+  } else {
+    free_device(iv->dev, iv->queues, iv->hal);
   }
-  if (iv->hal) {
-    iv->hal->~PciHal();
-    IOFree(iv->hal, sizeof(PciHal));
-    iv->hal = nullptr;
-  }
+  iv->parts = nullptr, iv->dev = nullptr, iv->queues = nullptr, iv->hal = nullptr;
   for (uint32_t v = 0; v < iv->nvec; v++) {
     iv->irq[v]->Cancel(nullptr);
     OSSafeReleaseNULL(iv->irq[v]);
@@ -214,7 +237,10 @@ static kern_return_t start_device(MlxPCIDriver* self, IOService* provider) {
   if (iv->queues) iv->dev = make<DextDevice>(*iv->hal, *iv->queues);
   if (!iv->dev) return kIOReturnNoMemory;
   iv->hal->set_vectors(iv->irq, iv->nvec);
-  iv->parts = DriverParts{iv->dev, iv->queues};
+  OwnedParts* o = make<OwnedParts>();
+  if (!o) return kIOReturnNoMemory;
+  *o = OwnedParts{DriverParts{iv->dev, iv->queues, free_parts, 1}, iv->hal};
+  iv->parts = &o->parts;
 
   core::Err e = iv->dev->start();
   if (e != core::Err::ok) {
@@ -279,7 +305,7 @@ void IMPL(MlxPCIDriver, ServiceTimer) {
 }
 
 void* MlxPCIDriver::CoreDevice() {
-  return ivars && ivars->dev && ivars->dev->state() == DextState::ready ? &ivars->parts : nullptr;
+  return ivars && ivars->dev && ivars->parts && ivars->dev->state() == DextState::ready ? ivars->parts : nullptr;
 }
 
 void MlxPCIDriver::KickService() {

@@ -87,15 +87,18 @@ static void publish_counts(MlxUserClient* self) {
 }
 
 static void release_client(MlxUserClient_IVars* iv) {
-  if (!iv->client) return;
-  if (iv->attached) {
-    uint32_t failed = iv->parts->dev->detach(*iv->client);
-    if (failed) os_log_error(OS_LOG_DEFAULT, "MlxUserClient: %u objects did not release cleanly", failed);
+  if (iv->client) {
+    if (iv->attached) {
+      uint32_t failed = iv->parts->dev->detach(*iv->client);
+      if (failed) os_log_error(OS_LOG_DEFAULT, "MlxUserClient: %u objects did not release cleanly", failed);
+    }
+    iv->attached = false;
+    iv->client->~Client();
+    IOFree(iv->client, sizeof(uapi::Client));
+    iv->client = nullptr;
   }
-  iv->attached = false;
-  iv->client->~Client();
-  IOFree(iv->client, sizeof(uapi::Client));
-  iv->client = nullptr;
+  melon::dext::release_parts(iv->parts);  // the device may go with it, if the driver stopped first
+  iv->parts = nullptr;
 }
 
 kern_return_t IMPL(MlxUserClient, Start) {
@@ -103,6 +106,7 @@ kern_return_t IMPL(MlxUserClient, Start) {
   if (ret != kIOReturnSuccess) return ret;
   MlxPCIDriver* driver = OSDynamicCast(MlxPCIDriver, provider);
   ivars->parts = driver ? static_cast<DriverParts*>(driver->CoreDevice()) : nullptr;
+  if (ivars->parts) melon::dext::retain_parts(ivars->parts);
   if (!ivars->parts) {
     ret = kIOReturnNotReady;
   } else if (!entitled(this)) {

@@ -59,6 +59,10 @@ class Card {
 IOService* start_driver(Card& card, kern_return_t* start_result);
 // Stop on the default queue, then the last reference.
 kern_return_t stop_driver(IOService* driver);
+// The other order: the driver's Stop while its user clients are still open (their Stop comes when
+// they close or die); release_stopped() drops the driver's last reference once they are gone.
+kern_return_t stop_provider_first(IOService* driver);
+void release_stopped(IOService* driver);
 
 // Registry properties as ioreg shows them.
 std::string string_property(IOService* s, const char* key);  // "" if absent

@@ -120,7 +120,8 @@ IOService* start_driver(Card& card, kern_return_t* result) {
 
 kern_return_t stop_driver(IOService* drv) {
   if (!drv) return kIOReturnBadArgument;
-  // The kernel stops a service's user clients before the service.
+  // Usually the kernel stops a service's user clients before the service (stop_provider_first is
+  // the other order, which Apple does not rule out).
   std::vector<uint32_t> mine;
   {
     std::lock_guard<std::mutex> l(g_reg_mu);
@@ -128,18 +129,24 @@ kern_return_t stop_driver(IOService* drv) {
       if (c.driver == drv) mine.push_back(port);
   }
   for (uint32_t p : mine) kill_connection(p);
-  kern_return_t r;
-  {
-    std::lock_guard<std::recursive_mutex> q(queue_lock(service_impl(drv)->queue));
-    r = drv->Stop(service_impl(drv)->provider);
-  }
+  kern_return_t r = stop_provider_first(drv);
+  release_stopped(drv);
+  return r;
+}
+
+kern_return_t stop_provider_first(IOService* drv) {
+  if (!drv) return kIOReturnBadArgument;
+  std::lock_guard<std::recursive_mutex> q(queue_lock(service_impl(drv)->queue));
+  return drv->Stop(service_impl(drv)->provider);
+}
+
+void release_stopped(IOService* drv) {
   {
     std::lock_guard<std::mutex> l(g_reg_mu);
     for (auto it = services().begin(); it != services().end();)
       it = it->second == drv ? services().erase(it) : std::next(it);
   }
   drv->release();
-  return r;
 }
 
 std::string string_property(IOService* s, const char* key) {
