@@ -64,6 +64,22 @@ TEST_F(DextGlue, StartBringsTheEmulatedCardToReadyAndStopLeavesNothing) {
   expect_same(before, Ledger{});
 }
 
+// SetProperties is an IPC and can fail. The failure is logged and MelonState published again by
+// the service timer, so the operator scripts see the real state. At 842afb3 the result was ignored
+// and the registry said "starting" for good.
+TEST_F(DextGlue, FailedSetPropertiesIsLoggedAndMelonStatePublishedAgain) {
+  dkfake::fail_set_properties(2);  // MelonState starting, then ready
+  Driver d;
+  dkfake::fail_set_properties(0);
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  EXPECT_TRUE(has_line("MlxPCIDriver: SetProperties(MelonState starting) failed: 0xe00002bd"));
+  EXPECT_TRUE(has_line("MlxPCIDriver: SetProperties(MelonState ready) failed: 0xe00002bd"));
+  std::string state;
+  for (int i = 0; i < 60 && (state = dkfake::string_property(d.service, "MelonState")) != "ready"; i++)
+    usleep(50 * 1000);  // the service timer runs every 500 ms
+  EXPECT_EQ(state, "ready");
+}
+
 TEST_F(DextGlue, WithoutMsixTheCorePollsAndStillComesUp) {
   Ledger before;
   {

@@ -47,7 +47,8 @@ struct MlxPCIDriver_IVars {
   QueueMemory* queues;
   DextDevice* dev;
   DriverParts* parts;  // shared with the user clients (driver_parts.h)
-  DextState published;
+  DextState published;  // what the registry shows, once `shown`
+  bool shown;
   uint32_t numer, denom;  // mach timebase
 };
 
@@ -62,13 +63,21 @@ void MlxPCIDriver::free() {
   super::free();
 }
 
+// MelonState in the registry (the operator scripts read it). A failed SetProperties is logged and
+// left unpublished, so the service timer tries again.
 static void publish_state(MlxPCIDriver* self, DextState s) {
   OSDictionary* d = OSDictionary::withCapacity(1);
   OSString* v = OSString::withCString(melon::dext::dext_state_name(s));
-  if (d && v && d->setObject("MelonState", v)) self->SetProperties(d);
+  kern_return_t r = d && v && d->setObject("MelonState", v) ? self->SetProperties(d) : kIOReturnNoMemory;
   OSSafeReleaseNULL(v);
   OSSafeReleaseNULL(d);
+  if (r != kIOReturnSuccess) {
+    os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: SetProperties(MelonState %{public}s) failed: 0x%x",
+                 melon::dext::dext_state_name(s), r);
+    return;
+  }
   self->ivars->published = s;
+  self->ivars->shown = true;
   os_log(OS_LOG_DEFAULT, "MlxPCIDriver: MelonState %{public}s", melon::dext::dext_state_name(s));
 }
 
@@ -300,7 +309,7 @@ void IMPL(MlxPCIDriver, ServiceTimer) {
   MlxPCIDriver_IVars* iv = ivars;
   if (!iv->dev || !iv->timer) return;
   iv->dev->service();
-  if (iv->dev->state() != iv->published) publish_state(this, iv->dev->state());
+  if (iv->dev->state() != iv->published || !iv->shown) publish_state(this, iv->dev->state());
   iv->timer->WakeAtTime(kIOTimerClockMachAbsoluteTime, mach_absolute_time() + ns_to_abs(iv, kServicePeriodNs), 0);
 }
 

@@ -77,9 +77,14 @@ static void publish_counts(MlxUserClient* self) {
   OSDictionary* d = OSDictionary::withCapacity(2);
   OSNumber* q = OSNumber::withNumber(qps, 32);
   OSNumber* m = OSNumber::withNumber(mrs, 32);
-  if (d && q && m && d->setObject("MelonQPCount", q) && d->setObject("MelonMRCount", m) &&
-      self->SetProperties(d) == kIOReturnSuccess) {
+  kern_return_t r = d && q && m && d->setObject("MelonQPCount", q) && d->setObject("MelonMRCount", m)
+                        ? self->SetProperties(d)
+                        : kIOReturnNoMemory;
+  if (r == kIOReturnSuccess) {
     iv->published = true, iv->qps = qps, iv->mrs = mrs;
+  } else {  // tried again after the next call
+    os_log_error(OS_LOG_DEFAULT, "MlxUserClient: SetProperties(MelonQPCount %u, MelonMRCount %u) failed: 0x%x", qps,
+                 mrs, r);
   }
   OSSafeReleaseNULL(q);
   OSSafeReleaseNULL(m);

@@ -64,6 +64,9 @@ kern_return_t stop_driver(IOService* driver);
 kern_return_t stop_provider_first(IOService* driver);
 void release_stopped(IOService* driver);
 
+// The next `n` IOService::SetProperties calls (any service) fail with kIOReturnNoMemory.
+void fail_set_properties(int n);
+
 // Registry properties as ioreg shows them.
 std::string string_property(IOService* s, const char* key);  // "" if absent
 long long number_property(IOService* s, const char* key);  // -1 if absent

@@ -231,8 +231,16 @@ kern_return_t IOService::Stop_Impl(IOService*) { return kIOReturnSuccess; }
 kern_return_t IOService::NewUserClient_Impl(uint32_t, IOUserClient**) { return kIOReturnUnsupported; }
 
 // Merges into the registry entry, as a driver publishing its own properties sees it in ioreg.
+namespace {
+std::atomic<int> g_fail_set_properties{0};
+}  // namespace
+
+// SetProperties is an IPC to the kernel and can fail (Apple returns an IOReturn): the fake fails
+// the next fail_set_properties(n) calls with kIOReturnNoMemory, storing nothing.
 kern_return_t IOService::SetProperties(OSDictionary* properties) {
   if (!properties) return kIOReturnBadArgument;
+  for (int n = g_fail_set_properties.load(); n > 0;)
+    if (g_fail_set_properties.compare_exchange_weak(n, n - 1)) return kIOReturnNoMemory;
   ServiceImpl* si = service_impl(this);
   if (!si->props) si->props = OSDictionary::withCapacity(4);
   each_entry(properties, [&](const std::string& k, OSObject* v) { si->props->setObject(k.c_str(), v); });
@@ -478,6 +486,8 @@ kern_return_t IOConnectUnmapMemory64(io_connect_t connect, uint32_t, task_port_t
 }
 
 namespace melon::dkfake {
+void fail_set_properties(int n) { g_fail_set_properties = n; }
+
 // The BAR offset behind a device-memory mapping made by IOConnectMapMemory64 (-1 if not one).
 long long device_offset_of(uint32_t connect, uint64_t addr) {
   std::lock_guard<std::mutex> l(g_reg_mu);
