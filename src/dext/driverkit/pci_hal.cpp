@@ -86,7 +86,7 @@ bool PciHal::wait_transactions(uint32_t pcie) {
     if (i) IOSleep(100u << (i - 1));
     if (!(config_read16(pcie + 0x0a) & kDevStaTransPending)) return true;
   }
-  os_log_error(OS_LOG_DEFAULT, "MlxPCI: transactions still pending after 700 ms; resetting the function anyway");
+  os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: transactions still pending after 700 ms; resetting the function anyway");
   return false;
 }
 
