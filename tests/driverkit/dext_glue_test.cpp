@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "dext/driverkit/dext_device.h"
@@ -511,6 +512,41 @@ TEST_F(DextGlue, FlrAtStopLeavesACardTheNextStartBringsUp) {
     } else {
       s->release();
     }
+  }
+  expect_same(before, Ledger{});
+}
+
+// Apple: InterruptOccurred runs on its own queue, and SetEnableWithCompletion(false) returns before
+// a handler already running there has finished (only the completion runs after it). The fake now
+// behaves so. A handler is held inside the core's EQ drain (at its EQ doorbell store) while a
+// fatal Stop tears the device down: no DMA buffer may be freed until the handler is out. At
+// 842afb3 vector_disable returned at once and the event queues were freed under the handler.
+TEST_F(DextGlue, InterruptDisableWaitsForTheHandlerInsideTheEqBeforeItIsFreed) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    mlx5::emu::Hca& hca = d.card.device().hca();
+    uint64_t arm = 0;
+    {
+      std::lock_guard<std::mutex> l(hca.mu_);
+      for (auto& [eqn, eq] : hca.eqs_)
+        if (eq.intr == 0) arm = eq.uar * hca.uar_page_bytes() + mlx5::prm::kUarEqArm;
+    }
+    ASSERT_NE(arm, 0u);
+    d.card.block_handler_store(arm);
+    std::thread irq([&] { d.card.host().on_irq(0); });  // an MSI-X message on vector 0 (async EQ)
+    ASSERT_TRUE(d.card.wait_handler_blocked(5000)) << "the handler did not reach the EQ doorbell";
+    d.card.device().inject_fatal(0x7);
+    for (int i = 0; i < 200 && dkfake::string_property(d.service, "MelonState") != "fatal"; i++) usleep(50 * 1000);
+    EXPECT_EQ(dkfake::string_property(d.service, "MelonState"), "fatal");
+    long freed = dkfake::freed_while_a_handler_runs();
+    std::thread stop([&] { EXPECT_EQ(d.stop(), kIOReturnSuccess); });
+    usleep(500 * 1000);  // the fatal teardown: FLR (100 ms), then the vectors, then the EQs
+    EXPECT_EQ(dkfake::freed_while_a_handler_runs(), freed) << "DMA memory freed while the handler was in the EQ";
+    d.card.release_handler();
+    irq.join();
+    stop.join();
   }
   expect_same(before, Ledger{});
 }

@@ -24,8 +24,14 @@ void PciHal::set_vectors(IOInterruptDispatchSource* const* sources, uint32_t n) 
   for (uint32_t v = 0; v < nvec_; v++) sources_[v] = sources[v];
 }
 
+// The handler counts itself in before it looks whether its vector is live, and vector_disable
+// marks it dead before it looks at the count: one of the two sees the other (sequentially
+// consistent), so after vector_disable no handler is inside the core for that vector.
 void PciHal::fire(uint32_t vector) {
-  if (vector < nvec_ && handlers_[vector]) handlers_[vector]->on_vector(vector);
+  if (vector >= nvec_) return;
+  __atomic_add_fetch(&inflight_[vector], 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&live_[vector], __ATOMIC_SEQ_CST) && handlers_[vector]) handlers_[vector]->on_vector(vector);
+  __atomic_sub_fetch(&inflight_[vector], 1, __ATOMIC_SEQ_CST);
 }
 
 // ---- BAR0: the device's registers are big-endian, PCI moves little-endian dwords (hal.h).
@@ -236,18 +242,24 @@ void PciHal::dma_free(const core::DmaBuffer& buf) { unmap(reinterpret_cast<DmaRe
 int PciHal::vector_enable(uint32_t vector, core::VectorHandler* h) {
   if (vector >= nvec_ || !sources_[vector]) return core::kHalUnsupported;
   handlers_[vector] = h;
+  __atomic_store_n(&live_[vector], true, __ATOMIC_SEQ_CST);
   if (sources_[vector]->SetEnableWithCompletion(true, nullptr) != kIOReturnSuccess) {
+    __atomic_store_n(&live_[vector], false, __ATOMIC_SEQ_CST);
     handlers_[vector] = nullptr;
     return core::kHalFault;
   }
   return core::kHalOk;
 }
 
-// Disabling waits for a handler in flight (SetEnableWithCompletion's contract), so the core may free
-// the EQ right after.
+// Apple's SetEnableWithCompletion(false) returns before a handler already running on the interrupt
+// queue has finished (only its completion runs after). The core frees the EQ right after this
+// returns, so it waits here until no handler of the vector is inside the core. Never called from
+// the vector's own handler.
 void PciHal::vector_disable(uint32_t vector) {
-  if (vector >= nvec_ || !sources_[vector] || !handlers_[vector]) return;
-  sources_[vector]->SetEnableWithCompletion(false, nullptr);
+  if (vector >= nvec_ || !handlers_[vector]) return;
+  __atomic_store_n(&live_[vector], false, __ATOMIC_SEQ_CST);
+  if (sources_[vector]) sources_[vector]->SetEnableWithCompletion(false, nullptr);
+  while (__atomic_load_n(&inflight_[vector], __ATOMIC_SEQ_CST)) IOSleep(1);
   handlers_[vector] = nullptr;
 }
 

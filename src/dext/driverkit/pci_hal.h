@@ -102,6 +102,8 @@ class PciHal final : public mlx5::core::Hal {
   uint32_t numer_ = 1, denom_ = 1;  // mach timebase
   IOInterruptDispatchSource* sources_[kMaxVectors] = {};
   mlx5::core::VectorHandler* handlers_[kMaxVectors] = {};
+  bool live_[kMaxVectors] = {};  // enabled for the core: handlers may enter it
+  uint32_t inflight_[kMaxVectors] = {};  // handlers between fire()'s entry and exit
   uint32_t nvec_ = 0;
   uint64_t records_ = 0;
 };

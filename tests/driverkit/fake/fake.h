@@ -8,6 +8,8 @@
 #include <PCIDriverKit/IOPCIDevice.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,9 +49,20 @@ class Card {
   // Function-level resets the driver started through configuration space (PCIe Device Control).
   std::atomic<int> flrs_{0};
 
+  // An interrupt handler of this card that stores to BAR0 + `bar_offset` (MemoryWrite32) waits
+  // there, inside the handler, until release_handler(); wait_handler_blocked says it got there.
+  void block_handler_store(uint64_t bar_offset);
+  bool wait_handler_blocked(int ms);
+  void release_handler();
+  void handler_store_hook(uint64_t off);  // the fake's MemoryWrite32
+
  private:
   mlx5::emu::TestHost host_;
   std::unique_ptr<mlx5::emu::Device> dev_;
+  std::mutex hook_mu_;
+  std::condition_variable hook_cv_;
+  uint64_t hook_off_ = 0;
+  bool hook_armed_ = false, hook_blocked_ = false;
   IOPCIDevice* pci_ = nullptr;
 };
 
@@ -66,6 +79,9 @@ void release_stopped(IOService* driver);
 
 // The next `n` IOService::SetProperties calls (any service) fail with kIOReturnNoMemory.
 void fail_set_properties(int n);
+
+// IOBufferMemoryDescriptors freed while an interrupt handler (of any card) was running.
+long freed_while_a_handler_runs();
 
 // Registry properties as ioreg shows them.
 std::string string_property(IOService* s, const char* key);  // "" if absent

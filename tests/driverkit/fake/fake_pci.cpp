@@ -19,6 +19,9 @@ namespace emu = mlx5::emu;
 
 namespace {
 std::atomic<long> g_timers{0};
+std::atomic<int> g_handlers_running{0};  // interrupt handlers inside their action, all cards
+std::atomic<long> g_freed_in_handler{0};  // buffers freed while one was
+thread_local bool t_in_handler = false;
 constexpr uint32_t kLegacyIndex = 0;  // interrupt index 0 is INTx; MSI-X vector v is index v + 1
 
 struct CardIrq {
@@ -97,11 +100,27 @@ Card::Card(const CardOptions& o) {
       if (it != t->sources.end()) src = it->second;
     }
     if (!src) return;
+    // Apple's contract: the handler runs on the source's queue; disabling does not wait for a
+    // handler already running (its completion runs after). So the enable flag is read, and the
+    // action taken, under the source's lock, and the action runs without it.
     auto* ii = static_cast<IrqImpl*>(src->impl_);
-    std::lock_guard<std::mutex> g(ii->mu);
-    if (!ii->enabled || !ii->action) return;
-    std::lock_guard<std::recursive_mutex> q(queue_lock(ii->queue));
-    ii->action->call_(ii->action->target_, ii->action, 1, now_ns());
+    OSAction* act = nullptr;
+    IODispatchQueue* queue = nullptr;
+    {
+      std::lock_guard<std::mutex> g(ii->mu);
+      if (!ii->enabled || !ii->action) return;
+      act = ii->action, queue = ii->queue;
+      act->retain(), queue->retain();
+    }
+    {
+      std::lock_guard<std::recursive_mutex> q(queue_lock(queue));
+      g_handlers_running++;
+      t_in_handler = true;
+      act->call_(act->target_, act, 1, now_ns());
+      t_in_handler = false;
+      g_handlers_running--;
+    }
+    act->release(), queue->release();
   };
   dev_->start_worker();
 }
@@ -116,6 +135,28 @@ Card::~Card() {
 }
 
 size_t Card::dma_mappings() const { return host_.mapped_bytes(); }
+
+void Card::block_handler_store(uint64_t bar_offset) {
+  std::lock_guard<std::mutex> l(hook_mu_);
+  hook_off_ = bar_offset, hook_armed_ = true, hook_blocked_ = false;
+}
+bool Card::wait_handler_blocked(int ms) {
+  std::unique_lock<std::mutex> l(hook_mu_);
+  return hook_cv_.wait_for(l, std::chrono::milliseconds(ms), [&] { return hook_blocked_; });
+}
+void Card::release_handler() {
+  std::lock_guard<std::mutex> l(hook_mu_);
+  hook_armed_ = false;
+  hook_cv_.notify_all();
+}
+void Card::handler_store_hook(uint64_t off) {
+  std::unique_lock<std::mutex> l(hook_mu_);
+  if (!hook_armed_ || off != hook_off_) return;
+  hook_blocked_ = true;
+  hook_cv_.notify_all();
+  hook_cv_.wait(l, [&] { return !hook_armed_; });
+}
+long freed_while_a_handler_runs() { return g_freed_in_handler.load(); }
 
 static Card* card_of(IOService* s) { return service_impl(s)->card; }
 
@@ -163,6 +204,7 @@ void IOPCIDevice::MemoryRead32(uint8_t idx, uint64_t off, uint32_t* v) {
   *v = c && idx == 0 && service_impl(this)->open ? c->device().read32(off) : 0xffffffffu;
 }
 void IOPCIDevice::MemoryWrite32(uint8_t idx, uint64_t off, uint32_t v) {
+  if (Card* c = card_of(this); c && t_in_handler) c->handler_store_hook(off);
   if (Card* c = card_of(this); c && idx == 0 && service_impl(this)->open) c->device().write32(off, v);
 }
 void IOPCIDevice::MemoryWrite64(uint8_t idx, uint64_t off, uint64_t v) {
@@ -254,6 +296,7 @@ kern_return_t IOBufferMemoryDescriptor::GetAddressRange(IOAddressSegment* r) {
   return kIOReturnSuccess;
 }
 void IOBufferMemoryDescriptor::free() {
+  if (g_handlers_running.load()) g_freed_in_handler++;
   ::free(fake_base_);
   fake_base_ = nullptr;
   IOMemoryDescriptor::free();
@@ -376,11 +419,23 @@ kern_return_t IOInterruptDispatchSource::SetHandler(OSAction* action) {
   return kIOReturnSuccess;
 }
 
-// Disabling returns once no handler runs (the SDK's completion runs after that point).
-kern_return_t IOInterruptDispatchSource::SetEnableWithCompletion(bool enable, IODispatchSourceCancelHandler) {
+// Apple: the completion runs after pending handlers complete, so disabling itself returns at once,
+// possibly while a handler still runs on the source's queue. The completion then runs on that
+// queue, after the handler.
+kern_return_t IOInterruptDispatchSource::SetEnableWithCompletion(bool enable, IODispatchSourceCancelHandler done) {
   auto* ii = static_cast<IrqImpl*>(impl_);
-  std::lock_guard<std::mutex> g(ii->mu);
-  ii->enabled = enable;
+  IODispatchQueue* queue = nullptr;
+  {
+    std::lock_guard<std::mutex> g(ii->mu);
+    ii->enabled = enable;
+    queue = ii->queue;
+  }
+  if (done) {
+    std::thread([queue, done] {
+      std::lock_guard<std::recursive_mutex> q(queue_lock(queue));
+      done();
+    }).detach();
+  }
   return kIOReturnSuccess;
 }
 
