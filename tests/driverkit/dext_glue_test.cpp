@@ -746,6 +746,40 @@ TEST_P(UarIsolation, AClientCannotRingAnotherClientsOrTheEqsDoorbells) {
 
 INSTANTIATE_TEST_SUITE_P(MaxLogUarPageSize, UarIsolation, ::testing::Values(0, 2));
 
+// The host page is the system's (IOVMPageSize), not Apple silicon's 16 KiB: on an Intel Mac (4 KiB)
+// a client's UAR is one 4 KiB page, one UAR index, and the core's DMA buffers are 4 KiB multiples.
+// At 842afb3 the size was hard-coded: the client got 16 KiB of BAR0 and, with 4 KiB UAR pages, its
+// neighbours' doorbells.
+TEST_F(DextGlue, HostPageSizeComesFromTheSystem) {
+  struct PageSize {
+    uint64_t was = IOVMPageSize;
+    PageSize() { IOVMPageSize = 4096; }
+    ~PageSize() { IOVMPageSize = was; }
+  } intel;
+  Driver d;
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  Conn c;
+  Side a{c};
+  a.make();
+  ASSERT_FALSE(HasFatalFailure());
+  mach_vm_address_t addr = 0;
+  mach_vm_size_t size = 0;
+  ASSERT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::uar, a.uar.handle), mach_task_self(), &addr,
+                                 &size, kIOMapAnywhere),
+            kIOReturnSuccess);
+  EXPECT_EQ(size, 4096u);
+  long long off = dkfake::device_offset_of(c.port, addr);
+  {
+    mlx5::emu::Hca& hca = d.card.device().hca();
+    std::lock_guard<std::mutex> l(hca.mu_);
+    EXPECT_EQ(hca.uar_page_bytes(), 4096u);  // the core asked for 4 KiB UAR pages
+  }
+  // The next 4 KiB of BAR0 is not the client's to store to.
+  uint8_t bytes[8] = {};
+  EXPECT_FALSE(dkfake::mmio_store64(c.port, reinterpret_cast<uint8_t*>(addr) + 4096 + 0x20, bytes)) << off;
+  EXPECT_TRUE(dkfake::mmio_store64(c.port, reinterpret_cast<uint8_t*>(addr) + 0x20, bytes));
+}
+
 // Bad input at the boundary, through the glue: random selectors (known and not), random lengths and
 // bytes, handles taken from earlier answers, random mapping types. Every answer must be one of the
 // server's statuses (or the glue's own refusal of an oversized structure), nothing may crash, and

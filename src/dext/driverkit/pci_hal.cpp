@@ -11,6 +11,9 @@ namespace core = mlx5::core;
 
 PciHal::PciHal(IOPCIDevice* pci, uint8_t bar, uint64_t bar_size, void (*kick)(void*), void* ctx)
     : pci_(pci), bar_(bar), bar_size_(bar_size), kick_(kick), ctx_(ctx) {
+  // The system's page (16 KiB on Apple silicon, 4 KiB on Intel Macs); DriverKit's IOLib.h has it.
+  if (IOVMPageSize >= 4096 && IOVMPageSize <= (1u << 20) && !(IOVMPageSize & (IOVMPageSize - 1)))
+    page_ = uint32_t(IOVMPageSize);
   mach_timebase_info_data_t tb{};
   if (mach_timebase_info(&tb) == 0 && tb.numer && tb.denom) numer_ = tb.numer, denom_ = tb.denom;
 }

@@ -98,7 +98,7 @@ class PciHal final : public mlx5::core::Hal {
   uint64_t bar_size_;
   void (*kick_)(void*);
   void* ctx_;
-  uint32_t page_ = 16384;  // Apple silicon's page; the DMA sizes the core asks for are multiples
+  uint32_t page_ = 16384;  // IOVMPageSize (the constructor); the DMA sizes the core asks for are multiples
   uint32_t numer_ = 1, denom_ = 1;  // mach timebase
   IOInterruptDispatchSource* sources_[kMaxVectors] = {};
   mlx5::core::VectorHandler* handlers_[kMaxVectors] = {};

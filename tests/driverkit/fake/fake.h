@@ -28,9 +28,9 @@ struct CardOptions {
   uint16_t device_id = mlx5::emu::kPciDeviceConnectX4Lx;  // config space's device ID
 };
 
-// The page size of the tasks that map memory (Apple silicon's 16 KiB): a device-memory mapping
-// covers whole pages of it.
-inline uint64_t task_page_size() { return 16384; }
+// The page size of the tasks that map memory (the system's, IOVMPageSize: 16 KiB on Apple silicon,
+// 4 KiB on Intel): a device-memory mapping covers whole pages of it.
+inline uint64_t task_page_size() { return IOVMPageSize; }
 
 // One PCI function: the emulator (worker thread, steady clock) and its IOMMU, as an IOPCIDevice.
 class Card {
