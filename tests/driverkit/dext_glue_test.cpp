@@ -333,6 +333,51 @@ TEST_F(DextGlue, MappingsComeFromCopyClientMemoryForType) {
   EXPECT_EQ(st, Status::bad_handle);
 }
 
+// Apple: "For a given IOUserClient instance, calling CopyClientMemoryForType() with a given type,
+// should return the same IOMemoryDescriptor instance." The caller consumes one reference each time.
+// A destroyed object's descriptors are let go at once (its queue memory with them), the rest when
+// the client goes. At 842afb3 each call made a new sub-descriptor.
+TEST_F(DextGlue, CopyClientMemoryForTypeGivesOneInstancePerType) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    std::vector<uint8_t> buf(16384);
+    Objects o;
+    make_objects(c, &o, buf.data(), buf.size());
+    IOUserClient* uc = c.client();
+    auto copy = [&](uapi::MapKind k, uint32_t h) {
+      uint64_t opts = 1;
+      IOMemoryDescriptor* m = nullptr;
+      EXPECT_EQ(uc->CopyClientMemoryForType(uapi::map_type(k, h), &opts, &m), kIOReturnSuccess);
+      EXPECT_EQ(opts, 0u);
+      return m;
+    };
+    // How many objects a destroy of a QP and its CQ frees, on a pair nobody mapped.
+    uapi::CreateCqResp cq2{};
+    ASSERT_EQ(c.call(Selector::create_cq, uapi::CreateCqReq{63, 0, o.uar, 0}, &cq2), Status::ok);
+    uapi::EmptyResp e;
+    long with_cq2 = dkfake::live_objects();
+    ASSERT_EQ(c.call(Selector::destroy_cq, uapi::HandleReq{cq2.handle, 0}, &e), Status::ok);
+    long cq_objects = with_cq2 - dkfake::live_objects();
+    // The same instance for the same type, another for another type.
+    IOMemoryDescriptor* m1 = copy(uapi::MapKind::cqe, o.cq);
+    IOMemoryDescriptor* m2 = copy(uapi::MapKind::cqe, o.cq);
+    IOMemoryDescriptor* m3 = copy(uapi::MapKind::db_record, o.cq);
+    ASSERT_TRUE(m1 && m2 && m3);
+    EXPECT_EQ(m1, m2);
+    EXPECT_NE(m1, m3);
+    m1->release(), m2->release(), m3->release();  // the references the caller consumes
+    ASSERT_EQ(c.call(Selector::destroy_qp, uapi::HandleReq{o.qp, 0}, &e), Status::ok);
+    long mapped = dkfake::live_objects();
+    ASSERT_EQ(c.call(Selector::destroy_cq, uapi::HandleReq{o.cq, 0}, &e), Status::ok);
+    EXPECT_EQ(mapped - dkfake::live_objects(), cq_objects + 2) << "the CQ's two descriptors outlived it";
+  }
+  expect_same(before, Ledger{});
+}
+
 TEST_F(DextGlue, ClientDeathReleasesEverythingItHeld) {
   Ledger before;
   {
