@@ -268,6 +268,28 @@ void make_objects(Conn& c, Objects* o, void* buf, size_t len) {
   o->mr = mrr.handle;
 }
 
+// Apple's PrepareForDMA may describe one IOVA range as several segments. Segments that follow
+// each other are one range: the driver comes up and moves data over such mappings. At 842afb3 any
+// second segment was refused, so bring-up failed at the first buffer larger than a segment.
+TEST_F(DextGlue, DmaMappingsInSeveralContiguousSegmentsAreOneRange) {
+  Ledger before;
+  {
+    dkfake::CardOptions o;
+    o.dma_segment_bytes = 4096;
+    Driver d(o);
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    EXPECT_EQ(dkfake::string_property(d.service, "MelonState"), "ready");
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    std::vector<uint8_t> buf(65536);
+    Objects ob;
+    make_objects(c, &ob, buf.data(), buf.size());  // a 64 KiB MR and queue buffers of several pages
+    EXPECT_EQ(d.stop(), kIOReturnSuccess);
+    c.port = IO_OBJECT_NULL;
+  }
+  expect_same(before, Ledger{});
+}
+
 TEST_F(DextGlue, UserClientPublishesItsQpAndMrCounts) {
   Driver d;
   ASSERT_EQ(d.start_result, kIOReturnSuccess);

@@ -162,9 +162,12 @@ static int prepare(IOPCIDevice* pci, IOMemoryDescriptor* md, uint64_t len, DmaRe
     OSSafeReleaseNULL(r->cmd);
     return core::kHalFault;
   }
-  // The core and the queue platform want one IOVA-contiguous range (docs/macos.md: unverified how
-  // often the DART hands out more than one segment for a buffer).
-  if (n != 1 || segs[0].length < len) {
+  // The core and the queue platform want one IOVA-contiguous range. PrepareForDMA may describe it
+  // as several segments; those that follow each other are one range (docs/macos.md: unverified how
+  // often the DART hands out a range that does not).
+  uint64_t contiguous = n ? segs[0].length : 0;
+  for (uint32_t i = 1; i < n && segs[i].address == segs[0].address + contiguous; i++) contiguous += segs[i].length;
+  if (!n || contiguous < len) {
     r->cmd->CompleteDMA(kIODMACommandCompleteDMANoOptions);
     OSSafeReleaseNULL(r->cmd);
     return core::kHalFault;

@@ -83,6 +83,7 @@ Card::Card(const CardOptions& o) {
   cfg.msix_vectors = o.msix_vectors;
   cfg.max_log_uar_page_sz = o.max_log_uar_page_sz;
   cfg.pci_device_id = o.device_id;
+  dma_segment_bytes_ = o.dma_segment_bytes;
   cfg.mac[5] = o.mac_last;
   cfg.node_guid = (cfg.node_guid & ~0xffull) | o.mac_last;
   dev_ = std::make_unique<emu::Device>(ports, cfg);
@@ -326,8 +327,18 @@ kern_return_t IODMACommand::PrepareForDMA(uint64_t, IOMemoryDescriptor* md, uint
   uint64_t iova = d->card->host().map(md->fake_base_ + offset, length, 16384);
   if (!iova) return kIOReturnNoResources;
   d->iova = iova;
-  segments[0] = IOAddressSegment{iova, length};
-  *count = 1;
+  // Apple's PrepareForDMA may describe one mapping as several segments (up to *count): with
+  // dma_segment_bytes set the fake reports the IOVA range in pieces of that size.
+  uint64_t piece = d->card->dma_segment_bytes_ ? d->card->dma_segment_bytes_ : length;
+  uint32_t n = 0;
+  for (uint64_t at = 0; at < length && n < *count; at += piece, n++)
+    segments[n] = IOAddressSegment{iova + at, length - at < piece ? length - at : piece};
+  if (uint64_t(n) * piece < length) {  // more pieces than the caller has room for
+    d->card->host().unmap(iova);
+    d->iova = 0;
+    return kIOReturnNoSpace;
+  }
+  *count = n;
   *flags = 0;
   return kIOReturnSuccess;
 }
