@@ -57,6 +57,23 @@ check(uc.get("IOClass") == "IOUserUserClient", "user client IOClass is not IOUse
 check("com.apple.developer.driverkit.userclient-access" in uc.get("IOServiceDEXTEntitlements", []),
       "user client does not require userclient-access")
 
+# The declared DriverKit version covers the newest call the glue makes (Apple's availability:
+# IOPCIDevice::ConfigureInterrupts came with macOS 12.3, DriverKit 21.4). Both libraries alike.
+MIN_DRIVERKIT = {"ConfigureInterrupts": (21, 4)}
+libs = dext.get("OSBundleLibraries", {})
+declared = libs.get("com.apple.DriverKit", "0")
+check(libs.get("com.apple.driverkit-family.ApplePCIDriverKit") == declared,
+      "ApplePCIDriverKit's version differs from DriverKit's")
+have = tuple(int(x) for x in declared.split("."))
+glue = ""
+for name in sorted(os.listdir(os.path.join(top, "src/dext/driverkit"))):
+    if name.endswith(".cpp"):
+        with open(os.path.join(top, "src/dext/driverkit", name)) as f:
+            glue += f.read()
+for call, need in MIN_DRIVERKIT.items():
+    if re.search(r"\b" + call + r"\(", glue):
+        check(have >= need, f"the glue calls {call} (DriverKit {need[0]}.{need[1]}) but Info.plist declares {declared}")
+
 ent = load("src/dext/driverkit/MlxRDMA.entitlements")
 check(ent.get("com.apple.developer.driverkit") is True, "dext lacks com.apple.developer.driverkit")
 pci = ent.get("com.apple.developer.driverkit.transport.pci", [])
