@@ -3,6 +3,7 @@
 // entitlement check, ExternalMethod's refusals, the registry counts, mappings, client death and
 // Stop leaving nothing behind.
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -286,6 +287,38 @@ TEST_F(DextGlue, DmaMappingsInSeveralContiguousSegmentsAreOneRange) {
     make_objects(c, &ob, buf.data(), buf.size());  // a 64 KiB MR and queue buffers of several pages
     EXPECT_EQ(d.stop(), kIOReturnSuccess);
     c.port = IO_OBJECT_NULL;
+  }
+  expect_same(before, Ledger{});
+}
+
+// The kernel makes a descriptor only of memory the client task maps, writable where the device
+// writes (the fake asks /proc/self/maps). An MR the device may write over read-only pages, or over
+// pages not mapped at all, is refused cleanly; a read-only MR over read-only pages is taken.
+TEST_F(DextGlue, MrOverMemoryTheClientCannotLendIsRefused) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    uapi::HandleResp pd{};
+    ASSERT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::ok);
+    const size_t len = 65536;
+    void* ro = mmap(nullptr, 2 * len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(ro, MAP_FAILED);
+    uint64_t gone = uint64_t(uintptr_t(ro)) + len;
+    ASSERT_EQ(munmap(reinterpret_cast<void*>(uintptr_t(gone)), len), 0);
+    uint64_t live = parts(d.service)->queues->live();
+    uapi::RegMrResp mr{};
+    EXPECT_EQ(c.call(Selector::reg_mr, uapi::RegMrReq{pd.handle, uapi::kAccessLocalWrite, uint64_t(uintptr_t(ro)), len}, &mr),
+              Status::invalid);
+    EXPECT_EQ(c.call(Selector::reg_mr, uapi::RegMrReq{pd.handle, uapi::kAccessRemoteRead, gone, len}, &mr), Status::invalid);
+    EXPECT_EQ(parts(d.service)->queues->live(), live) << "a refused pin left something behind";
+    ASSERT_EQ(c.call(Selector::reg_mr, uapi::RegMrReq{pd.handle, uapi::kAccessRemoteRead, uint64_t(uintptr_t(ro)), len}, &mr),
+              Status::ok);
+    uapi::EmptyResp e;
+    EXPECT_EQ(c.call(Selector::dereg_mr, uapi::HandleReq{mr.handle, 0}, &e), Status::ok);
+    munmap(ro, len);
   }
   expect_same(before, Ledger{});
 }

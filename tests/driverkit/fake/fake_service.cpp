@@ -332,9 +332,31 @@ kern_return_t IOUserClient::CopyClientEntitlements(OSDictionary** entitlements) 
   return kIOReturnSuccess;
 }
 // The client task is this process: its range is used in place.
-kern_return_t IOUserClient::CreateMemoryDescriptorFromClient(uint64_t, uint32_t count, const IOAddressSegment segs[32],
-                                                             IOMemoryDescriptor** memory) {
+// Whether the calling task (this process) maps [addr, addr + len) readable, and writable when
+// `write` (/proc/self/maps, mapping after mapping with no gap).
+static bool task_maps(uint64_t addr, uint64_t len, bool write) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  if (!f) return false;
+  uint64_t at = addr, end = addr + len;
+  char line[512];
+  while (at < end && fgets(line, sizeof line, f)) {
+    unsigned long long lo, hi;
+    char perms[8] = {};
+    if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) != 3 || hi <= at) continue;
+    if (lo > at || perms[0] != 'r' || (write && perms[1] != 'w')) break;
+    at = hi;
+  }
+  fclose(f);
+  return at >= end;
+}
+
+// As the kernel does: only memory the client task maps, and writable where the device will write
+// (kIOMemoryDirectionIn); otherwise kIOReturnBadArgument and no descriptor.
+kern_return_t IOUserClient::CreateMemoryDescriptorFromClient(uint64_t options, uint32_t count,
+                                                             const IOAddressSegment segs[32], IOMemoryDescriptor** memory) {
   if (count != 1 || !segs[0].address || !segs[0].length) return kIOReturnBadArgument;
+  if (segs[0].address + segs[0].length < segs[0].address) return kIOReturnBadArgument;
+  if (!task_maps(segs[0].address, segs[0].length, (options & kIOMemoryDirectionIn) != 0)) return kIOReturnBadArgument;
   auto* md = new IOMemoryDescriptor;
   md->fake_base_ = reinterpret_cast<uint8_t*>(uintptr_t(segs[0].address));
   md->fake_length_ = segs[0].length;
