@@ -164,6 +164,26 @@ TEST_F(DextGlue, BringUpFailureIsFatalAndReleasesEverything) {
   expect_same(before, Ledger{});
 }
 
+// A buffer whose DMA segments do not follow each other cannot be one queue or mailbox: the HAL
+// refuses it, bring-up fails at the first such buffer with its stage named, and everything is
+// released (no IOVA mapping, no descriptor, no command left).
+TEST_F(DextGlue, DmaMappingsWithGapsAreRefusedAndBringUpFailsCleanly) {
+  Ledger before;
+  {
+    dkfake::CardOptions o;
+    o.dma_segment_bytes = 4096;
+    o.dma_segment_gaps = true;
+    Driver d(o);
+    EXPECT_EQ(d.start_result, kIOReturnNotReady);
+    EXPECT_EQ(dkfake::string_property(d.service, "MelonState"), "fatal");
+    bool said = false;
+    for (auto& l : dkfake::log_lines()) said |= l.rfind("MlxPCIDriver: bring-up failed at ", 0) == 0;
+    EXPECT_TRUE(said) << "no bring-up failure line";
+    EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
 TEST_F(DextGlue, OpenWithoutTheEntitlementIsRefused) {
   Driver d;
   ASSERT_EQ(d.start_result, kIOReturnSuccess);

@@ -27,6 +27,7 @@ struct CardOptions {
   uint8_t max_log_uar_page_sz = 0;  // the card's largest UAR page (emu::DeviceConfig)
   uint16_t device_id = mlx5::emu::kPciDeviceConnectX4Lx;  // config space's device ID
   uint64_t dma_segment_bytes = 0;  // PrepareForDMA reports its IOVA range in pieces this size (0: one)
+  bool dma_segment_gaps = false;  // ... and the pieces do not follow each other
 };
 
 // The page size of the tasks that map memory (the system's, IOVMPageSize: 16 KiB on Apple silicon,
@@ -48,6 +49,7 @@ class Card {
   size_t dma_mappings() const;
   bool no_msix_ = false;  // from CardOptions::configure_msix
   uint64_t dma_segment_bytes_ = 0;  // from CardOptions::dma_segment_bytes
+  bool dma_segment_gaps_ = false;
   // Function-level resets the driver started through configuration space (PCIe Device Control).
   std::atomic<int> flrs_{0};
 

@@ -84,6 +84,7 @@ Card::Card(const CardOptions& o) {
   cfg.max_log_uar_page_sz = o.max_log_uar_page_sz;
   cfg.pci_device_id = o.device_id;
   dma_segment_bytes_ = o.dma_segment_bytes;
+  dma_segment_gaps_ = o.dma_segment_gaps;
   cfg.mac[5] = o.mac_last;
   cfg.node_guid = (cfg.node_guid & ~0xffull) | o.mac_last;
   dev_ = std::make_unique<emu::Device>(ports, cfg);
@@ -331,8 +332,11 @@ kern_return_t IODMACommand::PrepareForDMA(uint64_t, IOMemoryDescriptor* md, uint
   // dma_segment_bytes set the fake reports the IOVA range in pieces of that size.
   uint64_t piece = d->card->dma_segment_bytes_ ? d->card->dma_segment_bytes_ : length;
   uint32_t n = 0;
+  // dma_segment_gaps: the pieces are reported apart, as an IOMMU that could not map the range in
+  // one run would (the addresses past the first piece then lead nowhere: the driver must refuse).
+  uint64_t gap = d->card->dma_segment_gaps_ ? 0x100000 : 0;
   for (uint64_t at = 0; at < length && n < *count; at += piece, n++)
-    segments[n] = IOAddressSegment{iova + at, length - at < piece ? length - at : piece};
+    segments[n] = IOAddressSegment{iova + at + n * gap, length - at < piece ? length - at : piece};
   if (uint64_t(n) * piece < length) {  // more pieces than the caller has room for
     d->card->host().unmap(iova);
     d->iova = 0;
