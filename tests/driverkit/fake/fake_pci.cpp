@@ -100,6 +100,7 @@ Card::Card(const CardOptions& o) {
       std::lock_guard<std::mutex> l(t->mu);
       auto it = t->sources.find(v);
       if (it != t->sources.end()) src = it->second;
+      if (src) src->retain();  // a Stop may cancel and release the source meanwhile
     }
     if (!src) return;
     // Apple's contract: the handler runs on the source's queue; disabling does not wait for a
@@ -110,10 +111,13 @@ Card::Card(const CardOptions& o) {
     IODispatchQueue* queue = nullptr;
     {
       std::lock_guard<std::mutex> g(ii->mu);
-      if (!ii->enabled || !ii->action) return;
-      act = ii->action, queue = ii->queue;
-      act->retain(), queue->retain();
+      if (ii->enabled && ii->action) {
+        act = ii->action, queue = ii->queue;
+        act->retain(), queue->retain();
+      }
     }
+    src->release();
+    if (!act) return;
     {
       std::lock_guard<std::recursive_mutex> q(queue_lock(queue));
       g_handlers_running++;
