@@ -353,7 +353,8 @@ static bool task_maps(uint64_t addr, uint64_t len, bool write) {
 // As the kernel does: only memory the client task maps, and writable where the device will write
 // (kIOMemoryDirectionIn); otherwise kIOReturnBadArgument and no descriptor.
 kern_return_t IOUserClient::CreateMemoryDescriptorFromClient(uint64_t options, uint32_t count,
-                                                             const IOAddressSegment segs[32], IOMemoryDescriptor** memory) {
+                                                             const IOAddressSegment segs[32],
+                                                             IOMemoryDescriptor** memory) {
   if (count != 1 || !segs[0].address || !segs[0].length) return kIOReturnBadArgument;
   if (segs[0].address + segs[0].length < segs[0].address) return kIOReturnBadArgument;
   if (!task_maps(segs[0].address, segs[0].length, (options & kIOMemoryDirectionIn) != 0)) return kIOReturnBadArgument;
