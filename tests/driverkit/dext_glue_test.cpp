@@ -3,17 +3,20 @@
 // entitlement check, ExternalMethod's refusals, the registry counts, mappings, client death and
 // Stop leaving nothing behind.
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "dext/driverkit/dext_device.h"
 #include "dext/driverkit/driver_parts.h"
 #include "dext/driverkit/queue_memory.h"
 #include "dk_rig.h"
+#include "mlx5/emu/hca.h"
 #include "mlx5/emu/wire.h"
 #include "mlx5/prm/prm.h"
 
@@ -48,7 +51,7 @@ TEST_F(DextGlue, StartBringsTheEmulatedCardToReadyAndStopLeavesNothing) {
     Driver d;
     ASSERT_EQ(d.start_result, kIOReturnSuccess);
     EXPECT_EQ(dkfake::string_property(d.service, "MelonState"), "ready");
-    EXPECT_TRUE(has_line("MlxPCIDriver: function 15b3:1015"));
+    EXPECT_TRUE(has_line("MlxPCIDriver: function 15b3:1015 (ConnectX-4 Lx)"));
     EXPECT_TRUE(has_line("MlxPCIDriver: MelonState starting"));
     EXPECT_TRUE(has_line("MlxPCIDriver: MelonState ready"));
     ASSERT_NE(parts(d.service), nullptr);
@@ -61,6 +64,22 @@ TEST_F(DextGlue, StartBringsTheEmulatedCardToReadyAndStopLeavesNothing) {
     EXPECT_EQ(d.card.device().stats().fw_pages_held, 0u);
   }
   expect_same(before, Ledger{});
+}
+
+// SetProperties is an IPC and can fail. The failure is logged and MelonState published again by
+// the service timer, so the operator scripts see the real state. At 842afb3 the result was ignored
+// and the registry said "starting" for good.
+TEST_F(DextGlue, FailedSetPropertiesIsLoggedAndMelonStatePublishedAgain) {
+  dkfake::fail_set_properties(2);  // MelonState starting, then ready
+  Driver d;
+  dkfake::fail_set_properties(0);
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  EXPECT_TRUE(has_line("MlxPCIDriver: SetProperties(MelonState starting) failed: 0xe00002bd"));
+  EXPECT_TRUE(has_line("MlxPCIDriver: SetProperties(MelonState ready) failed: 0xe00002bd"));
+  std::string state;
+  for (int i = 0; i < 60 && (state = dkfake::string_property(d.service, "MelonState")) != "ready"; i++)
+    usleep(50 * 1000);  // the service timer runs every 500 ms
+  EXPECT_EQ(state, "ready");
 }
 
 TEST_F(DextGlue, WithoutMsixTheCorePollsAndStillComesUp) {
@@ -99,6 +118,28 @@ TEST_F(DextGlue, OrphanedCardLogsTheExactLineAndStartFailsCleanly) {
   expect_same(before, Ledger{});
 }
 
+// pci_devices.h is what Start drives: any other function is refused before the driver touches it
+// (no command, no FLR, memory space and bus master as they were), with a log line, and closed again
+// so the next driver that matches can have it. At 842afb3 Start drove a ConnectX-5 like a 4 Lx.
+TEST_F(DextGlue, StartRefusesADeviceTheCoreDoesNotDrive) {
+  Ledger before;
+  {
+    dkfake::CardOptions o;
+    o.device_id = 0x1017;  // ConnectX-5
+    Driver d(o);
+    EXPECT_EQ(d.start_result, kIOReturnUnsupported);
+    EXPECT_TRUE(has_line("MlxPCIDriver: 15b3:1017 is not a device this driver supports; leaving it"));
+    EXPECT_EQ(d.card.device().stats().commands, 0u);
+    EXPECT_EQ(d.card.flrs_.load(), 0);
+    EXPECT_EQ(d.card.device().config_read(mlx5::emu::kPciCommand, 2) &
+                  (mlx5::emu::kPciCommandMemory | mlx5::emu::kPciCommandBusMaster),
+              mlx5::emu::kPciCommandMemory);  // as the host enumerated it: bus master never set
+    ASSERT_EQ(d.card.pci()->Open(d.service, 0), kIOReturnSuccess) << "Start left the function open";
+    d.card.pci()->Close(d.service, 0);
+  }
+  expect_same(before, Ledger{});
+}
+
 TEST_F(DextGlue, BringUpFailureIsFatalAndReleasesEverything) {
   Ledger before;
   {
@@ -119,6 +160,26 @@ TEST_F(DextGlue, BringUpFailureIsFatalAndReleasesEverything) {
     EXPECT_TRUE(said) << "no bring-up failure line naming the stage and syndrome";
     drv->release();
     EXPECT_EQ(card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+// A buffer whose DMA segments do not follow each other cannot be one queue or mailbox: the HAL
+// refuses it, bring-up fails at the first such buffer with its stage named, and everything is
+// released (no IOVA mapping, no descriptor, no command left).
+TEST_F(DextGlue, DmaMappingsWithGapsAreRefusedAndBringUpFailsCleanly) {
+  Ledger before;
+  {
+    dkfake::CardOptions o;
+    o.dma_segment_bytes = 4096;
+    o.dma_segment_gaps = true;
+    Driver d(o);
+    EXPECT_EQ(d.start_result, kIOReturnNotReady);
+    EXPECT_EQ(dkfake::string_property(d.service, "MelonState"), "fatal");
+    bool said = false;
+    for (auto& l : dkfake::log_lines()) said |= l.rfind("MlxPCIDriver: bring-up failed at ", 0) == 0;
+    EXPECT_TRUE(said) << "no bring-up failure line";
+    EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
   }
   expect_same(before, Ledger{});
 }
@@ -228,6 +289,63 @@ void make_objects(Conn& c, Objects* o, void* buf, size_t len) {
   o->mr = mrr.handle;
 }
 
+// Apple's PrepareForDMA may describe one IOVA range as several segments. Segments that follow
+// each other are one range: the driver comes up and moves data over such mappings. At 842afb3 any
+// second segment was refused, so bring-up failed at the first buffer larger than a segment.
+TEST_F(DextGlue, DmaMappingsInSeveralContiguousSegmentsAreOneRange) {
+  Ledger before;
+  {
+    dkfake::CardOptions o;
+    o.dma_segment_bytes = 4096;
+    Driver d(o);
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    EXPECT_EQ(dkfake::string_property(d.service, "MelonState"), "ready");
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    std::vector<uint8_t> buf(65536);
+    Objects ob;
+    make_objects(c, &ob, buf.data(), buf.size());  // a 64 KiB MR and queue buffers of several pages
+    EXPECT_EQ(d.stop(), kIOReturnSuccess);
+    c.port = IO_OBJECT_NULL;
+  }
+  expect_same(before, Ledger{});
+}
+
+// The kernel makes a descriptor only of memory the client task maps, writable where the device
+// writes (the fake asks /proc/self/maps). An MR the device may write over read-only pages, or over
+// pages not mapped at all, is refused cleanly; a read-only MR over read-only pages is taken.
+TEST_F(DextGlue, MrOverMemoryTheClientCannotLendIsRefused) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    uapi::HandleResp pd{};
+    ASSERT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::ok);
+    const size_t len = 65536;
+    void* ro = mmap(nullptr, 2 * len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(ro, MAP_FAILED);
+    uint64_t gone = uint64_t(uintptr_t(ro)) + len;
+    ASSERT_EQ(munmap(reinterpret_cast<void*>(uintptr_t(gone)), len), 0);
+    uint64_t live = parts(d.service)->queues->live();
+    uapi::RegMrResp mr{};
+    EXPECT_EQ(
+        c.call(Selector::reg_mr, uapi::RegMrReq{pd.handle, uapi::kAccessLocalWrite, uint64_t(uintptr_t(ro)), len}, &mr),
+        Status::invalid);
+    EXPECT_EQ(c.call(Selector::reg_mr, uapi::RegMrReq{pd.handle, uapi::kAccessRemoteRead, gone, len}, &mr),
+              Status::invalid);
+    EXPECT_EQ(parts(d.service)->queues->live(), live) << "a refused pin left something behind";
+    ASSERT_EQ(
+        c.call(Selector::reg_mr, uapi::RegMrReq{pd.handle, uapi::kAccessRemoteRead, uint64_t(uintptr_t(ro)), len}, &mr),
+        Status::ok);
+    uapi::EmptyResp e;
+    EXPECT_EQ(c.call(Selector::dereg_mr, uapi::HandleReq{mr.handle, 0}, &e), Status::ok);
+    munmap(ro, len);
+  }
+  expect_same(before, Ledger{});
+}
+
 TEST_F(DextGlue, UserClientPublishesItsQpAndMrCounts) {
   Driver d;
   ASSERT_EQ(d.start_result, kIOReturnSuccess);
@@ -274,14 +392,14 @@ TEST_F(DextGlue, MappingsComeFromCopyClientMemoryForType) {
         << int(kind);
     EXPECT_GT(size, 0u);
   }
-  // The UAR: a 4 KiB window of BAR0, past the initialization segment, page aligned.
+  // The UAR: one host page of BAR0, past the initialization segment, page aligned.
   ASSERT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::uar, o.uar), mach_task_self(), &addr, &size,
                                  kIOMapAnywhere),
             kIOReturnSuccess);
-  EXPECT_EQ(size, 4096u);
+  EXPECT_EQ(size, dkfake::task_page_size());
   long long off = dkfake::device_offset_of(c.port, addr);
   EXPECT_GE(off, (long long)mlx5::emu::kFirstUarIndex * 4096);
-  EXPECT_EQ(off % 4096, 0);
+  EXPECT_EQ(off % dkfake::task_page_size(), 0u);
   // Refusals: another object's kind, a forged token, a type above 32 bits of sense.
   kern_return_t kr =
       IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::sq, o.cq), mach_task_self(), &addr, &size, 0);
@@ -291,6 +409,51 @@ TEST_F(DextGlue, MappingsComeFromCopyClientMemoryForType) {
   kr = IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::cqe, 0x345), mach_task_self(), &addr, &size, 0);
   ASSERT_TRUE(uapi::iokit::status_of_return(kr, &st));
   EXPECT_EQ(st, Status::bad_handle);
+}
+
+// Apple: "For a given IOUserClient instance, calling CopyClientMemoryForType() with a given type,
+// should return the same IOMemoryDescriptor instance." The caller consumes one reference each time.
+// A destroyed object's descriptors are let go at once (its queue memory with them), the rest when
+// the client goes. At 842afb3 each call made a new sub-descriptor.
+TEST_F(DextGlue, CopyClientMemoryForTypeGivesOneInstancePerType) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    std::vector<uint8_t> buf(16384);
+    Objects o;
+    make_objects(c, &o, buf.data(), buf.size());
+    IOUserClient* uc = c.client();
+    auto copy = [&](uapi::MapKind k, uint32_t h) {
+      uint64_t opts = 1;
+      IOMemoryDescriptor* m = nullptr;
+      EXPECT_EQ(uc->CopyClientMemoryForType(uapi::map_type(k, h), &opts, &m), kIOReturnSuccess);
+      EXPECT_EQ(opts, 0u);
+      return m;
+    };
+    // How many objects a destroy of a QP and its CQ frees, on a pair nobody mapped.
+    uapi::CreateCqResp cq2{};
+    ASSERT_EQ(c.call(Selector::create_cq, uapi::CreateCqReq{63, 0, o.uar, 0}, &cq2), Status::ok);
+    uapi::EmptyResp e;
+    long with_cq2 = dkfake::live_objects();
+    ASSERT_EQ(c.call(Selector::destroy_cq, uapi::HandleReq{cq2.handle, 0}, &e), Status::ok);
+    long cq_objects = with_cq2 - dkfake::live_objects();
+    // The same instance for the same type, another for another type.
+    IOMemoryDescriptor* m1 = copy(uapi::MapKind::cqe, o.cq);
+    IOMemoryDescriptor* m2 = copy(uapi::MapKind::cqe, o.cq);
+    IOMemoryDescriptor* m3 = copy(uapi::MapKind::db_record, o.cq);
+    ASSERT_TRUE(m1 && m2 && m3);
+    EXPECT_EQ(m1, m2);
+    EXPECT_NE(m1, m3);
+    m1->release(), m2->release(), m3->release();  // the references the caller consumes
+    ASSERT_EQ(c.call(Selector::destroy_qp, uapi::HandleReq{o.qp, 0}, &e), Status::ok);
+    long mapped = dkfake::live_objects();
+    ASSERT_EQ(c.call(Selector::destroy_cq, uapi::HandleReq{o.cq, 0}, &e), Status::ok);
+    EXPECT_EQ(mapped - dkfake::live_objects(), cq_objects + 2) << "the CQ's two descriptors outlived it";
+  }
+  expect_same(before, Ledger{});
 }
 
 TEST_F(DextGlue, ClientDeathReleasesEverythingItHeld) {
@@ -332,6 +495,39 @@ TEST_F(DextGlue, ClientDeathReleasesEverythingItHeld) {
     for (uint32_t t = 0; t < uapi::kObjTypes; t++) EXPECT_EQ(u.server_live[t], 0u) << t;
     EXPECT_EQ(u.pinned_bytes, 0u);
     EXPECT_EQ(u.queue_bytes, 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+// Apple does not promise that a provider's Stop comes after its clients'. A client still open when
+// the driver stops finds a stopped device: its calls and mappings answer device_dead, its objects
+// are gone, and its own Stop later frees what was left. At 842afb3 the driver freed the device
+// under the client, whose next call used freed memory (ASan stops the debug build there).
+TEST_F(DextGlue, DriverStoppedBeforeItsClientsLeavesThemAStoppedDevice) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    std::vector<uint8_t> buf(16384);
+    Objects o;
+    make_objects(c, &o, buf.data(), buf.size());
+    EXPECT_EQ(dkfake::stop_provider_first(d.service), kIOReturnSuccess);
+    EXPECT_EQ(d.card.host().mapped_bytes(), 0u) << "the stopped device still maps memory for the client";
+    uapi::HandleResp pd{};
+    EXPECT_EQ(c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd), Status::device_dead);
+    mach_vm_address_t addr = 0;
+    mach_vm_size_t size = 0;
+    kern_return_t kr = IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::cqe, o.cq), mach_task_self(), &addr,
+                                            &size, kIOMapAnywhere);
+    Status st;
+    ASSERT_TRUE(uapi::iokit::status_of_return(kr, &st)) << std::hex << kr;
+    EXPECT_EQ(st, Status::device_dead);
+    IOServiceClose(c.port);
+    c.port = IO_OBJECT_NULL;
+    dkfake::release_stopped(d.service);
+    d.service = nullptr;
   }
   expect_same(before, Ledger{});
 }
@@ -396,6 +592,84 @@ TEST_F(DextGlue, FatalFirmwareShowsAsMelonStateFatalAndStopResetsTheFunction) {
     c.port = IO_OBJECT_NULL;  // stopped with the driver
     EXPECT_EQ(d.card.flrs_.load(), 1) << "teardown of a fatal device must reset it before freeing";
     EXPECT_EQ(d.card.host().mapped_bytes(), 0u);
+  }
+  expect_same(before, Ledger{});
+}
+
+// The FLR of a fatal Stop leaves a card the next Start brings up: a real FLR puts the BARs, the
+// command register and MSI-X back at their reset values (the emulated card models it), so the glue
+// waits for Transactions Pending to clear, saves them, resets, and restores them. At 842afb3 the
+// reset was a raw Device Control write: the second Start found BAR0 unassigned (MMIO all ones) and
+// failed, and Transactions Pending was never looked at.
+TEST_F(DextGlue, FlrAtStopLeavesACardTheNextStartBringsUp) {
+  Ledger before;
+  {
+    dkfake::Card card;
+    kern_return_t r = kIOReturnError;
+    IOService* s = dkfake::start_driver(card, &r);
+    ASSERT_EQ(r, kIOReturnSuccess);
+    card.device().inject_fatal(0x7);
+    for (int i = 0; i < 200 && dkfake::string_property(s, "MelonState") != "fatal"; i++) usleep(50 * 1000);
+    ASSERT_EQ(dkfake::string_property(s, "MelonState"), "fatal");
+    mlx5::emu::Faults f = card.device().faults();
+    f.transactions_pending_reads = 2;  // a DMA in flight when Stop comes
+    card.device().set_faults(f);
+    EXPECT_EQ(dkfake::stop_driver(s), kIOReturnSuccess);
+    EXPECT_EQ(card.flrs_.load(), 1);
+    EXPECT_EQ(card.device().faults().transactions_pending_reads, 0u) << "Transactions Pending never read";
+    // The function decodes its BAR again, with MSI-X enabled as it was.
+    EXPECT_NE(card.device().config_read(mlx5::emu::kPciCommand, 2) & mlx5::emu::kPciCommandMemory, 0u);
+    uint64_t bar0 = uint64_t(card.device().config_read(0x14, 4)) << 32 | (card.device().config_read(0x10, 4) & ~0xfu);
+    EXPECT_EQ(bar0, mlx5::emu::kBar0HostAddress);
+    EXPECT_NE(card.device().config_read(mlx5::emu::kPciMsixCap + 2, 2) & mlx5::emu::kPciMsixEnable, 0u);
+    uint64_t unclaimed = card.device().stats().mmio_unclaimed;
+    dkfake::clear_log();
+    s = dkfake::start_driver(card, &r);
+    EXPECT_EQ(r, kIOReturnSuccess);
+    EXPECT_EQ(dkfake::string_property(s, "MelonState"), "ready");
+    EXPECT_EQ(card.device().stats().mmio_unclaimed, unclaimed);
+    EXPECT_TRUE(has_line("MlxEQ: async EQ 1 + 1 completion EQs, MSI-X vectors"));
+    EXPECT_EQ(card.device().stats().irqs_held, 0u) << "interrupts held: MSI-X left masked";
+    if (r == kIOReturnSuccess) {
+      EXPECT_EQ(dkfake::stop_driver(s), kIOReturnSuccess);
+    } else {
+      s->release();
+    }
+  }
+  expect_same(before, Ledger{});
+}
+
+// Apple: InterruptOccurred runs on its own queue, and SetEnableWithCompletion(false) returns before
+// a handler already running there has finished (only the completion runs after it). The fake now
+// behaves so. A handler is held inside the core's EQ drain (at its EQ doorbell store) while a
+// fatal Stop tears the device down: no DMA buffer may be freed until the handler is out. At
+// 842afb3 vector_disable returned at once and the event queues were freed under the handler.
+TEST_F(DextGlue, InterruptDisableWaitsForTheHandlerInsideTheEqBeforeItIsFreed) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    mlx5::emu::Hca& hca = d.card.device().hca();
+    uint64_t arm = 0;
+    {
+      std::lock_guard<std::mutex> l(hca.mu_);
+      for (auto& [eqn, eq] : hca.eqs_)
+        if (eq.intr == 0) arm = eq.uar * hca.uar_page_bytes() + mlx5::prm::kUarEqArm;
+    }
+    ASSERT_NE(arm, 0u);
+    d.card.block_handler_store(arm);
+    std::thread irq([&] { d.card.host().on_irq(0); });  // an MSI-X message on vector 0 (async EQ)
+    ASSERT_TRUE(d.card.wait_handler_blocked(5000)) << "the handler did not reach the EQ doorbell";
+    d.card.device().inject_fatal(0x7);
+    for (int i = 0; i < 200 && dkfake::string_property(d.service, "MelonState") != "fatal"; i++) usleep(50 * 1000);
+    EXPECT_EQ(dkfake::string_property(d.service, "MelonState"), "fatal");
+    long freed = dkfake::freed_while_a_handler_runs();
+    std::thread stop([&] { EXPECT_EQ(d.stop(), kIOReturnSuccess); });
+    usleep(500 * 1000);  // the fatal teardown: FLR (100 ms), then the vectors, then the EQs
+    EXPECT_EQ(dkfake::freed_while_a_handler_runs(), freed) << "DMA memory freed while the handler was in the EQ";
+    d.card.release_handler();
+    irq.join();
+    stop.join();
   }
   expect_same(before, Ledger{});
 }
@@ -543,6 +817,90 @@ TEST_F(DextGlue, TwoCardsExchangeAnRdmaWriteThroughTheDriversMappings) {
   EXPECT_EQ(b.buf[1023], 0);
   EXPECT_EQ(b.buf[1024 + 4096], 0);
   EXPECT_GT(link.frames(), 0u);
+}
+
+// A client's UAR mapping is whole 16 KiB task pages of BAR0, and a store anywhere in them reaches
+// the card. Those pages must hold no other client's UAR, no EQ's UAR and not the initialization
+// segment, whether the card takes 16 KiB UAR pages (max log_uar_page_sz 2) or only 4 KiB ones (0:
+// the core then takes every UAR of a host page for one owner). At 842afb3, with 4 KiB UAR pages,
+// the EQ's UAR and the second client's shared the first client's page.
+class UarIsolation : public DextGlue, public ::testing::WithParamInterface<int> {};
+
+TEST_P(UarIsolation, AClientCannotRingAnotherClientsOrTheEqsDoorbells) {
+  dkfake::CardOptions o;
+  o.max_log_uar_page_sz = uint8_t(GetParam());
+  Driver d(o);
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  Conn ca, cb;
+  Side a{ca}, b{cb};
+  a.make();
+  b.make();
+  ASSERT_FALSE(HasFatalFailure());
+  long long off_a = dkfake::device_offset_of(ca.port, uint64_t(uintptr_t(a.uar_page)));
+  long long off_b = dkfake::device_offset_of(cb.port, uint64_t(uintptr_t(b.uar_page)));
+  ASSERT_GE(off_a, 0);
+  ASSERT_GE(off_b, 0);
+  mlx5::emu::Hca& hca = d.card.device().hca();
+  std::vector<uint64_t> foreign = {p::init_seg_offset::cmd_dbell, uint64_t(off_b) + p::kUarCqDoorbell,
+                                   uint64_t(off_b) + p::kUarBlueFlame};
+  {
+    std::lock_guard<std::mutex> l(hca.mu_);
+    EXPECT_EQ(hca.uar_page_bytes(), GetParam() >= 2 ? 16384u : 4096u);
+    ASSERT_FALSE(hca.eqs_.empty());
+    for (auto& [eqn, eq] : hca.eqs_) foreign.push_back(eq.uar * hca.uar_page_bytes() + p::kUarEqArm);
+  }
+  uint8_t bytes[8] = {};
+  for (uint64_t t : foreign) {
+    uint8_t* at = a.uar_page + (int64_t(t) - off_a);  // where a's mapping would hold BAR offset t
+    EXPECT_FALSE(dkfake::mmio_store64(ca.port, at, bytes)) << "client a reaches BAR0+0x" << std::hex << t;
+  }
+  // Its own doorbells it reaches: the arm doorbell of its CQ arms the CQ.
+  uint8_t arm[8] = {};
+  p::set(arm, p::cq_uar_db::cqn, a.cq.cqn);
+  EXPECT_TRUE(dkfake::mmio_store64(ca.port, a.uar_page + p::kUarCqDoorbell, arm));
+  auto armed = [&] {
+    std::lock_guard<std::mutex> l(hca.mu_);
+    auto it = hca.cqs_.find(a.cq.cqn);
+    return it != hca.cqs_.end() && it->second.arm != mlx5::emu::CqArm::kNone;
+  };
+  for (int i = 0; i < 2000 && !armed(); i++) usleep(1000);
+  EXPECT_TRUE(armed());
+}
+
+INSTANTIATE_TEST_SUITE_P(MaxLogUarPageSize, UarIsolation, ::testing::Values(0, 2));
+
+// The host page is the system's (IOVMPageSize), not Apple silicon's 16 KiB: on an Intel Mac (4 KiB)
+// a client's UAR is one 4 KiB page, one UAR index, and the core's DMA buffers are 4 KiB multiples.
+// At 842afb3 the size was hard-coded: the client got 16 KiB of BAR0 and, with 4 KiB UAR pages, its
+// neighbours' doorbells.
+TEST_F(DextGlue, HostPageSizeComesFromTheSystem) {
+  struct PageSize {
+    uint64_t was = IOVMPageSize;
+    PageSize() { IOVMPageSize = 4096; }
+    ~PageSize() { IOVMPageSize = was; }
+  } intel;
+  Driver d;
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  Conn c;
+  Side a{c};
+  a.make();
+  ASSERT_FALSE(HasFatalFailure());
+  mach_vm_address_t addr = 0;
+  mach_vm_size_t size = 0;
+  ASSERT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::uar, a.uar.handle), mach_task_self(), &addr,
+                                 &size, kIOMapAnywhere),
+            kIOReturnSuccess);
+  EXPECT_EQ(size, 4096u);
+  long long off = dkfake::device_offset_of(c.port, addr);
+  {
+    mlx5::emu::Hca& hca = d.card.device().hca();
+    std::lock_guard<std::mutex> l(hca.mu_);
+    EXPECT_EQ(hca.uar_page_bytes(), 4096u);  // the core asked for 4 KiB UAR pages
+  }
+  // The next 4 KiB of BAR0 is not the client's to store to.
+  uint8_t bytes[8] = {};
+  EXPECT_FALSE(dkfake::mmio_store64(c.port, reinterpret_cast<uint8_t*>(addr) + 4096 + 0x20, bytes)) << off;
+  EXPECT_TRUE(dkfake::mmio_store64(c.port, reinterpret_cast<uint8_t*>(addr) + 0x20, bytes));
 }
 
 // Bad input at the boundary, through the glue: random selectors (known and not), random lengths and

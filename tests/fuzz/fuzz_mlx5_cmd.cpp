@@ -29,7 +29,7 @@ struct Rig {
     return c;
   }
   Rig() : dev(emu::HostPorts{&host, &host, &clock, nullptr}, config()) {
-    dev.config_write(emu::kPciCommand, 2, emu::kPciCommandBusMaster);
+    dev.config_write(emu::kPciCommand, 2, emu::kPciCommandMemory | emu::kPciCommandBusMaster);
     clock.advance(config().init_delay_ns + 1);
     cmdq = host.alloc(4096);
     dev.write32(prm::init_seg_offset::cmdq_addr_h, __builtin_bswap32(uint32_t(cmdq.iova >> 32)));

@@ -44,7 +44,7 @@ if [ "$n_syntax" -lt 10 ] || [ "$n_arm64e" -ne "$n_syntax" ] || [ "$n_free" -ne 
   fail=1
 fi
 expect "the dext links DriverKit and PCIDriverKit for arm64e" "$dext" \
-  "-target arm64e-apple-driverkit20.0 -isysroot /nonexistent/DriverKit.sdk"
+  "-target arm64e-apple-driverkit$(tr -d '\n\t ' < "$top/src/dext/driverkit/Info.plist" | sed -n 's|.*<key>com.apple.DriverKit</key><string>\([0-9.]*\)</string>.*|\1|p') -isysroot /nonexistent/DriverKit.sdk"
 expect "the dext links PCIDriverKit" "$dext" "-framework DriverKit -framework PCIDriverKit"
 expect "the executable is MlxRDMA in org.melondma.rdma.dext.dext" "$dext" "org.melondma.rdma.dext.dext/MlxRDMA"
 expect "the dext is signed by sign.cmake with the driver's entitlements" "$dext" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """plist_test.py <repo>: the driver's and the loader's plists are well-formed property lists and
 agree with the one list of each fact: bundle names (src/dext/bundle.env), PCI device ids
-(src/dext/driverkit/pci_devices.tsv, itself checked against pci.ids when installed), and the class
+(the rows of src/dext/driverkit/pci_devices.h, which Start checks too, themselves checked against
+pci.ids when installed), and the class
 names the operator scripts look for (scripts/macos/probes.sh)."""
 import os
 import plistlib
@@ -29,14 +30,13 @@ with open(os.path.join(top, "src/dext/bundle.env")) as f:
             k, v = line.strip().split("=", 1)
             env[k] = v
 
-table = []
-with open(os.path.join(top, "src/dext/driverkit/pci_devices.tsv")) as f:
-    for line in f:
-        if line.strip() and not line.startswith("#"):
-            dev, family = line.rstrip("\n").split("\t")
-            table.append((dev.lower(), family))
+with open(os.path.join(top, "src/dext/driverkit/pci_devices.h")) as f:
+    rows = re.findall(r'\{0x([0-9a-fA-F]{4}), 0x([0-9a-fA-F]{4}), "([^"]+)"\}', f.read())
+check(bool(rows), "pci_devices.h has no device rows")
+check(all(v.lower() == "15b3" for v, _, _ in rows), "pci_devices.h lists a vendor other than 15b3")
+table = [(dev.lower(), family) for _, dev, family in rows]
 match = [f"0x{dev}15b3" for dev, _ in table]
-check(len(set(match)) == len(match), "pci_devices.tsv repeats a device")
+check(len(set(match)) == len(match), "pci_devices.h repeats a device")
 
 dext = load("src/dext/driverkit/Info.plist")
 check(dext.get("CFBundleIdentifier") == env["MLX_DEXT_ID"], "dext CFBundleIdentifier differs from bundle.env")
@@ -56,6 +56,23 @@ uc = p.get("MlxUserClientProperties", {})
 check(uc.get("IOClass") == "IOUserUserClient", "user client IOClass is not IOUserUserClient")
 check("com.apple.developer.driverkit.userclient-access" in uc.get("IOServiceDEXTEntitlements", []),
       "user client does not require userclient-access")
+
+# The declared DriverKit version covers the newest call the glue makes (Apple's availability:
+# IOPCIDevice::ConfigureInterrupts came with macOS 12.3, DriverKit 21.4). Both libraries alike.
+MIN_DRIVERKIT = {"ConfigureInterrupts": (21, 4)}
+libs = dext.get("OSBundleLibraries", {})
+declared = libs.get("com.apple.DriverKit", "0")
+check(libs.get("com.apple.driverkit-family.ApplePCIDriverKit") == declared,
+      "ApplePCIDriverKit's version differs from DriverKit's")
+have = tuple(int(x) for x in declared.split("."))
+glue = ""
+for name in sorted(os.listdir(os.path.join(top, "src/dext/driverkit"))):
+    if name.endswith(".cpp"):
+        with open(os.path.join(top, "src/dext/driverkit", name)) as f:
+            glue += f.read()
+for call, need in MIN_DRIVERKIT.items():
+    if re.search(r"\b" + call + r"\(", glue):
+        check(have >= need, f"the glue calls {call} (DriverKit {need[0]}.{need[1]}) but Info.plist declares {declared}")
 
 ent = load("src/dext/driverkit/MlxRDMA.entitlements")
 check(ent.get("com.apple.developer.driverkit") is True, "dext lacks com.apple.developer.driverkit")

@@ -14,6 +14,7 @@
 #include <MlxPCIDriver.h>  // iig's output, from the build's include path (tests/driverkit/generated on Linux)
 #include "dext/driverkit/dext_device.h"
 #include "dext/driverkit/driver_parts.h"
+#include "dext/driverkit/pci_devices.h"
 #include "dext/driverkit/pci_hal.h"
 #include "dext/driverkit/placement.h"
 #include "dext/driverkit/queue_memory.h"
@@ -45,8 +46,9 @@ struct MlxPCIDriver_IVars {
   PciHal* hal;
   QueueMemory* queues;
   DextDevice* dev;
-  DriverParts parts;
-  DextState published;
+  DriverParts* parts;  // shared with the user clients (driver_parts.h)
+  DextState published;  // what the registry shows, once `shown`
+  bool shown;
   uint32_t numer, denom;  // mach timebase
 };
 
@@ -61,13 +63,21 @@ void MlxPCIDriver::free() {
   super::free();
 }
 
+// MelonState in the registry (the operator scripts read it). A failed SetProperties is logged and
+// left unpublished, so the service timer tries again.
 static void publish_state(MlxPCIDriver* self, DextState s) {
   OSDictionary* d = OSDictionary::withCapacity(1);
   OSString* v = OSString::withCString(melon::dext::dext_state_name(s));
-  if (d && v && d->setObject("MelonState", v)) self->SetProperties(d);
+  kern_return_t r = d && v && d->setObject("MelonState", v) ? self->SetProperties(d) : kIOReturnNoMemory;
   OSSafeReleaseNULL(v);
   OSSafeReleaseNULL(d);
+  if (r != kIOReturnSuccess) {
+    os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: SetProperties(MelonState %{public}s) failed: 0x%x",
+                 melon::dext::dext_state_name(s), r);
+    return;
+  }
   self->ivars->published = s;
+  self->ivars->shown = true;
   os_log(OS_LOG_DEFAULT, "MlxPCIDriver: MelonState %{public}s", melon::dext::dext_state_name(s));
 }
 
@@ -119,27 +129,50 @@ static kern_return_t setup_timer(MlxPCIDriver* self) {
   return ret;
 }
 
-// Everything Start() made, in reverse; safe on a partial Start.
+// The device, its queue memory and its HAL, and the parts that share them: freed by whoever lets
+// go last, the driver's Stop or a user client's (driver_parts.h).
+struct OwnedParts {
+  DriverParts parts;  // first: a DriverParts* is an OwnedParts*
+  PciHal* hal;
+};
+
+static void free_device(DextDevice* dev, QueueMemory* queues, PciHal* hal) {
+  if (dev) {
+    dev->~DextDevice();
+    IOFree(dev, sizeof(DextDevice));
+  }
+  if (queues) {
+    queues->~QueueMemory();
+    IOFree(queues, sizeof(QueueMemory));
+  }
+  if (hal) {
+    hal->~PciHal();
+    IOFree(hal, sizeof(PciHal));
+  }
+}
+
+static void free_parts(DriverParts* p) {
+  OwnedParts* o = reinterpret_cast<OwnedParts*>(p);
+  free_device(p->dev, p->queues, o->hal);
+  IOFree(o, sizeof(OwnedParts));
+}
+
+// Everything Start() made, in reverse; safe on a partial Start. Clients still attached are
+// detached by stop() and keep the stopped device until they go.
 static void release_all(MlxPCIDriver* self) {
   MlxPCIDriver_IVars* iv = self->ivars;
   if (iv->timer) iv->timer->Cancel(nullptr);
   if (iv->dev) {
     core::Err e = iv->dev->stop();
     if (e != core::Err::ok) os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: stop: %{public}s", core::err_name(e));
-    iv->dev->~DextDevice();
-    IOFree(iv->dev, sizeof(DextDevice));
-    iv->dev = nullptr;
   }
-  if (iv->queues) {
-    iv->queues->~QueueMemory();
-    IOFree(iv->queues, sizeof(QueueMemory));
-    iv->queues = nullptr;
+  if (iv->hal) iv->hal->set_vectors(nullptr, 0);  // the sources go below; a HAL kept alive must not reach them
+  if (iv->parts) {
+    release_parts(iv->parts);
+  } else {
+    free_device(iv->dev, iv->queues, iv->hal);
   }
-  if (iv->hal) {
-    iv->hal->~PciHal();
-    IOFree(iv->hal, sizeof(PciHal));
-    iv->hal = nullptr;
-  }
+  iv->parts = nullptr, iv->dev = nullptr, iv->queues = nullptr, iv->hal = nullptr;
   for (uint32_t v = 0; v < iv->nvec; v++) {
     iv->irq[v]->Cancel(nullptr);
     OSSafeReleaseNULL(iv->irq[v]);
@@ -172,15 +205,24 @@ static kern_return_t start_device(MlxPCIDriver* self, IOService* provider) {
   }
   iv->open = true;
   // A card that lost power or its link answers every read with all ones: nothing can bring it back
-  // but a cold power cycle (scripts/macos look for exactly this line).
-  uint16_t vendor = 0xffff, device = 0xffff;
-  iv->pci->ConfigurationRead16(kIOPCIConfigurationOffsetVendorID, &vendor);
+  // but a cold power cycle (scripts/macos look for exactly this line). Vendor and device ID are one
+  // dword: Apple's ConfigurationRead16 ignores offset bits 0 and 1, so 0x02 would read 0x00 again.
+  uint32_t id = 0xffffffffu;
+  iv->pci->ConfigurationRead32(kIOPCIConfigurationOffsetVendorID, &id);
+  uint16_t vendor = uint16_t(id), device = uint16_t(id >> 16);
   if (vendor == 0xffff) {
     os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: config space reads 0xffff");
     return kIOReturnNoDevice;
   }
-  iv->pci->ConfigurationRead16(kIOPCIConfigurationOffsetDeviceID, &device);
-  os_log(OS_LOG_DEFAULT, "MlxPCIDriver: function %04x:%04x", vendor, device);
+  // Only what the core drives (pci_devices.h), refused before anything touches the function: the
+  // card goes back to the next driver that matches it.
+  const melon::dext::PciDevice* known = melon::dext::find_pci_device(vendor, device);
+  if (!known) {
+    os_log_error(OS_LOG_DEFAULT, "MlxPCIDriver: %04x:%04x is not a device this driver supports; leaving it", vendor,
+                 device);
+    return kIOReturnUnsupported;
+  }
+  os_log(OS_LOG_DEFAULT, "MlxPCIDriver: function %04x:%04x (%{public}s)", vendor, device, known->family);
 
   uint8_t bar = 0, bar_type = 0;
   uint64_t bar_size = 0;
@@ -204,7 +246,10 @@ static kern_return_t start_device(MlxPCIDriver* self, IOService* provider) {
   if (iv->queues) iv->dev = make<DextDevice>(*iv->hal, *iv->queues);
   if (!iv->dev) return kIOReturnNoMemory;
   iv->hal->set_vectors(iv->irq, iv->nvec);
-  iv->parts = DriverParts{iv->dev, iv->queues};
+  OwnedParts* o = make<OwnedParts>();
+  if (!o) return kIOReturnNoMemory;
+  *o = OwnedParts{DriverParts{iv->dev, iv->queues, free_parts, 1}, iv->hal};
+  iv->parts = &o->parts;
 
   core::Err e = iv->dev->start();
   if (e != core::Err::ok) {
@@ -264,12 +309,12 @@ void IMPL(MlxPCIDriver, ServiceTimer) {
   MlxPCIDriver_IVars* iv = ivars;
   if (!iv->dev || !iv->timer) return;
   iv->dev->service();
-  if (iv->dev->state() != iv->published) publish_state(this, iv->dev->state());
+  if (iv->dev->state() != iv->published || !iv->shown) publish_state(this, iv->dev->state());
   iv->timer->WakeAtTime(kIOTimerClockMachAbsoluteTime, mach_absolute_time() + ns_to_abs(iv, kServicePeriodNs), 0);
 }
 
 void* MlxPCIDriver::CoreDevice() {
-  return ivars && ivars->dev && ivars->dev->state() == DextState::ready ? &ivars->parts : nullptr;
+  return ivars && ivars->dev && ivars->parts && ivars->dev->state() == DextState::ready ? ivars->parts : nullptr;
 }
 
 void MlxPCIDriver::KickService() {

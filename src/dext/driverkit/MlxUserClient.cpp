@@ -6,6 +6,7 @@
 #include <DriverKit/IOUserClient.h>
 #include <DriverKit/OSCollections.h>
 #include <os/log.h>
+#include <string.h>
 
 #include <MlxPCIDriver.h>  // iig's output, from the build's include path
 #include <MlxUserClient.h>
@@ -26,6 +27,13 @@ using melon::dext::DriverParts;
 namespace {
 constexpr const char* kUserClientAccess = "com.apple.developer.driverkit.userclient-access";
 constexpr uint32_t kMaxResponse = 512;  // the largest response (DeviceAttr) is 128 bytes
+// Descriptors handed out, one per memory type: every mapping the quotas allow (4 UARs, 64 QPs of
+// SQ/RQ and record, 64 CQs of ring and record, 16 SRQs of ring and record) fits.
+constexpr uint32_t kMaxMaps = 512;
+struct MapEntry {
+  uint64_t type;
+  IOMemoryDescriptor* md;  // the table's reference
+};
 }  // namespace
 
 struct MlxUserClient_IVars {
@@ -34,7 +42,27 @@ struct MlxUserClient_IVars {
   bool attached;
   bool published;
   uint32_t qps, mrs;
+  uint32_t nmaps;
+  MapEntry maps[kMaxMaps];
 };
+
+// The descriptors of a destroyed object's memory types go with it (map_type's low 24 bits are its
+// handle), or its queue memory would stay until the client goes.
+static void forget_maps(MlxUserClient_IVars* iv, uint32_t handle) {
+  for (uint32_t i = 0; i < iv->nmaps;) {
+    if ((iv->maps[i].type & 0xffffffu) == (handle & 0xffffffu)) {
+      OSSafeReleaseNULL(iv->maps[i].md);
+      iv->maps[i] = iv->maps[--iv->nmaps];
+    } else {
+      i++;
+    }
+  }
+}
+
+static void forget_all_maps(MlxUserClient_IVars* iv) {
+  for (uint32_t i = 0; i < iv->nmaps; i++) OSSafeReleaseNULL(iv->maps[i].md);
+  iv->nmaps = 0;
+}
 
 bool MlxUserClient::init() {
   if (!super::init()) return false;
@@ -77,9 +105,14 @@ static void publish_counts(MlxUserClient* self) {
   OSDictionary* d = OSDictionary::withCapacity(2);
   OSNumber* q = OSNumber::withNumber(qps, 32);
   OSNumber* m = OSNumber::withNumber(mrs, 32);
-  if (d && q && m && d->setObject("MelonQPCount", q) && d->setObject("MelonMRCount", m) &&
-      self->SetProperties(d) == kIOReturnSuccess) {
+  kern_return_t r = d && q && m && d->setObject("MelonQPCount", q) && d->setObject("MelonMRCount", m)
+                        ? self->SetProperties(d)
+                        : kIOReturnNoMemory;
+  if (r == kIOReturnSuccess) {
     iv->published = true, iv->qps = qps, iv->mrs = mrs;
+  } else {  // tried again after the next call
+    os_log_error(OS_LOG_DEFAULT, "MlxUserClient: SetProperties(MelonQPCount %u, MelonMRCount %u) failed: 0x%x", qps,
+                 mrs, r);
   }
   OSSafeReleaseNULL(q);
   OSSafeReleaseNULL(m);
@@ -87,15 +120,19 @@ static void publish_counts(MlxUserClient* self) {
 }
 
 static void release_client(MlxUserClient_IVars* iv) {
-  if (!iv->client) return;
-  if (iv->attached) {
-    uint32_t failed = iv->parts->dev->detach(*iv->client);
-    if (failed) os_log_error(OS_LOG_DEFAULT, "MlxUserClient: %u objects did not release cleanly", failed);
+  forget_all_maps(iv);
+  if (iv->client) {
+    if (iv->attached) {
+      uint32_t failed = iv->parts->dev->detach(*iv->client);
+      if (failed) os_log_error(OS_LOG_DEFAULT, "MlxUserClient: %u objects did not release cleanly", failed);
+    }
+    iv->attached = false;
+    iv->client->~Client();
+    IOFree(iv->client, sizeof(uapi::Client));
+    iv->client = nullptr;
   }
-  iv->attached = false;
-  iv->client->~Client();
-  IOFree(iv->client, sizeof(uapi::Client));
-  iv->client = nullptr;
+  melon::dext::release_parts(iv->parts);  // the device may go with it, if the driver stopped first
+  iv->parts = nullptr;
 }
 
 kern_return_t IMPL(MlxUserClient, Start) {
@@ -103,6 +140,7 @@ kern_return_t IMPL(MlxUserClient, Start) {
   if (ret != kIOReturnSuccess) return ret;
   MlxPCIDriver* driver = OSDynamicCast(MlxPCIDriver, provider);
   ivars->parts = driver ? static_cast<DriverParts*>(driver->CoreDevice()) : nullptr;
+  if (ivars->parts) melon::dext::retain_parts(ivars->parts);
   if (!ivars->parts) {
     ret = kIOReturnNotReady;
   } else if (!entitled(this)) {
@@ -149,6 +187,14 @@ kern_return_t MlxUserClient::ExternalMethod(uint64_t selector, IOUserClientMetho
   uint8_t out[kMaxResponse];
   uint64_t cap = args->structureOutputMaximumSize < kMaxResponse ? args->structureOutputMaximumSize : kMaxResponse;
   uapi::Reply r = iv->parts->dev->call(*iv->client, uint32_t(selector), in, uint32_t(in_len), out, uint32_t(cap));
+  uint32_t sel = uint32_t(selector);
+  if (r.status == uapi::Status::ok && in_len >= sizeof(uapi::HandleReq) &&
+      (sel == uint32_t(uapi::Selector::destroy_qp) || sel == uint32_t(uapi::Selector::destroy_cq) ||
+       sel == uint32_t(uapi::Selector::destroy_srq))) {
+    uapi::HandleReq h;
+    memcpy(&h, in, sizeof h);
+    forget_maps(iv, h.handle);
+  }
   if (r.status == uapi::Status::ok && r.out_len) {
     args->structureOutput = OSData::withBytes(out, r.out_len);
     if (!args->structureOutput) return kIOReturnNoMemory;
@@ -163,9 +209,23 @@ kern_return_t IMPL(MlxUserClient, CopyClientMemoryForType) {
   uapi::MapRegion reg;
   uapi::Status st = iv->parts->dev->mapping(*iv->client, type, &reg);
   if (st != uapi::Status::ok) return uapi::iokit::return_of(st);
+  // Apple: for one user client and one type, the same descriptor every time (the server has just
+  // said the type still names a live object of this client); the caller consumes one reference.
+  *options = 0;  // read-write: the client writes WQEs, doorbell records and doorbells
+  for (uint32_t i = 0; i < iv->nmaps; i++)
+    if (iv->maps[i].type == type) {
+      iv->maps[i].md->retain();
+      *memory = iv->maps[i].md;
+      return kIOReturnSuccess;
+    }
   IOMemoryDescriptor* md = iv->parts->queues->descriptor_for(reg);
   if (!md) return kIOReturnNoMemory;
-  *options = 0;  // read-write: the client writes WQEs, doorbell records and doorbells
+  if (iv->nmaps == kMaxMaps) {
+    md->release();
+    return kIOReturnNoResources;
+  }
+  md->retain();
+  iv->maps[iv->nmaps++] = MapEntry{type, md};
   *memory = md;
   return kIOReturnSuccess;
 }

@@ -12,7 +12,11 @@ execute_process(COMMAND xcrun --sdk driverkit --find iig OUTPUT_VARIABLE MELON_I
                 ERROR_QUIET)
 execute_process(COMMAND xcrun --sdk driverkit --find clang++ OUTPUT_VARIABLE MELON_DK_CXX
                 OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-set(MELON_DK_TARGET "arm64e-apple-driverkit20.0" CACHE STRING "clang target of the DEXT (arm64e, never arm64)")
+# The DriverKit version is Info.plist's (OSBundleLibraries), the one place; tests/macos/plist_test.py
+# checks it against the newest call the glue makes.
+file(READ ${CMAKE_CURRENT_SOURCE_DIR}/Info.plist _dk_plist)
+string(REGEX MATCH "<key>com.apple.DriverKit</key>[ \t\r\n]*<string>([0-9.]+)</string>" _ "${_dk_plist}")
+set(MELON_DK_TARGET "arm64e-apple-driverkit${CMAKE_MATCH_1}" CACHE STRING "clang target of the DEXT (arm64e, never arm64)")
 
 if(NOT _dk_sdk_rc EQUAL 0 OR NOT MELON_DK_SDK OR NOT MELON_IIG)
   add_custom_target(check-dext COMMAND ${CMAKE_COMMAND} -E echo

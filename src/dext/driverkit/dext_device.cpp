@@ -78,7 +78,11 @@ core::Err DextDevice::stop() {
   core::Err e = core::Err::ok;
   {
     core::HalLock l(hal_, lock_);
-    if (srv_ && srv_->clients()) return core::Err::busy;  // MlxUserClient::Stop detaches first
+    for (uapi::Client*& c : attached_) {
+      if (!c) continue;
+      if (srv_ && c->attached) srv_->detach(*c);
+      c = nullptr;
+    }
     if (backend_) backend_->drain_events(*srv_);
     if (srv_) srv_->~Server();
     srv_ = nullptr;
@@ -95,11 +99,21 @@ core::Err DextDevice::stop() {
 uapi::Status DextDevice::attach(uapi::Client* c, void* host) {
   core::HalLock l(hal_, lock_);
   if (!srv_ || state_ != DextState::ready) return uapi::Status::device_dead;
-  return srv_->attach(c, host);
+  uapi::Status st = srv_->attach(c, host);
+  if (st != uapi::Status::ok) return st;
+  for (uapi::Client*& slot : attached_)
+    if (!slot) {
+      slot = c;
+      return st;
+    }
+  srv_->detach(*c);  // more than the server's own limit: cannot happen
+  return uapi::Status::quota_device;
 }
 
 uint32_t DextDevice::detach(uapi::Client& c) {
   core::HalLock l(hal_, lock_);
+  for (uapi::Client*& slot : attached_)
+    if (slot == &c) slot = nullptr;
   if (!srv_ || !c.attached) return 0;
   return srv_->detach(c);
 }

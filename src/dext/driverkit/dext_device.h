@@ -45,8 +45,9 @@ class DextDevice {
   // Bring-up, GID 0, the backend and the server. On failure the device is left torn down (nothing
   // allocated) and the state is fatal; last_failure() says where.
   mlx5::core::Err start();
-  // Every client must be detached first. Tears the device down; returns Err::leak if anything of
-  // the core's was left.
+  // Detaches every client still attached (Apple does not promise that a provider's Stop comes
+  // after its clients': their later calls get device_dead), then tears the device down; returns
+  // Err::leak if anything of the core's was left.
   mlx5::core::Err stop();
   DextState state() const { return state_; }
   const mlx5::core::Failure& last_failure() const { return failure_; }
@@ -79,6 +80,7 @@ class DextDevice {
   mlx5::core::Failure failure_;  // start()'s, kept across the teardown that follows it
   mlx5::core::UapiBackend* backend_ = nullptr;
   uapi::Server* srv_ = nullptr;
+  uapi::Client* attached_[uapi::kMaxClients] = {};  // the clients attach() took, for stop()
   alignas(16) unsigned char backend_mem_[sizeof(mlx5::core::UapiBackend)];
   alignas(16) unsigned char server_mem_[sizeof(uapi::Server)];
 };

@@ -76,17 +76,34 @@ class PciHal final : public mlx5::core::Hal {
   void log(mlx5::core::LogLevel level, const char* line) override;
 
  private:
+  static constexpr uint32_t kMaxSavedVectors = 64;
+  // What an FLR clears and function_reset() puts back.
+  struct SavedConfig {
+    uint32_t header[16];  // the type 0 header's dwords
+    uint16_t devctl, devctl2;  // PCIe Device Control, Device Control 2
+    uint32_t msix = 0;  // MSI-X capability offset, 0 if none
+    uint16_t msix_ctl = 0;
+    uint32_t table_off = 0, vectors = 0;
+    uint32_t table[kMaxSavedVectors * 4];
+  };
+  uint32_t find_cap(uint32_t id);  // offset of capability `id`, 0 if none
   uint32_t pcie_cap();  // offset of the PCIe capability, 0 if none
+  uint32_t config_read32(uint32_t off);
+  bool wait_transactions(uint32_t pcie);
+  void save_config(uint32_t pcie, SavedConfig* s);
+  void restore_config(uint32_t pcie, const SavedConfig& s);
 
   IOPCIDevice* pci_;
   uint8_t bar_;
   uint64_t bar_size_;
   void (*kick_)(void*);
   void* ctx_;
-  uint32_t page_ = 16384;  // Apple silicon's page; the DMA sizes the core asks for are multiples
+  uint32_t page_ = 16384;  // IOVMPageSize (the constructor); the DMA sizes the core asks for are multiples
   uint32_t numer_ = 1, denom_ = 1;  // mach timebase
   IOInterruptDispatchSource* sources_[kMaxVectors] = {};
   mlx5::core::VectorHandler* handlers_[kMaxVectors] = {};
+  bool live_[kMaxVectors] = {};  // enabled for the core: handlers may enter it
+  uint32_t inflight_[kMaxVectors] = {};  // handlers between fire()'s entry and exit
   uint32_t nvec_ = 0;
   uint64_t records_ = 0;
 };

@@ -27,12 +27,14 @@ void QueueMemory::queue_free(const Mem& m) {
   live_--;
 }
 
-// A UAR is one 4 KiB page of BAR0 (prm: UAR page n at n * 4 KiB). With 16 KiB host pages the
-// client's mapping spans the whole host page around it: docs/macos.md lists this as unverified.
+// A client maps whole host pages, so its UAR region is the host page the UAR starts, and the core
+// allocates UARs a host page at a time (Hca::alloc_uar) so that page holds no one else's doorbells.
+// A UAR not at a host page boundary would share its page: refused, never mapped.
 int QueueMemory::uar_map(const core::Uar& u, uapi::MapRegion* out) {
-  if (!bar_md_ || u.bar_off + 4096 > bar_.size) return core::kHalUnsupported;
+  uint64_t page = hal_.host_page_size();
+  if (!bar_md_ || u.bar_off % page || u.bar_off + page > bar_.size) return core::kHalUnsupported;
   *out =
-      uapi::MapRegion{uint8_t(uapi::MapKind::uar), uapi::kMapWriteCombine, uint64_t(uintptr_t(&bar_)), u.bar_off, 4096};
+      uapi::MapRegion{uint8_t(uapi::MapKind::uar), uapi::kMapWriteCombine, uint64_t(uintptr_t(&bar_)), u.bar_off, page};
   return core::kHalOk;
 }
 

@@ -37,6 +37,7 @@ void EmuHal::config_write16(uint32_t off, uint16_t value) { dev_.config_write(of
 
 int EmuHal::function_reset() {
   dev_.flr();
+  dev_.enumerate();  // Linux's pci_reset_function restores the configuration it saved
   resets_++;
   return core::kHalOk;
 }

@@ -4,6 +4,7 @@
 
 #include "mlx5/core/bar.h"
 #include "mlx5/core/log.h"
+#include "mlx5/prm/barrier.h"
 #include "mlx5/prm/cmd_if.h"
 #include "mlx5/prm/init_seg.h"
 #include "mlx5/prm/registry.h"
@@ -154,12 +155,16 @@ Err CmdQueue::wait(uint32_t slot, uint32_t timeout_ms) {
     bool hw_owned = (__atomic_load_n(own, __ATOMIC_ACQUIRE) & 1) == kOwnerHw;
     // In event mode the completion EQE says "look"; the ownership bit still decides, so a late EQE
     // of an earlier command on this slot cannot complete this one early.
-    if (!hw_owned && (!event_mode() || __atomic_load_n(&slots_[slot].done, __ATOMIC_ACQUIRE))) return Err::ok;
+    if (!hw_owned && (!event_mode() || __atomic_load_n(&slots_[slot].done, __ATOMIC_ACQUIRE))) {
+      udma_from_device_barrier();  // the output the device wrote before it gave the entry back
+      return Err::ok;
+    }
     // An MMIO read costs about a microsecond on hardware: look for a dead device now and then.
     if (fenced() || (spin % 32 == 31 && hooks_->cmd_device_dead())) return Err::dead;
     if (hal_->now_ns() - start > limit) {
       if (event_mode() && !hw_owned) {
         MLX_WARN(*hal_, cmd, "slot %u done without its completion event", slot);
+        udma_from_device_barrier();
         return Err::ok;
       }
       return Err::timeout;
@@ -221,11 +226,13 @@ Err CmdQueue::exec(const void* in, uint32_t in_len, void* out, uint32_t out_len,
          in_len < p::kInlineInputBytes ? in_len : p::kInlineInputBytes);
   if (sl.in.count) p::cmd_entry_set_in_mailbox(ent, sl.in.blocks[0].iova);
   if (sl.out.count) p::cmd_entry_set_out_mailbox(ent, sl.out.blocks[0].iova);
-  // Hand the entry over last, after everything it points to is written.
-  __atomic_thread_fence(__ATOMIC_RELEASE);
+  // Hand the entry over last, after everything it points to is written (Linux mlx5 cmd.c: a write
+  // barrier before the ownership byte and another before the doorbell).
+  udma_to_device_barrier();
   __atomic_store_n(ent + kEntryOwnerByte, kOwnerHw, __ATOMIC_RELEASE);
   MLX_DBG(*hal_, cmd, "%s(0x%x) op_mod 0x%x slot %u in %u out %u", p::opcode_name(opcode), opcode, op_mod, slot, in_len,
           out_len);
+  udma_to_device_barrier();
   hal_->write32(bar_offset(p::initial_seg::command_doorbell_vector), 1u << slot);
   __atomic_add_fetch(&commands_, 1, __ATOMIC_RELAXED);
 

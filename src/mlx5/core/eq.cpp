@@ -5,6 +5,7 @@
 #include "mlx5/core/hca.h"
 #include "mlx5/core/log.h"
 #include "mlx5/core/scratch.h"
+#include "mlx5/prm/barrier.h"
 #include "mlx5/prm/prm.h"
 
 namespace melon::mlx5::core {
@@ -126,6 +127,7 @@ void Hca::drain_eq(Eq& eq, bool from_vector) {
     uint8_t* eqe = static_cast<uint8_t*>(eq.buf.va) + uint64_t(eq.cc & (nent - 1)) * p::kEqeBytes;
     uint8_t owner = __atomic_load_n(eqe + kEqeOwnerByte, __ATOMIC_ACQUIRE) & 1;
     if (owner != ((eq.cc & nent) ? 1 : 0)) break;  // still the device's
+    udma_from_device_barrier();  // the EQE's contents only after its owner bit (Linux eq.c: dma_rmb)
     dispatch_eqe(eqe);
     ++eq.cc;
     ++n;

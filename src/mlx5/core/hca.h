@@ -216,6 +216,8 @@ class Hca : private CmdWaitHooks, private VectorHandler {
 
   Err alloc_uar_index(uint32_t* index);
   Err dealloc_uar_index(uint32_t index);
+  Err alloc_uar_span(uint32_t per_page, uint32_t* first);
+  Err release_uar_indices(const Uar& u);
   void fill_uar(Uar* u, uint32_t index);
   Err create_eq(Eq& eq, uint32_t log_size, uint64_t mask, uint32_t vector);
   void destroy_eq(Eq& eq);

@@ -183,7 +183,7 @@ Err Hca::unload() {
     for (uint32_t v = 0; v < hal_->vector_count() && v < 1 + kMaxCompEqs; ++v) hal_->vector_disable(v);
   vectors_ = false;
   if (eq_uar_) {
-    keep(Stage::uar, dealloc_uar_index(eq_uar_->index));
+    keep(Stage::uar, release_uar_indices(*eq_uar_));
     hal_->mem_free(eq_uar_, sizeof(Uar));
     eq_uar_ = nullptr;
   }

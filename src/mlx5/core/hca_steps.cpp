@@ -89,7 +89,7 @@ Err Hca::set_hca_caps() {
   uint32_t page_shift = 0;
   while ((1u << page_shift) < hal_->host_page_size()) ++page_shift;
   // UAR pages of the host page size when the device allows it (Linux asks unconditionally); else the
-  // largest it has, and the user-client layer maps several UARs per host page.
+  // largest it has, and alloc_uar takes every UAR of a host page, so a mapping holds one owner's.
   uint32_t want = page_shift - 12, max = uint32_t(p::get(caps_.general_max, p::cmd_hca_cap::log_uar_page_sz));
   c.set(p::cmd_hca_cap::log_uar_page_sz, want < max ? want : max);
   if (Err e = cmd(in.get(), p::set_hca_cap_in::size_bytes, out, sizeof out); e != Err::ok) return e;

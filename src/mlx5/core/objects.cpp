@@ -168,24 +168,62 @@ void Hca::fill_uar(Uar* u, uint32_t index) {
   u->bf_off[1] = u->bf_off[0] + u->bf_size;
 }
 
+// ALLOC_UAR until it has handed out every UAR of one host page, then give back the others. A host
+// page holding a UAR of anyone else (or the initialization segment, host page 0) is never
+// complete, so no client mapping of a host page can reach another client's doorbells, the core's
+// EQ doorbells or the command doorbell. Firmware hands out low indices first; a bounded number of
+// tries covers the holes others leave.
+Err Hca::alloc_uar_span(uint32_t per_page, uint32_t* first) {
+  constexpr uint32_t kMaxTries = 64;
+  uint32_t got[kMaxTries];
+  uint32_t n = 0, page = 0;
+  bool found = false;
+  Err e = Err::ok;
+  while (!found && n < kMaxTries) {
+    if ((e = alloc_uar_index(&got[n])) != Err::ok) break;
+    uint32_t pg = got[n++] / per_page, have = 0;
+    for (uint32_t i = 0; i < n; ++i) have += got[i] / per_page == pg;
+    if (pg != 0 && have == per_page) found = true, page = pg;
+  }
+  for (uint32_t i = 0; i < n; ++i)
+    if (!found || got[i] / per_page != page) dealloc_uar_index(got[i]);
+  if (found) {
+    *first = page * per_page;
+    return Err::ok;
+  }
+  MLX_ERR(*hal_, uar, "no host page of %u UARs free after %u ALLOC_UAR", per_page, n);
+  return e != Err::ok ? e : Err::no_memory;
+}
+
+Err Hca::release_uar_indices(const Uar& u) {
+  Err first = Err::ok;
+  for (uint32_t i = 0; i < u.span; ++i)
+    if (Err e = dealloc_uar_index(u.index + i); e != Err::ok && first == Err::ok) first = e;
+  return first;
+}
+
 Err Hca::alloc_uar(Uar** out) {
   if (state() == HcaState::fatal) return Err::dead;
+  uint64_t uar_page = uint64_t(p::kUarPageBytes) << caps_.log_uar_page_sz;
+  uint32_t host_page = hal_->host_page_size();
+  uint32_t per_page = uar_page < host_page ? uint32_t(host_page / uar_page) : 1;
   uint32_t index;
-  if (Err e = alloc_uar_index(&index); e != Err::ok) return e;
+  if (Err e = per_page > 1 ? alloc_uar_span(per_page, &index) : alloc_uar_index(&index); e != Err::ok) return e;
   Uar* u = new_obj<Uar>(ObjKind::uar);
   if (!u) {
-    dealloc_uar_index(index);
+    for (uint32_t i = 0; i < per_page; ++i) dealloc_uar_index(index + i);
     return Err::no_memory;
   }
   fill_uar(u, index);
-  if (u->bar_off + (uint64_t(p::kUarPageBytes) << caps_.log_uar_page_sz) > hal_->bar_size()) {
+  u->span = per_page;
+  if (u->bar_off + uar_page * per_page > hal_->bar_size()) {
     MLX_ERR(*hal_, uar, "UAR %u lies outside BAR0", index);
-    dealloc_uar_index(index);
+    release_uar_indices(*u);
     delete_obj(u, sizeof(Uar));
     return Err::invalid;
   }
-  MLX_DBG(*hal_, uar, "UAR %u at BAR0+0x%llx, BlueFlame 0x%x/0x%x", index, (unsigned long long)u->bar_off, u->bf_off[0],
-          u->bf_off[1]);
+  MLX_DBG(*hal_, uar, "UAR %u (+%u) at BAR0+0x%llx, BlueFlame 0x%x/0x%x", index, per_page - 1,
+          (unsigned long long)u->bar_off, u->bf_off[0], u->bf_off[1]);
   *out = u;
   return Err::ok;
 }
@@ -193,7 +231,7 @@ Err Hca::alloc_uar(Uar** out) {
 Err Hca::free_uar(Uar* u) {
   if (!u || u->kind != ObjKind::uar) return Err::invalid;
   if (u->refs) return Err::in_use;
-  if (Err e = dealloc_uar_index(u->index); e != Err::ok && e != Err::dead) return e;
+  if (Err e = release_uar_indices(*u); e != Err::ok && e != Err::dead) return e;
   delete_obj(u, sizeof(Uar));
   return Err::ok;
 }

@@ -55,7 +55,10 @@ enum : uint32_t {
 
 struct Uar : ObjHeader {
   uint32_t index = 0;
-  uint64_t bar_off = 0;  // the UAR page in BAR0 (CQ/EQ doorbells at prm::kUarCqDoorbell, ...)
+  // UAR indices held from `index` on: a whole host page of them when UAR pages are smaller than a
+  // host page, so that the page a client maps holds no UAR but its own (Hca::alloc_uar).
+  uint32_t span = 1;
+  uint64_t bar_off = 0;  // the UAR page in BAR0, host-page aligned (CQ/EQ doorbells at prm::kUarCqDoorbell, ...)
   uint32_t bf_off[2] = {};  // the two BlueFlame buffers, BAR0 offsets, used alternately
   uint32_t bf_size = 0;
 };

@@ -11,8 +11,11 @@ namespace is = prm::initial_seg;
 constexpr uint32_t kCmdIfRev = 5;  // command interface revision the Linux driver requires (CMD_IF_REV)
 constexpr uint32_t kLogCmdqSize = 5, kLogCmdqStride = 6;  // 32 entries of 64 bytes
 constexpr uint64_t kTimerKhz = 156250;  // internal timer rate: cmd_hca_cap.device_frequency_khz
-constexpr uint64_t kUarBase = uint64_t(kFirstUarIndex) * prm::kUarPageBytes;
 }  // namespace
+
+uint64_t Hca::uar_page_bytes() const {
+  return uint64_t(prm::kUarPageBytes) << prm::get(cur_caps_, prm::cmd_hca_cap::log_uar_page_sz);
+}
 
 void Hca::iseg_refresh() {
   update_fw_state();
@@ -48,6 +51,12 @@ void Hca::iseg_refresh() {
 
 uint32_t Hca::mmio_read32(uint64_t off) {
   if (state_ == FwState::kRemoved || off % 4 || off + 4 > kBar0Bytes) return 0xffffffffu;
+  if (!mmio_decoded()) {
+    ++stats_.mmio_unclaimed;  // nothing claims the address: the root port completes with all ones
+    return 0xffffffffu;
+  }
+  if (off >= kMsixTableOffset && off < kMsixTableOffset + 16ull * cfg_.msix_vectors) return msix_read(off);
+  if (off >= kMsixPbaOffset && off < kMsixPbaOffset + 8ull * ((cfg_.msix_vectors + 63) / 64)) return msix_read(off);
   if (off + 4 <= sizeof iseg_) {
     iseg_refresh();
     return uint32_t(iseg_[off]) | uint32_t(iseg_[off + 1]) << 8 | uint32_t(iseg_[off + 2]) << 16 |
@@ -63,6 +72,15 @@ uint32_t be32(const uint8_t* b) { return uint32_t(b[0]) << 24 | uint32_t(b[1]) <
 void Hca::mmio_write(uint64_t off, const uint8_t* b, size_t len) {
   if (state_ == FwState::kRemoved || len == 0 || off + len > kBar0Bytes) return;
   if ((len == 4 || len == 8) && off % len) return;
+  if (!mmio_decoded()) {
+    ++stats_.mmio_unclaimed;
+    return;
+  }
+  if (off >= kMsixTableOffset && off < kMsixPbaOffset + 0x1000) {
+    uint32_t le = uint32_t(b[0]) | uint32_t(b[1]) << 8 | uint32_t(b[2]) << 16 | uint32_t(b[3]) << 24;
+    if (len == 4 && off < kMsixTableOffset + 16ull * cfg_.msix_vectors) msix_write(off, le);
+    return;
+  }
   if (off < sizeof iseg_) {
     if (len != 4) return;
     if (off == prm::init_seg_offset::cmdq_addr_h) {
@@ -82,9 +100,10 @@ void Hca::mmio_write(uint64_t off, const uint8_t* b, size_t len) {
     }
     return;
   }
-  if (off < kUarBase) return;
-  uint32_t uar = uint32_t(off / prm::kUarPageBytes);
-  uint32_t in_page = uint32_t(off % prm::kUarPageBytes);
+  uint64_t uar_page = uar_page_bytes();
+  if (off < kFirstUarIndex * uar_page) return;
+  uint32_t uar = uint32_t(off / uar_page);
+  uint32_t in_page = uint32_t(off % prm::kUarPageBytes);  // uar_4k: the doorbells repeat every 4 KiB
   Doorbell db{};
   db.uar = uar;
   db.len = uint32_t(len > sizeof db.bytes ? sizeof db.bytes : len);

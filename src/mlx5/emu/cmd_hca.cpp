@@ -33,10 +33,11 @@ void Hca::build_caps() {
   c.set(cap::driver_version, 0).set(cap::cache_line_128byte, 1);
   c.set(cap::max_wqe_sz_sq, 1024).set(cap::max_wqe_sz_rq, 512).set(cap::log_max_transport_domain, 20);
   c.set(cap::log_max_pd, 20).set(cap::log_max_xrcd, 0).set(cap::log_max_rq, 20).set(cap::log_max_sq, 20);
-  c.set(cap::log_max_rmp, 16).set(cap::log_max_wq_sz, 16).set(cap::log_uar_page_sz, 0);
+  c.set(cap::log_max_rmp, 16).set(cap::log_max_wq_sz, 16).set(cap::log_uar_page_sz, cfg_.max_log_uar_page_sz);
   c.set(cap::device_frequency_khz, 156250).set(cap::num_of_uars_per_page, 1);
   memcpy(cur_caps_, max_caps_, sizeof cur_caps_);
   prm::set(cur_caps_, cap::cmdif_checksum, cfg_.cmd_signatures ? 3 : 0);
+  prm::set(cur_caps_, cap::log_uar_page_sz, 0);  // 4 KiB UAR pages until a driver asks for more
   memset(roce_caps_, 0, sizeof roce_caps_);
   prm::roce_cap::view r(roce_caps_);
   r.set(prm::roce_cap::roce_version, 0x1 | 0x4);  // RoCE v1 and v2 (mlx5_ifc MLX5_ROCE_VERSION_*_CAP)

@@ -84,6 +84,12 @@ void Device::flr() {
   hca_->reset(false);
 }
 
+void Device::enumerate() {
+  Locked l(*hca_);
+  if (hca_->state_ == FwState::kRemoved) return;
+  hca_->cfg_enumerate();
+}
+
 bool Device::service() {
   Locked l(*hca_);
   return hca_->service();

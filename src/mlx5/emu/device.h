@@ -87,13 +87,20 @@ struct DeviceConfig {
   // Check the XOR signatures of queue entries and mailboxes (cmd_hca_cap.cmdif_checksum = 3).
   // Off by default, as Linux drives the card (cmd.c leaves checksums disabled).
   bool cmd_signatures = false;
+  // The largest UAR page the device takes (cmd_hca_cap.log_uar_page_sz maximum, 4 KiB << n). 0 as
+  // this model always had: a driver on 16 KiB host pages cannot get UAR pages of its page size. A
+  // driver sets the size with SET_HCA_CAP; UAR n then sits at n * (4 KiB << size), its doorbells
+  // in every 4 KiB of it (uar_4k).
+  uint8_t max_log_uar_page_sz = 0;
+  uint16_t pci_device_id = 0x1015;  // config space's device ID (ConnectX-4 Lx; tests give others)
   // Firmware pages the device asks for at each stage (QUERY_PAGES boot / init, then a regular demand
   // announced by PAGE_REQUEST once an EQ takes that event).
   uint32_t boot_pages = 8, init_pages = 24, regular_pages = 32;
 };
 
 // BAR0: 32 MiB. The initialization segment sits at 0 (its last field ends at 0x400c); UAR page n is
-// at n * 4 KiB, and ALLOC_UAR hands out n >= kFirstUarIndex so no UAR overlaps the init segment.
+// at n * the UAR page size (4 KiB unless set larger), and ALLOC_UAR hands out n >= kFirstUarIndex
+// so no UAR overlaps the init segment.
 inline constexpr uint64_t kBar0Bytes = 32ull << 20;
 inline constexpr uint32_t kFirstUarIndex = 8;
 inline constexpr uint16_t kPciVendorMellanox = 0x15b3;
@@ -109,6 +116,11 @@ inline constexpr uint32_t kPciExpCap = 0x60;  // PCIe capability offset in this 
 inline constexpr uint32_t kPciExpDevCtl = kPciExpCap + 0x08;
 inline constexpr uint16_t kPciExpDevCtlFlr = 1 << 15;
 inline constexpr uint32_t kPciMsixCap = 0x9c;  // MSI-X capability offset in this model
+inline constexpr uint16_t kPciMsixEnable = 1 << 15, kPciMsixFunctionMask = 1 << 14;  // Message Control
+inline constexpr uint32_t kMsixTableOffset = 0x2000, kMsixPbaOffset = 0x3000;  // in BAR0 (BIR 0)
+inline constexpr uint32_t kPciExpDevStatus = kPciExpCap + 0x0a;
+inline constexpr uint16_t kPciExpDevStatusTransPending = 1 << 5;
+inline constexpr uint64_t kBar0HostAddress = 0x6000000000ull;  // where enumerate() puts BAR0
 
 // ---- fault injection switchboard ----------------------------------------------------------------
 
@@ -125,6 +137,9 @@ struct Faults {
   // between, the NIC vport context's roce_en reads back 0, and MODIFY_NIC_VPORT_CONTEXT(roce_en=1)
   // completes OK without taking effect, until an FLR. RoCE traffic is not delivered meanwhile.
   bool fw_14_22_roce_en_lost = false;
+  // PCIe Device Status' Transactions Pending reads 1 for this many more reads (a DMA the function
+  // has not seen completed), then 0.
+  uint32_t transactions_pending_reads = 0;
 };
 
 // ---- the device ---------------------------------------------------------------------------------
@@ -155,8 +170,14 @@ class Device {
   void config_write(uint32_t off, unsigned width, uint32_t value);
   // Function-level reset, as if Initiate FLR were written: every object, page and register is lost,
   // the init segment reads `initializing` for init_delay_ns, doorbells are ignored until the
-  // command queue is set up again. Bus master is cleared (config space is reset too).
+  // command queue is set up again. Configuration space goes back to its reset values (PCIe 6.6.2):
+  // BAR0 unassigned, memory space and bus master off, MSI-X disabled with every table entry masked,
+  // so MMIO reads all ones and no interrupt leaves until someone restores them.
   void flr();
+  // What the host's PCI code does to a function after power-up (and Linux's pci_restore_state after
+  // a reset): BAR0 at kBar0HostAddress, memory space on, MSI-X enabled with every entry unmasked.
+  // Power-up does it by itself; after flr() the caller must, as a real host's kernel would.
+  void enumerate();
 
   // Runs everything due now: commands rung on the doorbell, send/receive doorbells, inbound frames,
   // timers, health. Returns true if it did any work.
@@ -185,6 +206,8 @@ class Device {
     uint64_t dma_faults = 0;  // DMA attempts the host refused (or with bus master off)
     uint64_t page_use_after_take = 0;  // the device touched a firmware page it had given back
     uint64_t doorbells_ignored = 0;  // doorbells on dead/unknown objects or before init
+    uint64_t mmio_unclaimed = 0;  // MMIO while memory space is disabled or BAR0 unassigned (reads all ones)
+    uint64_t irqs_held = 0;  // MSI-X messages held pending: disabled, function or vector masked
     uint64_t frames_tx = 0, frames_rx = 0, frames_dropped = 0;
     uint32_t fw_pages_held = 0;  // firmware pages the device holds now
   };

@@ -32,8 +32,8 @@ void Hca::reset(bool power_on) {
   torn_down_since_flr_ = false;
   issi_ = 0;
   cfg_reset();
+  if (power_on) cfg_enumerate();  // FLR leaves it to whoever reset the function to restore
   memset(iseg_, 0, sizeof iseg_);
-  (void)power_on;
 }
 
 void Hca::update_fw_state() {
@@ -72,8 +72,15 @@ bool Hca::dma_write(uint64_t iova, const void* src, size_t len) {
   return true;
 }
 
+// MSI-X (PCIe 6.1.4): a message goes out only while MSI-X is enabled, the function is not masked
+// and the vector's entry is not; otherwise its Pending Bit is set and it goes when that changes.
 void Hca::raise_irq(uint16_t vector) {
   if (state_ == FwState::kRemoved || vector >= cfg_.msix_vectors) return;
+  if (msix_blocked(vector)) {
+    if (!msix_pending_[vector]) ++stats_.irqs_held;
+    msix_pending_[vector] = true;
+    return;
+  }
   out_.irqs.push_back(vector);
 }
 

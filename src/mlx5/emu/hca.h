@@ -188,11 +188,18 @@ class Hca {
   // ---- bar0.cpp ----
   uint32_t mmio_read32(uint64_t off);
   void mmio_write(uint64_t off, const uint8_t* bytes, size_t len);
+  uint64_t uar_page_bytes() const;  // as SET_HCA_CAP left log_uar_page_sz
 
   // ---- config_space.cpp ----
   uint32_t cfg_read(uint32_t off, unsigned width);
   void cfg_write(uint32_t off, unsigned width, uint32_t value);
-  void cfg_reset();
+  void cfg_reset();  // PCIe reset values (FLR, power-up)
+  void cfg_enumerate();  // Device::enumerate()
+  bool mmio_decoded() const;  // memory space on and BAR0 assigned
+  bool msix_blocked(uint16_t vector) const;
+  void msix_release_pending();
+  uint32_t msix_read(uint64_t off);
+  void msix_write(uint64_t off, uint32_t value);
 
   // ---- hca.cpp ----
   void reset(bool power_on);  // FLR or power-up: lose everything
@@ -246,6 +253,8 @@ class Hca {
 
   // PCI config space image (4 KiB).
   uint8_t pci_[4096] = {};
+  std::vector<uint32_t> msix_table_;  // 4 dwords per vector: address lo, hi, data, vector control
+  std::vector<bool> msix_pending_;
   bool pci_bar_sizing_ = false;
 
   // ---- the command engine (cmd_queue.cpp, cmd_table.cpp) ----

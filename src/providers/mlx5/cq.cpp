@@ -7,11 +7,10 @@
 #include <errno.h>
 #include <string.h>
 
-#include <atomic>
-
 #include "mlx5/prm/cqe.h"
 #include "mlx5/prm/doorbell.h"
 #include "mlx5/prm/wqe.h"
+#include "providers/mlx5/doorbells.h"
 #include "providers/mlx5/mlx5.h"
 #include "providers/mlx5/tables.h"
 
@@ -55,10 +54,9 @@ inline void complete_recv(Mlx5Qp* qp, uint16_t wqe_counter, ibv_wc* wc) {
 
 // One CQE -> one ibv_wc. 0: nothing to poll; 1: *wc filled; -1: a CQE for an unknown QP (skipped).
 int poll_one(Mlx5Cq* cq, ibv_wc* wc) {
-  uint8_t* cqe = cqe_at(cq, cq->ci);
+  const uint8_t* cqe = take_cqe(cqe_at(cq, cq->ci), cq->ci, cq->log_cnt);
+  if (!cqe) return 0;
   uint8_t opcode = uint8_t(cqe_get(cqe, q::opcode));
-  if (opcode == p::cqe_opcode::INVALID || cqe_get(cqe, q::owner) != ((cq->ci >> cq->log_cnt) & 1)) return 0;
-  std::atomic_thread_fence(std::memory_order_acquire);  // read the CQE only after its owner bit
   cq->ci++;
   uint32_t qpn = cqe_get(cqe, q::qpn);
   Mlx5Qp* qp = cq->ctx->qp_by_qpn(qpn);
@@ -121,12 +119,49 @@ int poll_one(Mlx5Cq* cq, ibv_wc* wc) {
   }
 }
 
-inline void update_ci(Mlx5Cq* cq) {
-  std::atomic_thread_fence(std::memory_order_release);  // the CQEs are consumed before the device may reuse them
-  cq->dbrec[0] = to_be32(cq->ci & 0xffffff);
+inline void update_ci(Mlx5Cq* cq) { set_cq_ci(&cq->dbrec[0], cq->ci); }
+
+inline bool is_responder(uint8_t opcode) {
+  switch (opcode) {
+    case p::cqe_opcode::RESP_WR_IMM:
+    case p::cqe_opcode::RESP_SEND:
+    case p::cqe_opcode::RESP_SEND_IMM:
+    case p::cqe_opcode::RESP_SEND_INV:
+    case p::cqe_opcode::RESP_ERR: return true;
+    default: return false;
+  }
 }
 
 }  // namespace
+
+// rdma-core __mlx5_cq_clean: find the producer end of what software owns, then walk back to the
+// consumer index, dropping QP `qpn`'s CQEs (an SRQ gets their WQEs back) and moving the others up
+// over the gaps, each keeping the owner bit of the slot it lands in.
+void clean_cq(Mlx5Cq* cq, uint32_t qpn, Mlx5Srq* srq) {
+  uint32_t pi = cq->ci;
+  while (pi - cq->ci < cq->cqe_cnt - 1 && take_cqe(cqe_at(cq, pi), pi, cq->log_cnt)) ++pi;
+  uint32_t freed = 0;
+  while (pi != cq->ci) {
+    --pi;
+    uint8_t* cqe = cqe_at(cq, pi);
+    if (cqe_get(cqe, q::qpn) == qpn) {
+      if (srq && is_responder(uint8_t(cqe_get(cqe, q::opcode)))) {
+        std::lock_guard<std::mutex> lock(srq->mu);
+        srq_free(srq->q, cqe_get(cqe, q::wqe_counter) & (srq->q.wqe_cnt - 1));
+      }
+      ++freed;
+    } else if (freed) {
+      uint8_t* dest = cqe_at(cq, pi + freed);
+      uint32_t owner = cqe_get(dest, q::owner);
+      memcpy(dest, cqe, p::kCqeBytes);
+      p::set(dest, q::owner, owner);
+    }
+  }
+  if (freed) {
+    cq->ci += freed;
+    set_cq_ci_after_clean(&cq->dbrec[0], cq->ci);
+  }
+}
 
 int mlx5_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   if (n < 0 || (n > 0 && !wc)) return -EINVAL;
@@ -171,13 +206,11 @@ void Mlx5Context::arm_cq(Mlx5Cq* cq, bool solicited) {
   // emulated card follows it: docs/uapi.md "Doorbells").
   uint32_t word;
   memcpy(&word, rec + 4, 4);
-  __atomic_store_n(&cq->dbrec[1], word, __ATOMIC_RELAXED);
-  std::atomic_thread_fence(std::memory_order_release);  // the record before the doorbell
   uint64_t v;
   memcpy(&v, db, 8);
   std::lock_guard<std::mutex> lock(uar_mu_);
   auto* reg = reinterpret_cast<volatile uint64_t*>(static_cast<uint8_t*>(uar_map_.addr) + p::kUarCqDoorbell);
-  *reg = v;
+  ring_cq_arm(&cq->dbrec[1], word, reg, v);
   t_->kick(uar_.handle, p::kUarCqDoorbell, v);
 }
 

@@ -187,5 +187,7 @@ int mlx5_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);
 int mlx5_poll_cq(ibv_cq* cq, int n, ibv_wc* wc);
 int mlx5_req_notify_cq(ibv_cq* cq, int solicited_only);
 void init_cq_ex_ops(Mlx5Cq* cq);
+// Removes QP `qpn`'s completions from the CQ (its QP reset or destroyed); the caller holds cq->mu.
+void clean_cq(Mlx5Cq* cq, uint32_t qpn, Mlx5Srq* srq);
 
 }  // namespace melon::mlx5prov

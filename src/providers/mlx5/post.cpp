@@ -5,8 +5,6 @@
 #include <errno.h>
 #include <string.h>
 
-#include <atomic>
-
 #include "mlx5/prm/doorbell.h"
 #include "providers/mlx5/mlx5.h"
 
@@ -57,8 +55,7 @@ int mlx5_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     if ((err = write_recv_wqe(qp->rq, *wr))) break;
   if (err && bad) *bad = wr;
   if (n) {
-    std::atomic_thread_fence(std::memory_order_release);
-    qp->dbrec[mlx5::prm::kRcvDbrIndex] = to_be32(qp->rq.head & 0xffff);
+    ring_recv_doorbell(qp->rq.head, &qp->dbrec[mlx5::prm::kRcvDbrIndex]);
   }
   return err;
 }
@@ -72,8 +69,7 @@ int mlx5_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     if ((err = write_srq_wqe(srq->q, *wr))) break;
   if (err && bad) *bad = wr;
   if (n) {
-    std::atomic_thread_fence(std::memory_order_release);
-    srq->dbrec[0] = to_be32(srq->q.counter & 0xffff);
+    ring_recv_doorbell(srq->q.counter, &srq->dbrec[0]);
   }
   return err;
 }

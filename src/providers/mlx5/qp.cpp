@@ -30,6 +30,22 @@ static_assert(same(uapi::kQpState, IBV_QP_STATE) && same(uapi::kQpAv, IBV_QP_AV)
               same(uapi::kQpSqPsn, IBV_QP_SQ_PSN) && same(uapi::kQpMinRnrTimer, IBV_QP_MIN_RNR_TIMER) &&
               same(uapi::kQpCurState, IBV_QP_CUR_STATE) && same(uapi::kQpMaxQpRdAtomic, IBV_QP_MAX_QP_RD_ATOMIC));
 
+// rdma-core mlx5_modify_qp (to RESET) and mlx5_destroy_qp: both CQs of the QP, once each.
+void clean_cqs(Mlx5Qp* qp) {
+  ibv_qp& q = qp->ibv.qp_base;
+  Mlx5Cq* rcq = Mlx5Cq::from(q.recv_cq);
+  Mlx5Cq* scq = Mlx5Cq::from(q.send_cq);
+  Mlx5Srq* srq = q.srq ? Mlx5Srq::from(q.srq) : nullptr;
+  if (rcq == scq) {
+    std::lock_guard<std::mutex> lock(rcq->mu);
+    clean_cq(rcq, q.qp_num, srq);
+    return;
+  }
+  std::scoped_lock lock(rcq->mu, scq->mu);
+  clean_cq(rcq, q.qp_num, srq);
+  clean_cq(scq, q.qp_num, nullptr);
+}
+
 }  // namespace
 
 Mlx5Qp* Mlx5Context::qp_by_qpn(uint32_t qpn) {
@@ -186,6 +202,7 @@ int Mlx5Context::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
   std::scoped_lock lock(qp->sq_mu, qp->rq_mu);
   switch (a->qp_state) {
     case IBV_QPS_RESET:
+      clean_cqs(qp);  // the old completions name WQEs the reset counters will reuse
       qp->sq.state_max_gs = qp->rq.state_max_gs = -1;
       qp->sq.cur_post = qp->sq.tail = qp->rq.head = qp->rq.tail = 0;  // the device restarts its counters
       qp->dbrec[0] = qp->dbrec[1] = 0;
@@ -246,6 +263,7 @@ int Mlx5Context::destroy_qp(ibv_qp* ibqp) {
   if (ibqp->context != &vctx.context) return EINVAL;
   Mlx5Qp* qp = Mlx5Qp::from(ibqp);
   if (int e = call_empty(uapi::Selector::destroy_qp, qp->handle)) return e;
+  clean_cqs(qp);  // an SRQ gets back the WQEs of completions nobody will poll
   {
     std::unique_lock<std::shared_mutex> lock(obj_mu_);
     qps_by_qpn_.erase(ibqp->qp_num);

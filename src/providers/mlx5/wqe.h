@@ -18,11 +18,10 @@
 #pragma once
 
 #include "providers/mlx5/byte_order.h"
+#include "providers/mlx5/doorbells.h"
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <string.h>
-
-#include <atomic>
 
 namespace melon::mlx5prov {
 
@@ -53,17 +52,9 @@ int write_send_wqe(SendQueue& sq, const ibv_send_wr& wr, const uint8_t* av);
 // The WQE size, in 16-byte units, a work request needs (0 with *err set when it cannot be posted).
 uint32_t send_wqe_ds(const SendQueue& sq, const ibv_send_wr& wr, int* err);
 
-// The send doorbell (PRM "Send Doorbell"; rdma-core qp.c post_send_db): the WQEs before the
-// doorbell record's send counter, the record before the 64-bit UAR write of the last WQE's first
-// 8 bytes. Returns the value written (the transport's kick carries it).
+// The send doorbell of this queue (PRM "Send Doorbell"; the ordering is doorbells.h's).
 inline uint64_t ring_send_doorbell(const SendQueue& sq, uint32_t* dbrec_snd, volatile uint64_t* uar_reg) {
-  std::atomic_thread_fence(std::memory_order_release);
-  *dbrec_snd = to_be32(sq.cur_post & 0xffff);
-  std::atomic_thread_fence(std::memory_order_release);
-  uint64_t v;
-  memcpy(&v, sq.last_ctrl, 8);
-  *uar_reg = v;
-  return v;
+  return ring_send_doorbell(sq.cur_post, sq.last_ctrl, dbrec_snd, uar_reg);
 }
 
 struct RecvQueue {

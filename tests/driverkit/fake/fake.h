@@ -8,6 +8,8 @@
 #include <PCIDriverKit/IOPCIDevice.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,7 +24,15 @@ struct CardOptions {
   uint8_t mac_last = 1;  // the port MAC's last byte (two cards on one link need different ones)
   mlx5::emu::FramePort* wire = nullptr;  // the Ethernet port's link (src/mlx5/emu/wire.h), if any
   bool configure_msix = true;  // false: ConfigureInterrupts fails (the driver must cope)
+  uint8_t max_log_uar_page_sz = 0;  // the card's largest UAR page (emu::DeviceConfig)
+  uint16_t device_id = mlx5::emu::kPciDeviceConnectX4Lx;  // config space's device ID
+  uint64_t dma_segment_bytes = 0;  // PrepareForDMA reports its IOVA range in pieces this size (0: one)
+  bool dma_segment_gaps = false;  // ... and the pieces do not follow each other
 };
+
+// The page size of the tasks that map memory (the system's, IOVMPageSize: 16 KiB on Apple silicon,
+// 4 KiB on Intel): a device-memory mapping covers whole pages of it.
+inline uint64_t task_page_size() { return IOVMPageSize; }
 
 // One PCI function: the emulator (worker thread, steady clock) and its IOMMU, as an IOPCIDevice.
 class Card {
@@ -38,12 +48,25 @@ class Card {
   // IOVA mappings the fake IODMACommands hold now.
   size_t dma_mappings() const;
   bool no_msix_ = false;  // from CardOptions::configure_msix
+  uint64_t dma_segment_bytes_ = 0;  // from CardOptions::dma_segment_bytes
+  bool dma_segment_gaps_ = false;
   // Function-level resets the driver started through configuration space (PCIe Device Control).
   std::atomic<int> flrs_{0};
+
+  // An interrupt handler of this card that stores to BAR0 + `bar_offset` (MemoryWrite32) waits
+  // there, inside the handler, until release_handler(); wait_handler_blocked says it got there.
+  void block_handler_store(uint64_t bar_offset);
+  bool wait_handler_blocked(int ms);
+  void release_handler();
+  void handler_store_hook(uint64_t off);  // the fake's MemoryWrite32
 
  private:
   mlx5::emu::TestHost host_;
   std::unique_ptr<mlx5::emu::Device> dev_;
+  std::mutex hook_mu_;
+  std::condition_variable hook_cv_;
+  uint64_t hook_off_ = 0;
+  bool hook_armed_ = false, hook_blocked_ = false;
   IOPCIDevice* pci_ = nullptr;
 };
 
@@ -53,6 +76,16 @@ class Card {
 IOService* start_driver(Card& card, kern_return_t* start_result);
 // Stop on the default queue, then the last reference.
 kern_return_t stop_driver(IOService* driver);
+// The other order: the driver's Stop while its user clients are still open (their Stop comes when
+// they close or die); release_stopped() drops the driver's last reference once they are gone.
+kern_return_t stop_provider_first(IOService* driver);
+void release_stopped(IOService* driver);
+
+// The next `n` IOService::SetProperties calls (any service) fail with kIOReturnNoMemory.
+void fail_set_properties(int n);
+
+// IOBufferMemoryDescriptors freed while an interrupt handler (of any card) was running.
+long freed_while_a_handler_runs();
 
 // Registry properties as ioreg shows them.
 std::string string_property(IOService* s, const char* key);  // "" if absent
@@ -67,9 +100,10 @@ IOUserClient* user_client_of(uint32_t connection);
 void kill_connection(uint32_t connection);
 // The BAR offset behind a device-memory mapping IOConnectMapMemory64 made (-1 if not one).
 long long device_offset_of(uint32_t connection, uint64_t address);
-// The CPU's 8-byte store to a device-memory mapping (a doorbell): the mapping is a plain page here,
-// so the test stores through this, and the bytes reach the card's BAR0 at the mapped offset.
-// Returns false if `address` is not inside such a mapping of `connection`.
+// The CPU's 8-byte store to a device-memory mapping (a doorbell): the mapping is plain pages here,
+// so the test stores through this, and the bytes reach the card's BAR0 at the offset the address
+// maps (anywhere in the mapped pages, not only the descriptor's range). Returns false if
+// `address` is not inside such a mapping of `connection`.
 bool mmio_store64(uint32_t connection, void* address, const void* bytes8);
 // The io_service_t of a started driver (to open one of several).
 uint32_t service_port(IOService* driver);

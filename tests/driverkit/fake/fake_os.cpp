@@ -256,6 +256,7 @@ void IOLockFree(IOLock* l) {
 void IOLockLock(IOLock* l) { l->m.lock(); }
 void IOLockUnlock(IOLock* l) { l->m.unlock(); }
 void IOSleep(uint64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+uint64_t IOVMPageSize = 16384;  // Apple silicon; a test sets 4096 for an Intel Mac
 void IODelay(uint64_t us) { std::this_thread::sleep_for(std::chrono::microseconds(us)); }
 
 uint64_t mach_absolute_time(void) {

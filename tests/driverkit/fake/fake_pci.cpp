@@ -19,6 +19,9 @@ namespace emu = mlx5::emu;
 
 namespace {
 std::atomic<long> g_timers{0};
+std::atomic<int> g_handlers_running{0};  // interrupt handlers inside their action, all cards
+std::atomic<long> g_freed_in_handler{0};  // buffers freed while one was
+thread_local bool t_in_handler = false;
 constexpr uint32_t kLegacyIndex = 0;  // interrupt index 0 is INTx; MSI-X vector v is index v + 1
 
 struct CardIrq {
@@ -78,6 +81,10 @@ Card::Card(const CardOptions& o) {
   ports.wire = o.wire;
   emu::DeviceConfig cfg;
   cfg.msix_vectors = o.msix_vectors;
+  cfg.max_log_uar_page_sz = o.max_log_uar_page_sz;
+  cfg.pci_device_id = o.device_id;
+  dma_segment_bytes_ = o.dma_segment_bytes;
+  dma_segment_gaps_ = o.dma_segment_gaps;
   cfg.mac[5] = o.mac_last;
   cfg.node_guid = (cfg.node_guid & ~0xffull) | o.mac_last;
   dev_ = std::make_unique<emu::Device>(ports, cfg);
@@ -93,13 +100,33 @@ Card::Card(const CardOptions& o) {
       std::lock_guard<std::mutex> l(t->mu);
       auto it = t->sources.find(v);
       if (it != t->sources.end()) src = it->second;
+      if (src) src->retain();  // a Stop may cancel and release the source meanwhile
     }
     if (!src) return;
+    // Apple's contract: the handler runs on the source's queue; disabling does not wait for a
+    // handler already running (its completion runs after). So the enable flag is read, and the
+    // action taken, under the source's lock, and the action runs without it.
     auto* ii = static_cast<IrqImpl*>(src->impl_);
-    std::lock_guard<std::mutex> g(ii->mu);
-    if (!ii->enabled || !ii->action) return;
-    std::lock_guard<std::recursive_mutex> q(queue_lock(ii->queue));
-    ii->action->call_(ii->action->target_, ii->action, 1, now_ns());
+    OSAction* act = nullptr;
+    IODispatchQueue* queue = nullptr;
+    {
+      std::lock_guard<std::mutex> g(ii->mu);
+      if (ii->enabled && ii->action) {
+        act = ii->action, queue = ii->queue;
+        act->retain(), queue->retain();
+      }
+    }
+    src->release();
+    if (!act) return;
+    {
+      std::lock_guard<std::recursive_mutex> q(queue_lock(queue));
+      g_handlers_running++;
+      t_in_handler = true;
+      act->call_(act->target_, act, 1, now_ns());
+      t_in_handler = false;
+      g_handlers_running--;
+    }
+    act->release(), queue->release();
   };
   dev_->start_worker();
 }
@@ -114,6 +141,28 @@ Card::~Card() {
 }
 
 size_t Card::dma_mappings() const { return host_.mapped_bytes(); }
+
+void Card::block_handler_store(uint64_t bar_offset) {
+  std::lock_guard<std::mutex> l(hook_mu_);
+  hook_off_ = bar_offset, hook_armed_ = true, hook_blocked_ = false;
+}
+bool Card::wait_handler_blocked(int ms) {
+  std::unique_lock<std::mutex> l(hook_mu_);
+  return hook_cv_.wait_for(l, std::chrono::milliseconds(ms), [&] { return hook_blocked_; });
+}
+void Card::release_handler() {
+  std::lock_guard<std::mutex> l(hook_mu_);
+  hook_armed_ = false;
+  hook_cv_.notify_all();
+}
+void Card::handler_store_hook(uint64_t off) {
+  std::unique_lock<std::mutex> l(hook_mu_);
+  if (!hook_armed_ || off != hook_off_) return;
+  hook_blocked_ = true;
+  hook_cv_.notify_all();
+  hook_cv_.wait(l, [&] { return !hook_armed_; });
+}
+long freed_while_a_handler_runs() { return g_freed_in_handler.load(); }
 
 static Card* card_of(IOService* s) { return service_impl(s)->card; }
 
@@ -132,13 +181,27 @@ kern_return_t IOPCIDevice::Open(IOService* forClient, IOOptionBits) {
 }
 void IOPCIDevice::Close(IOService*, IOOptionBits) { service_impl(this)->open = false; }
 
+// Configuration space as Apple documents each accessor: the offset's bits 0 and 1 are ignored, so
+// a 16-bit access always reaches the lower half of its dword. Reads fail as -1 when not open.
+void IOPCIDevice::ConfigurationRead32(uint64_t off, uint32_t* v) {
+  Card* c = card_of(this);
+  *v = c && service_impl(this)->open ? c->device().config_read(uint32_t(off & ~3ull), 4) : 0xffffffffu;
+}
 void IOPCIDevice::ConfigurationRead16(uint64_t off, uint16_t* v) {
   Card* c = card_of(this);
-  *v = c && service_impl(this)->open ? uint16_t(c->device().config_read(uint32_t(off), 2)) : 0xffff;
+  *v = c && service_impl(this)->open ? uint16_t(c->device().config_read(uint32_t(off & ~3ull), 2)) : 0xffff;
+}
+void IOPCIDevice::ConfigurationWrite32(uint64_t off, uint32_t v) {
+  Card* c = card_of(this);
+  if (!c || !service_impl(this)->open) return;
+  off &= ~3ull;
+  if (off == emu::kPciExpDevCtl && (v & emu::kPciExpDevCtlFlr)) c->flrs_++;
+  c->device().config_write(uint32_t(off), 4, v);
 }
 void IOPCIDevice::ConfigurationWrite16(uint64_t off, uint16_t v) {
   Card* c = card_of(this);
   if (!c || !service_impl(this)->open) return;
+  off &= ~3ull;
   if (off == emu::kPciExpDevCtl && (v & emu::kPciExpDevCtlFlr)) c->flrs_++;
   c->device().config_write(uint32_t(off), 2, v);
 }
@@ -147,6 +210,7 @@ void IOPCIDevice::MemoryRead32(uint8_t idx, uint64_t off, uint32_t* v) {
   *v = c && idx == 0 && service_impl(this)->open ? c->device().read32(off) : 0xffffffffu;
 }
 void IOPCIDevice::MemoryWrite32(uint8_t idx, uint64_t off, uint32_t v) {
+  if (Card* c = card_of(this); c && t_in_handler) c->handler_store_hook(off);
   if (Card* c = card_of(this); c && idx == 0 && service_impl(this)->open) c->device().write32(off, v);
 }
 void IOPCIDevice::MemoryWrite64(uint8_t idx, uint64_t off, uint64_t v) {
@@ -162,6 +226,9 @@ kern_return_t IOPCIDevice::GetBARInfo(uint8_t bar, uint8_t* memoryIndex, uint64_
 kern_return_t IOPCIDevice::Reset(IOOptionBits type, IOOptionBits) {
   Card* c = card_of(this);
   if (!c || type != kIOPCIDeviceResetTypeFunctionReset) return kIOReturnUnsupported;
+  // Apple does not document that Reset restores the configuration; this fake assumes the worst
+  // and leaves it at the reset values the emulated card models (BARs, command, MSI-X).
+  c->flrs_++;
   c->device().flr();
   return kIOReturnSuccess;
 }
@@ -235,6 +302,7 @@ kern_return_t IOBufferMemoryDescriptor::GetAddressRange(IOAddressSegment* r) {
   return kIOReturnSuccess;
 }
 void IOBufferMemoryDescriptor::free() {
+  if (g_handlers_running.load()) g_freed_in_handler++;
   ::free(fake_base_);
   fake_base_ = nullptr;
   IOMemoryDescriptor::free();
@@ -264,8 +332,21 @@ kern_return_t IODMACommand::PrepareForDMA(uint64_t, IOMemoryDescriptor* md, uint
   uint64_t iova = d->card->host().map(md->fake_base_ + offset, length, 16384);
   if (!iova) return kIOReturnNoResources;
   d->iova = iova;
-  segments[0] = IOAddressSegment{iova, length};
-  *count = 1;
+  // Apple's PrepareForDMA may describe one mapping as several segments (up to *count): with
+  // dma_segment_bytes set the fake reports the IOVA range in pieces of that size.
+  uint64_t piece = d->card->dma_segment_bytes_ ? d->card->dma_segment_bytes_ : length;
+  uint32_t n = 0;
+  // dma_segment_gaps: the pieces are reported apart, as an IOMMU that could not map the range in
+  // one run would (the addresses past the first piece then lead nowhere: the driver must refuse).
+  uint64_t gap = d->card->dma_segment_gaps_ ? 0x100000 : 0;
+  for (uint64_t at = 0; at < length && n < *count; at += piece, n++)
+    segments[n] = IOAddressSegment{iova + at + n * gap, length - at < piece ? length - at : piece};
+  if (uint64_t(n) * piece < length) {  // more pieces than the caller has room for
+    d->card->host().unmap(iova);
+    d->iova = 0;
+    return kIOReturnNoSpace;
+  }
+  *count = n;
   *flags = 0;
   return kIOReturnSuccess;
 }
@@ -357,11 +438,23 @@ kern_return_t IOInterruptDispatchSource::SetHandler(OSAction* action) {
   return kIOReturnSuccess;
 }
 
-// Disabling returns once no handler runs (the SDK's completion runs after that point).
-kern_return_t IOInterruptDispatchSource::SetEnableWithCompletion(bool enable, IODispatchSourceCancelHandler) {
+// Apple: the completion runs after pending handlers complete, so disabling itself returns at once,
+// possibly while a handler still runs on the source's queue. The completion then runs on that
+// queue, after the handler.
+kern_return_t IOInterruptDispatchSource::SetEnableWithCompletion(bool enable, IODispatchSourceCancelHandler done) {
   auto* ii = static_cast<IrqImpl*>(impl_);
-  std::lock_guard<std::mutex> g(ii->mu);
-  ii->enabled = enable;
+  IODispatchQueue* queue = nullptr;
+  {
+    std::lock_guard<std::mutex> g(ii->mu);
+    ii->enabled = enable;
+    queue = ii->queue;
+  }
+  if (done) {
+    std::thread([queue, done] {
+      std::lock_guard<std::recursive_mutex> q(queue_lock(queue));
+      done();
+    }).detach();
+  }
   return kIOReturnSuccess;
 }
 

@@ -35,8 +35,10 @@ std::map<uint32_t, IOService*>& services() {  // io_service_t -> registered serv
 }
 struct Mapping {
   IOMemoryDescriptor* md;
-  void* shadow;  // device memory: a page standing in for the BAR window
-  uint64_t len;
+  void* shadow;  // device memory: whole pages standing in for the BAR window they map
+  uint64_t len;  // from the returned address to the descriptor's end
+  uint64_t win_off = 0, win_len = 0;  // device memory: the BAR range the task can store to
+  uint64_t win_base = 0;  // the task address of win_off
 };
 struct Connection {
   IOService* driver = nullptr;
@@ -118,7 +120,8 @@ IOService* start_driver(Card& card, kern_return_t* result) {
 
 kern_return_t stop_driver(IOService* drv) {
   if (!drv) return kIOReturnBadArgument;
-  // The kernel stops a service's user clients before the service.
+  // Usually the kernel stops a service's user clients before the service (stop_provider_first is
+  // the other order, which Apple does not rule out).
   std::vector<uint32_t> mine;
   {
     std::lock_guard<std::mutex> l(g_reg_mu);
@@ -126,18 +129,24 @@ kern_return_t stop_driver(IOService* drv) {
       if (c.driver == drv) mine.push_back(port);
   }
   for (uint32_t p : mine) kill_connection(p);
-  kern_return_t r;
-  {
-    std::lock_guard<std::recursive_mutex> q(queue_lock(service_impl(drv)->queue));
-    r = drv->Stop(service_impl(drv)->provider);
-  }
+  kern_return_t r = stop_provider_first(drv);
+  release_stopped(drv);
+  return r;
+}
+
+kern_return_t stop_provider_first(IOService* drv) {
+  if (!drv) return kIOReturnBadArgument;
+  std::lock_guard<std::recursive_mutex> q(queue_lock(service_impl(drv)->queue));
+  return drv->Stop(service_impl(drv)->provider);
+}
+
+void release_stopped(IOService* drv) {
   {
     std::lock_guard<std::mutex> l(g_reg_mu);
     for (auto it = services().begin(); it != services().end();)
       it = it->second == drv ? services().erase(it) : std::next(it);
   }
   drv->release();
-  return r;
 }
 
 std::string string_property(IOService* s, const char* key) {
@@ -222,8 +231,16 @@ kern_return_t IOService::Stop_Impl(IOService*) { return kIOReturnSuccess; }
 kern_return_t IOService::NewUserClient_Impl(uint32_t, IOUserClient**) { return kIOReturnUnsupported; }
 
 // Merges into the registry entry, as a driver publishing its own properties sees it in ioreg.
+namespace {
+std::atomic<int> g_fail_set_properties{0};
+}  // namespace
+
+// SetProperties is an IPC to the kernel and can fail (Apple returns an IOReturn): the fake fails
+// the next fail_set_properties(n) calls with kIOReturnNoMemory, storing nothing.
 kern_return_t IOService::SetProperties(OSDictionary* properties) {
   if (!properties) return kIOReturnBadArgument;
+  for (int n = g_fail_set_properties.load(); n > 0;)
+    if (g_fail_set_properties.compare_exchange_weak(n, n - 1)) return kIOReturnNoMemory;
   ServiceImpl* si = service_impl(this);
   if (!si->props) si->props = OSDictionary::withCapacity(4);
   each_entry(properties, [&](const std::string& k, OSObject* v) { si->props->setObject(k.c_str(), v); });
@@ -315,9 +332,32 @@ kern_return_t IOUserClient::CopyClientEntitlements(OSDictionary** entitlements) 
   return kIOReturnSuccess;
 }
 // The client task is this process: its range is used in place.
-kern_return_t IOUserClient::CreateMemoryDescriptorFromClient(uint64_t, uint32_t count, const IOAddressSegment segs[32],
+// Whether the calling task (this process) maps [addr, addr + len) readable, and writable when
+// `write` (/proc/self/maps, mapping after mapping with no gap).
+static bool task_maps(uint64_t addr, uint64_t len, bool write) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  if (!f) return false;
+  uint64_t at = addr, end = addr + len;
+  char line[512];
+  while (at < end && fgets(line, sizeof line, f)) {
+    unsigned long long lo, hi;
+    char perms[8] = {};
+    if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) != 3 || hi <= at) continue;
+    if (lo > at || perms[0] != 'r' || (write && perms[1] != 'w')) break;
+    at = hi;
+  }
+  fclose(f);
+  return at >= end;
+}
+
+// As the kernel does: only memory the client task maps, and writable where the device will write
+// (kIOMemoryDirectionIn); otherwise kIOReturnBadArgument and no descriptor.
+kern_return_t IOUserClient::CreateMemoryDescriptorFromClient(uint64_t options, uint32_t count,
+                                                             const IOAddressSegment segs[32],
                                                              IOMemoryDescriptor** memory) {
   if (count != 1 || !segs[0].address || !segs[0].length) return kIOReturnBadArgument;
+  if (segs[0].address + segs[0].length < segs[0].address) return kIOReturnBadArgument;
+  if (!task_maps(segs[0].address, segs[0].length, (options & kIOMemoryDirectionIn) != 0)) return kIOReturnBadArgument;
   auto* md = new IOMemoryDescriptor;
   md->fake_base_ = reinterpret_cast<uint8_t*>(uintptr_t(segs[0].address));
   md->fake_length_ = segs[0].length;
@@ -430,11 +470,17 @@ kern_return_t IOConnectMapMemory64(io_connect_t connect, uint32_t type, task_por
   Mapping m{md, nullptr, md->fake_length_};
   uint64_t addr;
   if (md->fake_device_) {
-    // BAR0 cannot be mapped into a Linux process: a zeroed page stands for the window (its offset
-    // into the BAR is what the tests check, with device_offset_of()).
-    m.shadow = aligned_alloc(4096, (m.len + 4095) / 4096 * 4096);
-    memset(m.shadow, 0, (m.len + 4095) / 4096 * 4096);
-    addr = uint64_t(uintptr_t(m.shadow));
+    // The task gets whole pages: the pages of BAR0 the descriptor touches, the returned address at
+    // the descriptor's offset within the first (as IOKit maps a descriptor that does not start on a
+    // page). BAR0 cannot be mapped into a Linux process, so zeroed pages stand for the window, and
+    // a store anywhere in it reaches the BAR through mmio_store64, neighbours included.
+    uint64_t page = melon::dkfake::task_page_size();
+    m.win_off = md->fake_device_offset_ / page * page;
+    m.win_len = (md->fake_device_offset_ + m.len + page - 1) / page * page - m.win_off;
+    m.shadow = aligned_alloc(page, m.win_len);
+    memset(m.shadow, 0, m.win_len);
+    m.win_base = uint64_t(uintptr_t(m.shadow));
+    addr = m.win_base + (md->fake_device_offset_ - m.win_off);
   } else {
     addr = uint64_t(uintptr_t(md->fake_base_));
   }
@@ -463,6 +509,8 @@ kern_return_t IOConnectUnmapMemory64(io_connect_t connect, uint32_t, task_port_t
 }
 
 namespace melon::dkfake {
+void fail_set_properties(int n) { g_fail_set_properties = n; }
+
 // The BAR offset behind a device-memory mapping made by IOConnectMapMemory64 (-1 if not one).
 long long device_offset_of(uint32_t connect, uint64_t addr) {
   std::lock_guard<std::mutex> l(g_reg_mu);
@@ -482,9 +530,9 @@ bool mmio_store64(uint32_t connect, void* address, const void* bytes8) {
     auto c = connections().find(connect);
     if (c == connections().end()) return false;
     for (auto& [base, m] : c->second.maps)
-      if (m.md->fake_device_ && a >= base && a + 8 <= base + m.len) {
+      if (m.md->fake_device_ && a >= m.win_base && a + 8 <= m.win_base + m.win_len) {
         card = static_cast<Card*>(m.md->fake_card_);
-        off = m.md->fake_device_offset_ + (a - base);
+        off = m.win_off + (a - m.win_base);
       }
   }
   if (!card || off % 8) return false;

@@ -53,8 +53,9 @@ TEST(EmuFaults, FatalHealthSyndromeStopsCountersAndCommands) {
   EXPECT_EQ(h.reg(off::health_counter), c0);  // the counter no longer moves (Linux health.c: "miss counter")
   Result r = h.simple(op::NOP);
   EXPECT_EQ(r.delivery, 0xff);
-  // Only FLR brings it back.
+  // Only FLR brings it back (and the host restoring the function's configuration).
   h.dev.flr();
+  h.dev.enumerate();
   EXPECT_EQ(h.reg(off::initializing) >> 31, 1u);
   h.power_up();
   h.enable_to_init();
@@ -71,6 +72,12 @@ TEST(EmuFaults, FlrLosesEverythingAndDoorbellsAreDeadUntilReinit) {
   h.dev.config_write(kPciExpDevCtl, 2, devctl | kPciExpDevCtlFlr);
   EXPECT_EQ(h.dev.stats().fw_pages_held, 0u);  // every page is the driver's again
   EXPECT_EQ(h.dev.config_read(kPciCommand, 2) & kPciCommandBusMaster, 0u);  // config space reset
+  // BAR0 is unassigned and memory space off until the host restores them: MMIO reads all ones.
+  EXPECT_EQ(h.dev.config_read(kPciCommand, 2) & kPciCommandMemory, 0u);
+  EXPECT_EQ(h.dev.config_read(0x10, 4) & ~0xfu, 0u);
+  EXPECT_EQ(h.dev.config_read(0x14, 4), 0u);
+  EXPECT_EQ(h.reg(off::cmdq_addr_h), 0xffffffffu);
+  h.dev.enumerate();
   EXPECT_EQ(h.reg(off::cmdq_addr_h), 0u);
   EXPECT_EQ(h.reg(off::initializing) >> 31, 1u);
   uint64_t ignored = h.dev.stats().doorbells_ignored;
@@ -133,6 +140,7 @@ TEST(EmuFaults, Fw1422RoceEnLostAfterTeardownInitWithoutFlr) {
   EXPECT_EQ(roce_en(), 0u);
   // FLR and a full bring-up: it sticks again.
   h.dev.flr();
+  h.dev.enumerate();
   h.power_up();
   h.enable_to_init();
   ASSERT_TRUE(set_roce().ok());

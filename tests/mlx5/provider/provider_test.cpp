@@ -209,6 +209,19 @@ class Mlx5Provider : public ::testing::Test {
     return ibv_post_recv(s.qp, &wr, &bad);
   }
   static uint64_t addr(Side& s, size_t off = 0) { return uint64_t(uintptr_t(s.buf.data() + off)); }
+  // Arms `s`'s CQ, runs `post`, and waits for the completion event: the CQE is then in the ring,
+  // not yet polled.
+  template <class Post>
+  void armed_completion(Side& s, Post post) {
+    ASSERT_EQ(ibv_req_notify_cq(s.cq, 0), 0);
+    post();
+    pollfd p{s.ch->fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 10000), 1) << "no completion event";
+    ibv_cq* cq = nullptr;
+    void* cq_ctx = nullptr;
+    ASSERT_EQ(ibv_get_cq_event(s.ch, &cq, &cq_ctx), 0);
+    ibv_ack_cq_events(cq, 1);
+  }
 
   ibv_device** list_ = nullptr;
   ibv_device* dev_ = nullptr;
@@ -666,6 +679,96 @@ TEST_F(Mlx5Provider, UdSendArrivesWithItsGrhAndSource) {
   EXPECT_TRUE(r.wc_flags & IBV_WC_GRH);
   EXPECT_EQ(std::memcmp(b_.buf.data() + 40, "datagram", 8), 0);
   EXPECT_EQ(ibv_destroy_ah(h), 0);
+}
+
+}  // namespace
+
+namespace {
+
+// rdma-core __mlx5_cq_clean on modify to RESET: the reset QP's completions leave the CQ; another
+// QP's completions on the same CQ stay, in order. Without the clean, the first poll returned the
+// reset QP's old completion, naming a WQE index the reset counters hand out again.
+TEST_F(Mlx5Provider, ResetQpLeavesNoCompletionsInItsCqAndKeepsTheOthers) {
+  pair();
+  Side c, d;  // a second pair: c shares a_'s CQ, d b_'s
+  c.ch = a_.ch, c.cq = a_.cq, c.mr = a_.mr;
+  d.ch = b_.ch, d.cq = b_.cq, d.mr = b_.mr;
+  ASSERT_NE(make_qp(c), nullptr);
+  ASSERT_NE(make_qp(d), nullptr);
+  connect(c, d);
+  connect(d, c);
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ(post_recv(b_, addr(b_, 1024 * i), 64), 0);
+    ASSERT_EQ(post_recv(d, addr(b_, 8192 + 1024 * i), 64), 0);
+  }
+  // a_'s CQ: a's SEND 1, c's SEND 2, a's SEND 3, none polled.
+  armed_completion(a_, [&] { ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 32, 0, 0, IBV_SEND_SIGNALED, 1), 0); });
+  armed_completion(a_, [&] { ASSERT_EQ(post_send(c, IBV_WR_SEND, addr(a_), 32, 0, 0, IBV_SEND_SIGNALED, 2), 0); });
+  armed_completion(a_, [&] { ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 32, 0, 0, IBV_SEND_SIGNALED, 3), 0); });
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(a_.qp, &at, IBV_QP_STATE), 0);
+  ibv_wc wc[4];
+  ASSERT_EQ(ibv_poll_cq(a_.cq, 4, wc), 1);
+  EXPECT_EQ(wc[0].qp_num, c.qp->qp_num);
+  EXPECT_EQ(wc[0].wr_id, 2u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  // The ring goes on from the moved entry: c's next completion is found, and only it.
+  ASSERT_EQ(post_send(c, IBV_WR_SEND, addr(a_), 32, 0, 0, IBV_SEND_SIGNALED, 4), 0);
+  ibv_wc w = poll_one(a_.cq);
+  EXPECT_EQ(w.qp_num, c.qp->qp_num);
+  EXPECT_EQ(w.wr_id, 4u);
+  EXPECT_EQ(ibv_poll_cq(a_.cq, 4, wc), 0);
+  EXPECT_EQ(ibv_destroy_qp(c.qp), 0);
+  EXPECT_EQ(ibv_destroy_qp(d.qp), 0);
+}
+
+// rdma-core __mlx5_cq_clean on destroy: the SRQ WQEs of completions left in the CQ go back to the
+// SRQ. Without the clean, the SRQ stayed full after its QP was destroyed (ENOMEM on the next post).
+TEST_F(Mlx5Provider, DestroyedQpGivesItsUnpolledSrqWqesBack) {
+  b_.mr = ibv_reg_mr(pd_, b_.buf.data(), kBuf, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(b_.mr, nullptr);
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 3;  // 4 WQEs, one the free list's sentinel
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &sa);
+  ASSERT_NE(srq, nullptr);
+  auto post_srq = [&](uint64_t id) {
+    ibv_sge sg{addr(b_, 1024 * (id % 8)), 1024, b_.mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = id;
+    wr.sg_list = &sg;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad;
+    return ibv_post_srq_recv(srq, &wr, &bad);
+  };
+  uint64_t id = 0;
+  while (post_srq(id) == 0) id++;
+  ASSERT_EQ(id, sa.attr.max_wr);  // full
+  ASSERT_NE(make_qp(a_), nullptr);
+  b_.ch = ibv_create_comp_channel(ctx_);
+  b_.cq = ibv_create_cq(ctx_, 64, nullptr, b_.ch, 0);
+  ibv_qp_init_attr_ex at{};
+  at.send_cq = at.recv_cq = b_.cq;
+  at.srq = srq;
+  at.qp_type = IBV_QPT_RC;
+  at.cap.max_send_wr = 4;
+  at.cap.max_send_sge = 1;
+  at.pd = pd_;
+  at.comp_mask = IBV_QP_INIT_ATTR_PD;
+  b_.qp = ibv_create_qp_ex(ctx_, &at);
+  ASSERT_NE(b_.qp, nullptr);
+  connect(a_, b_);
+  connect(b_, a_);
+  armed_completion(b_, [&] { ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 64), 0); });
+  EXPECT_EQ(poll_one(a_.cq).status, IBV_WC_SUCCESS);
+  ASSERT_EQ(ibv_destroy_qp(b_.qp), 0);  // its receive completion never polled
+  b_.qp = nullptr;
+  EXPECT_EQ(post_srq(100), 0);  // the WQE that completion held
+  EXPECT_EQ(post_srq(101), ENOMEM);
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(b_.cq, 1, &wc), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
 }  // namespace

@@ -145,6 +145,7 @@ void IOLockFree(IOLock* lock);
 void IOLockLock(IOLock* lock);
 void IOLockUnlock(IOLock* lock);
 void IOSleep(uint64_t ms);
+extern uint64_t IOVMPageSize;  // "the number of bytes in a virtual memory page" (DriverKit/IOLib.h)
 void IODelay(uint64_t us);
 }
 #define IONewZero(type, count) ((type*)IOMallocZero(sizeof(type) * (count)))

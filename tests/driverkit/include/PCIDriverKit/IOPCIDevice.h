@@ -25,7 +25,10 @@ class IOPCIDevice : public IOService {
  public:
   kern_return_t Open(IOService* forClient, IOOptionBits options = 0);
   void Close(IOService* forClient, IOOptionBits options = 0);
+  // Apple's documentation of each: "This method ignores bits 0 and 1" of the offset.
+  void ConfigurationRead32(uint64_t offset, uint32_t* readData);
   void ConfigurationRead16(uint64_t offset, uint16_t* readData);
+  void ConfigurationWrite32(uint64_t offset, uint32_t data);
   void ConfigurationWrite16(uint64_t offset, uint16_t data);
   void MemoryRead32(uint8_t memoryIndex, uint64_t offset, uint32_t* readData);
   void MemoryWrite32(uint8_t memoryIndex, uint64_t offset, uint32_t data);
