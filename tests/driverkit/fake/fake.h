@@ -86,6 +86,8 @@ void fail_set_properties(int n);
 
 // IOBufferMemoryDescriptors freed while an interrupt handler (of any card) was running.
 long freed_while_a_handler_runs();
+// IOBufferMemoryDescriptors alive (memory a device may be given), across cards.
+long live_buffers();
 
 // Registry properties as ioreg shows them.
 std::string string_property(IOService* s, const char* key);  // "" if absent

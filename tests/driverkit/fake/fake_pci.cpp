@@ -21,6 +21,7 @@ namespace {
 std::atomic<long> g_timers{0};
 std::atomic<int> g_handlers_running{0};  // interrupt handlers inside their action, all cards
 std::atomic<long> g_freed_in_handler{0};  // buffers freed while one was
+std::atomic<long> g_buffers{0};  // IOBufferMemoryDescriptors alive, all cards
 thread_local bool t_in_handler = false;
 constexpr uint32_t kLegacyIndex = 0;  // interrupt index 0 is INTx; MSI-X vector v is index v + 1
 
@@ -163,6 +164,7 @@ void Card::handler_store_hook(uint64_t off) {
   hook_cv_.wait(l, [&] { return !hook_armed_; });
 }
 long freed_while_a_handler_runs() { return g_freed_in_handler.load(); }
+long live_buffers() { return g_buffers.load(); }
 
 static Card* card_of(IOService* s) { return service_impl(s)->card; }
 
@@ -286,6 +288,7 @@ kern_return_t IOBufferMemoryDescriptor::Create(uint64_t, uint64_t capacity, uint
   if (!p) return kIOReturnNoMemory;
   memset(p, 0xa5, len);  // not zeroed: the glue must zero what it hands the core
   auto* b = new IOBufferMemoryDescriptor;
+  g_buffers++;
   b->fake_base_ = static_cast<uint8_t*>(p);
   b->fake_capacity_ = capacity;
   b->fake_length_ = capacity;
@@ -303,6 +306,7 @@ kern_return_t IOBufferMemoryDescriptor::GetAddressRange(IOAddressSegment* r) {
 }
 void IOBufferMemoryDescriptor::free() {
   if (g_handlers_running.load()) g_freed_in_handler++;
+  if (fake_base_) g_buffers--;
   ::free(fake_base_);
   fake_base_ = nullptr;
   IOMemoryDescriptor::free();
