@@ -34,17 +34,28 @@ set(_target ${MELON_MACOS_ARCH}-macos.${MELON_MACOS_MIN})
 # beside the toolchain, written only when they change, so their timestamps (ccache's compiler check)
 # stay put across build trees and runs. Zig's own cache (the target's libc++, built once) too.
 set(_wrap "${MELON_ZIG_ROOT}-wrap/${_target}")
+set(_nolink "")
+if(NOT MELON_MACOS_LINK_CXX)
+  # Every link, CMake's compiler identification included, without libc++ (zig's -nostdlib++ also
+  # drops the headers, so only where nothing is compiled).
+  set(_wrap "${_wrap}-nolibcxx")
+  set(_nolink "link=1; for a; do case $a in -c|-E|-S|-M|-MM|-fsyntax-only) link=0;; esac; done
+[ $link = 1 ] && set -- \"$@\" -nostdlib++ -Wl,-undefined,dynamic_lookup
+")
+endif()
 set(_cache "${MELON_ZIG_ROOT}-cache")
 foreach(tool cc c++ ar ranlib)
   set(_args "${tool}")
+  set(_pre "")
   if(tool STREQUAL "cc" OR tool STREQUAL "c++")
     set(_args "${tool} -target ${_target}")
+    set(_pre "${_nolink}")
   endif()
   # zig's linker refuses -v, which CMake's compiler probe passes as -Wl,-v.
   file(CONFIGURE OUTPUT "${_wrap}/zig-${tool}" @ONLY CONTENT
 "#!/bin/sh
 for a; do shift; [ \"$a\" = -Wl,-v ] || set -- \"$@\" \"$a\"; done
-ZIG_GLOBAL_CACHE_DIR='${_cache}' ZIG_LOCAL_CACHE_DIR='${_cache}' exec '${MELON_ZIG_ROOT}/zig' ${_args} \"$@\"
+${_pre}ZIG_GLOBAL_CACHE_DIR='${_cache}' ZIG_LOCAL_CACHE_DIR='${_cache}' exec '${MELON_ZIG_ROOT}/zig' ${_args} \"$@\"
 ")
   file(CHMOD "${_wrap}/zig-${tool}" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ
        GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
@@ -97,10 +108,7 @@ set(CMAKE_C_FLAGS_INIT "-idirafter ${_root}/tests/driverkit/include")
 set(CMAKE_CXX_FLAGS_INIT "-idirafter ${_root}/tests/driverkit/include")
 foreach(kind EXE SHARED MODULE)
   set(CMAKE_${kind}_LINKER_FLAGS_INIT "-F${_fw}")
-  if(NOT MELON_MACOS_LINK_CXX)
-    string(APPEND CMAKE_${kind}_LINKER_FLAGS_INIT " -nostdlib++ -Wl,-undefined,dynamic_lookup")
-  endif()
 endforeach()
 if(NOT MELON_MACOS_LINK_CXX)
-  set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)  # the compiler probe links no C++ program
+  set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)  # an executable cannot leave libc++ to run time
 endif()

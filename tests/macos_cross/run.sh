@@ -47,6 +47,11 @@ mapfile -t progs < <(find "$out/arm64/tools" "$out/arm64/tests" -type f -perm -u
                      -exec sh -c 'head -c4 "$1" | od -An -tx1 | grep -q "cf fa ed fe"' _ {} \; -print | sort)
 [ ${#progs[@]} -gt 10 ] || { echo "FAIL: only ${#progs[@]} Mach-O programs built under tools/ and tests/"; exit 1; }
 echo "== arm64: $(dylibs arm64 | wc -l) dylibs, ${#progs[@]} programs; undefined symbols"
+# Apple's leaf name leads to our library (dlopen("librdma.dylib") in MLX's JACCL).
+rdma=$out/arm64/lib/librdma.dylib
+[ "$(readlink -f "$rdma")" = "$(readlink -f "$out/arm64/lib/libibverbs.1.dylib")" ] ||
+  { echo "FAIL: $rdma does not lead to libibverbs.1.dylib"; exit 1; }
+"$nm" -g -U -j "$rdma" | grep -qx _ibv_reg_mr_iova2 || { echo "FAIL: librdma.dylib lacks ibv_reg_mr_iova2"; exit 1; }
 mapfile -t libs < <(dylibs arm64)
 ours=(); for l in "${libs[@]}"; do ours+=(--ours "$l"); done  # programs may link our dylibs
 check --arch arm64 "${ours[@]}" "${libs[@]}" "${progs[@]}"
