@@ -74,43 +74,86 @@ uint8_t mac[6];
 // Every public export, with what a NULL (or empty) argument must give.
 const std::pair<const char*, Row> kRows[] = {
     {"ibv_get_device_list", [] { return expect_rc(0, 0); }},  // NULL count is allowed; see the test below
-    {"ibv_free_device_list", [] { CALL(ibv_free_device_list, nullptr); return std::string(); }},
+    {"ibv_free_device_list",
+     [] {
+       CALL(ibv_free_device_list, nullptr);
+       return std::string();
+     }},
     {"ibv_get_device_name", [] { return CALL(ibv_get_device_name, nullptr) ? "a name" : ""; }},
-    {"ibv_get_device_guid", [] { errno = 0; return expect_rc(int(CALL(ibv_get_device_guid, nullptr)), 0) + (errno == EINVAL ? "" : "errno"); }},
+    {"ibv_get_device_guid",
+     [] {
+       errno = 0;
+       return expect_rc(int(CALL(ibv_get_device_guid, nullptr)), 0) + (errno == EINVAL ? "" : "errno");
+     }},
     {"ibv_get_device_index", [] { return expect_rc(CALL(ibv_get_device_index, nullptr), -1); }},
     {"ibv_open_device", [] { return expect_fail(CALL(ibv_open_device, nullptr), ENODEV); }},
     {"ibv_close_device", [] { return expect_rc(CALL(ibv_close_device, nullptr), EINVAL); }},
     {"ibv_import_device", [] { return expect_fail(CALL(ibv_import_device, -1), EBADF); }},
     {"ibv_query_device", [] { return expect_rc(CALL(ibv_query_device, nullptr, &dev_attr), EINVAL); }},
-    {"ibv_query_port", [] { return expect_rc(CALL(ibv_query_port, nullptr, 1, reinterpret_cast<_compat_ibv_port_attr*>(&port_attr)), EINVAL); }},
+    {"ibv_query_port",
+     [] {
+       return expect_rc(CALL(ibv_query_port, nullptr, 1, reinterpret_cast<_compat_ibv_port_attr*>(&port_attr)), EINVAL);
+     }},
     {"ibv_query_gid", [] { return expect_rc(CALL(ibv_query_gid, nullptr, 1, 0, &gid), -1); }},
-    {"_ibv_query_gid_ex", [] { return expect_rc(CALL(_ibv_query_gid_ex, nullptr, 1, 0, &gid_entry, 0, sizeof gid_entry), EINVAL); }},
-    {"_ibv_query_gid_table", [] { return expect_rc(int(CALL(_ibv_query_gid_table, nullptr, &gid_entry, 1, 0, sizeof gid_entry)), -EINVAL); }},
+    {"_ibv_query_gid_ex",
+     [] { return expect_rc(CALL(_ibv_query_gid_ex, nullptr, 1, 0, &gid_entry, 0, sizeof gid_entry), EINVAL); }},
+    {"_ibv_query_gid_table",
+     [] { return expect_rc(int(CALL(_ibv_query_gid_table, nullptr, &gid_entry, 1, 0, sizeof gid_entry)), -EINVAL); }},
     {"ibv_query_pkey", [] { return expect_rc(CALL(ibv_query_pkey, nullptr, 1, 0, &pkey), -1); }},
     {"ibv_get_pkey_index", [] { return expect_rc(CALL(ibv_get_pkey_index, nullptr, 1, 0xffff), -EINVAL); }},
     {"ibv_alloc_pd", [] { return expect_fail(CALL(ibv_alloc_pd, nullptr), EINVAL); }},
     {"ibv_dealloc_pd", [] { return expect_rc(CALL(ibv_dealloc_pd, nullptr), EINVAL); }},
     {"ibv_import_pd", [] { return expect_fail(CALL(ibv_import_pd, nullptr, 1), EINVAL); }},
-    {"ibv_unimport_pd", [] { CALL(ibv_unimport_pd, nullptr); return std::string(); }},
+    {"ibv_unimport_pd",
+     [] {
+       CALL(ibv_unimport_pd, nullptr);
+       return std::string();
+     }},
     {"ibv_reg_mr", [] { return expect_fail(CALL(ibv_reg_mr, nullptr, buf, sizeof buf, 0), EINVAL); }},
     {"ibv_reg_mr_iova", [] { return expect_fail(CALL(ibv_reg_mr_iova, nullptr, buf, sizeof buf, 0, 0), EINVAL); }},
     {"ibv_reg_mr_iova2", [] { return expect_fail(CALL(ibv_reg_mr_iova2, nullptr, buf, sizeof buf, 0, 0), EINVAL); }},
-    {"ibv_reg_dmabuf_mr", [] { return expect_fail(CALL(ibv_reg_dmabuf_mr, nullptr, 0, sizeof buf, 0, -1, 0), EINVAL); }},
-    {"ibv_rereg_mr", [] { return expect_rc(CALL(ibv_rereg_mr, nullptr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, 0), IBV_REREG_MR_ERR_INPUT); }},
+    {"ibv_reg_dmabuf_mr",
+     [] { return expect_fail(CALL(ibv_reg_dmabuf_mr, nullptr, 0, sizeof buf, 0, -1, 0), EINVAL); }},
+    {"ibv_rereg_mr",
+     [] {
+       return expect_rc(CALL(ibv_rereg_mr, nullptr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, 0),
+                        IBV_REREG_MR_ERR_INPUT);
+     }},
     {"ibv_dereg_mr", [] { return expect_rc(CALL(ibv_dereg_mr, nullptr), EINVAL); }},
     {"ibv_import_mr", [] { return expect_fail(CALL(ibv_import_mr, nullptr, 1), EINVAL); }},
-    {"ibv_unimport_mr", [] { CALL(ibv_unimport_mr, nullptr); return std::string(); }},
+    {"ibv_unimport_mr",
+     [] {
+       CALL(ibv_unimport_mr, nullptr);
+       return std::string();
+     }},
     {"ibv_import_dm", [] { return expect_fail(CALL(ibv_import_dm, nullptr, 1), EINVAL); }},
-    {"ibv_unimport_dm", [] { CALL(ibv_unimport_dm, nullptr); return std::string(); }},
+    {"ibv_unimport_dm",
+     [] {
+       CALL(ibv_unimport_dm, nullptr);
+       return std::string();
+     }},
     {"ibv_create_comp_channel", [] { return expect_fail(CALL(ibv_create_comp_channel, nullptr), EINVAL); }},
     {"ibv_destroy_comp_channel", [] { return expect_rc(CALL(ibv_destroy_comp_channel, nullptr), EINVAL); }},
     {"ibv_create_cq", [] { return expect_fail(CALL(ibv_create_cq, nullptr, 1, nullptr, nullptr, 0), EINVAL); }},
     {"ibv_resize_cq", [] { return expect_rc(CALL(ibv_resize_cq, nullptr, 1), EINVAL); }},
     {"ibv_destroy_cq", [] { return expect_rc(CALL(ibv_destroy_cq, nullptr), EINVAL); }},
-    {"ibv_get_cq_event", [] { ibv_cq* cq; void* c; return expect_neg(CALL(ibv_get_cq_event, nullptr, &cq, &c), EINVAL); }},
-    {"ibv_ack_cq_events", [] { CALL(ibv_ack_cq_events, nullptr, 1); return std::string(); }},
+    {"ibv_get_cq_event",
+     [] {
+       ibv_cq* cq;
+       void* c;
+       return expect_neg(CALL(ibv_get_cq_event, nullptr, &cq, &c), EINVAL);
+     }},
+    {"ibv_ack_cq_events",
+     [] {
+       CALL(ibv_ack_cq_events, nullptr, 1);
+       return std::string();
+     }},
     {"ibv_get_async_event", [] { return expect_neg(CALL(ibv_get_async_event, nullptr, &async_ev), EINVAL); }},
-    {"ibv_ack_async_event", [] { CALL(ibv_ack_async_event, nullptr); return std::string(); }},
+    {"ibv_ack_async_event",
+     [] {
+       CALL(ibv_ack_async_event, nullptr);
+       return std::string();
+     }},
     {"ibv_create_srq", [] { return expect_fail(CALL(ibv_create_srq, nullptr, &srq_init), EINVAL); }},
     {"ibv_modify_srq", [] { return expect_rc(CALL(ibv_modify_srq, nullptr, &srq_attr, IBV_SRQ_LIMIT), EINVAL); }},
     {"ibv_query_srq", [] { return expect_rc(CALL(ibv_query_srq, nullptr, &srq_attr), EINVAL); }},
@@ -120,20 +163,39 @@ const std::pair<const char*, Row> kRows[] = {
     {"ibv_query_qp", [] { return expect_rc(CALL(ibv_query_qp, nullptr, &qp_attr, IBV_QP_STATE, &qp_init), EINVAL); }},
     {"ibv_destroy_qp", [] { return expect_rc(CALL(ibv_destroy_qp, nullptr), EINVAL); }},
     {"ibv_qp_to_qp_ex", [] { return expect_fail(CALL(ibv_qp_to_qp_ex, nullptr), EINVAL); }},
-    {"ibv_query_qp_data_in_order", [] { return expect_rc(CALL(ibv_query_qp_data_in_order, nullptr, IBV_WR_SEND, 0), 0); }},
+    {"ibv_query_qp_data_in_order",
+     [] { return expect_rc(CALL(ibv_query_qp_data_in_order, nullptr, IBV_WR_SEND, 0), 0); }},
     {"ibv_set_ece", [] { return expect_rc(CALL(ibv_set_ece, nullptr, &ece), EINVAL); }},
     {"ibv_query_ece", [] { return expect_rc(CALL(ibv_query_ece, nullptr, &ece), EINVAL); }},
     {"ibv_attach_mcast", [] { return expect_rc(CALL(ibv_attach_mcast, nullptr, &gid, 0), EINVAL); }},
     {"ibv_detach_mcast", [] { return expect_rc(CALL(ibv_detach_mcast, nullptr, &gid, 0), EINVAL); }},
     {"ibv_create_ah", [] { return expect_fail(CALL(ibv_create_ah, nullptr, &ah_attr), EINVAL); }},
     {"ibv_destroy_ah", [] { return expect_rc(CALL(ibv_destroy_ah, nullptr), EINVAL); }},
-    {"ibv_init_ah_from_wc", [] { return expect_rc(CALL(ibv_init_ah_from_wc, nullptr, 1, &wc, &grh, &ah_attr), EINVAL); }},
+    {"ibv_init_ah_from_wc",
+     [] { return expect_rc(CALL(ibv_init_ah_from_wc, nullptr, 1, &wc, &grh, &ah_attr), EINVAL); }},
     {"ibv_create_ah_from_wc", [] { return expect_fail(CALL(ibv_create_ah_from_wc, nullptr, &wc, &grh, 1), EINVAL); }},
-    {"ibv_resolve_eth_l2_from_gid", [] { return expect_rc(CALL(ibv_resolve_eth_l2_from_gid, nullptr, &ah_attr, mac, nullptr), EINVAL); }},
-    {"ibv_copy_ah_attr_from_kern", [] { CALL(ibv_copy_ah_attr_from_kern, nullptr, nullptr); return std::string(); }},
-    {"ibv_copy_qp_attr_from_kern", [] { CALL(ibv_copy_qp_attr_from_kern, nullptr, nullptr); return std::string(); }},
-    {"ibv_copy_path_rec_from_kern", [] { CALL(ibv_copy_path_rec_from_kern, nullptr, nullptr); return std::string(); }},
-    {"ibv_copy_path_rec_to_kern", [] { CALL(ibv_copy_path_rec_to_kern, nullptr, nullptr); return std::string(); }},
+    {"ibv_resolve_eth_l2_from_gid",
+     [] { return expect_rc(CALL(ibv_resolve_eth_l2_from_gid, nullptr, &ah_attr, mac, nullptr), EINVAL); }},
+    {"ibv_copy_ah_attr_from_kern",
+     [] {
+       CALL(ibv_copy_ah_attr_from_kern, nullptr, nullptr);
+       return std::string();
+     }},
+    {"ibv_copy_qp_attr_from_kern",
+     [] {
+       CALL(ibv_copy_qp_attr_from_kern, nullptr, nullptr);
+       return std::string();
+     }},
+    {"ibv_copy_path_rec_from_kern",
+     [] {
+       CALL(ibv_copy_path_rec_from_kern, nullptr, nullptr);
+       return std::string();
+     }},
+    {"ibv_copy_path_rec_to_kern",
+     [] {
+       CALL(ibv_copy_path_rec_to_kern, nullptr, nullptr);
+       return std::string();
+     }},
     {"ibv_read_sysfs_file", [] { return expect_rc(CALL(ibv_read_sysfs_file, nullptr, nullptr, buf, sizeof buf), -1); }},
     {"ibv_get_sysfs_path", [] { return CALL(ibv_get_sysfs_path) ? "" : "NULL"; }},
     {"ibv_fork_init", [] { return std::string(); }},  // no object argument (called by the test below)

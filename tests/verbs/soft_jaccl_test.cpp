@@ -12,9 +12,7 @@ namespace {
 
 class SoftJaccl : public melon::test::SoftDeviceTest {
  protected:
-  void SetUp() override {
-    use_devices("j4=127.0.7.2/gid1=ipv4,j6=::1/addr=127.0.7.3/gid1=ipv4,jplain=127.0.7.4");
-  }
+  void SetUp() override { use_devices("j4=127.0.7.2/gid1=ipv4,j6=::1/addr=127.0.7.3/gid1=ipv4,jplain=127.0.7.4"); }
   bool v4_mapped(const ibv_gid& g, const char* addr) {
     uint8_t want[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     inet_pton(AF_INET, addr, want + 12);
