@@ -9,7 +9,7 @@ set -euo pipefail
 src=$1 out=$2 zig=$3 nm=$4
 here=$src/tests/macos_cross
 [ -x "$zig/zig" ] || { echo "SKIP: no Zig toolchain at $zig (./melon deps installs it)"; exit 77; }
-[ -n "$nm" ] && [ "$nm" != "MELON_LLVM_NM-NOTFOUND" ] || { echo "SKIP: no llvm-nm (apt-get install llvm)"; exit 77; }
+if [ -z "$nm" ] || [ "$nm" = "MELON_LLVM_NM-NOTFOUND" ]; then echo "SKIP: no llvm-nm (apt-get install llvm)"; exit 77; fi
 min=12.0  # cmake/toolchains/zig-macos.cmake's MELON_MACOS_MIN
 tbd=$zig/lib/libc/darwin/libSystem.${min%%.*}.tbd
 check() { python3 "$here/check_symbols.py" --nm "$nm" --tbd "$tbd" --frameworks "$here/apple_frameworks.txt" "$@"; }
