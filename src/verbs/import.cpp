@@ -119,17 +119,18 @@ MELON_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
   return imp->ibv();
 }
 
-// Objects are not importable by handle (see the top of this file).
-MELON_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) {
-  errno = EOPNOTSUPP;
+// Objects are not importable by handle (see the top of this file): EOPNOTSUPP, or EINVAL for a
+// missing context or PD, like every other verb.
+MELON_EXPORT ibv_pd* ibv_import_pd(ibv_context* context, uint32_t) {
+  errno = context ? EOPNOTSUPP : EINVAL;
   return nullptr;
 }
-MELON_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) {
-  errno = EOPNOTSUPP;
+MELON_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t) {
+  errno = pd ? EOPNOTSUPP : EINVAL;
   return nullptr;
 }
-MELON_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) {
-  errno = EOPNOTSUPP;
+MELON_EXPORT ibv_dm* ibv_import_dm(ibv_context* context, uint32_t) {
+  errno = context ? EOPNOTSUPP : EINVAL;
   return nullptr;
 }
 // Nothing can have been imported, so there is nothing to release.

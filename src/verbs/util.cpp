@@ -441,11 +441,14 @@ void ah_from_kern(ibv_ah_attr* dst, const KernAhAttr* src) {
 
 // The kernel structures (rdma/ib_user_verbs.h, rdma/ib_user_sa.h) are opaque in the prototypes;
 // their layouts are the Kern* mirrors above.
+// A NULL side copies nothing (rdma-core would fault): these have no way to report an error.
 MELON_EXPORT void ibv_copy_ah_attr_from_kern(ibv_ah_attr* dst, ib_uverbs_ah_attr* src) {
+  if (!dst || !src) return;
   ah_from_kern(dst, reinterpret_cast<const KernAhAttr*>(src));
 }
 
 MELON_EXPORT void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr* src_) {
+  if (!dst || !src_) return;
   const auto* src = reinterpret_cast<const KernQpAttr*>(src_);
   dst->cur_qp_state = static_cast<ibv_qp_state>(src->cur_qp_state);
   dst->path_mtu = static_cast<ibv_mtu>(src->path_mtu);
@@ -478,6 +481,7 @@ MELON_EXPORT void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr
 }
 
 MELON_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src_) {
+  if (!dst || !src_) return;
   const auto* src = reinterpret_cast<const KernPathRec*>(src_);
   std::memcpy(dst->dgid.raw, src->dgid, 16);
   std::memcpy(dst->sgid.raw, src->sgid, 16);
@@ -501,6 +505,7 @@ MELON_EXPORT void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path
 }
 
 MELON_EXPORT void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst_, ibv_sa_path_rec* src) {
+  if (!dst_ || !src) return;
   auto* dst = reinterpret_cast<KernPathRec*>(dst_);
   std::memset(dst, 0, sizeof(*dst));
   std::memcpy(dst->dgid, src->dgid.raw, 16);

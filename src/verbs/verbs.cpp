@@ -217,7 +217,8 @@ MELON_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint
   return ibv_reg_mr_iova2(pd, addr, length, iova, static_cast<unsigned>(access));
 }
 
-MELON_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
+MELON_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t, size_t, uint64_t, int, int) {
+  if (!pd) return fail<ibv_mr>(EINVAL);
   return fail<ibv_mr>(EOPNOTSUPP);  // no dma-buf importer in a userspace transport
 }
 
@@ -350,7 +351,7 @@ MELON_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
 }
 
 MELON_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
-  if (!qp) return nullptr;
+  if (!qp) return fail<ibv_qp_ex>(EINVAL);
   QpBase* base = QpBase::from(qp);
   return base->extended ? &base->ibv : nullptr;
 }
@@ -362,14 +363,15 @@ MELON_EXPORT int ibv_query_qp_data_in_order(ibv_qp* qp, enum ibv_wr_opcode, uint
   return 0;
 }
 
-MELON_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) {
-  errno = EOPNOTSUPP;
-  return EOPNOTSUPP;
+// ECE is not offered (EOPNOTSUPP); a missing QP or ECE is still the caller's EINVAL.
+MELON_EXPORT int ibv_set_ece(ibv_qp* qp, ibv_ece* ece) {
+  errno = !qp || !ece ? EINVAL : EOPNOTSUPP;
+  return errno;
 }
 
-MELON_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) {
-  errno = EOPNOTSUPP;
-  return EOPNOTSUPP;
+MELON_EXPORT int ibv_query_ece(ibv_qp* qp, ibv_ece* ece) {
+  errno = !qp || !ece ? EINVAL : EOPNOTSUPP;
+  return errno;
 }
 
 MELON_EXPORT int ibv_attach_mcast(ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {
@@ -473,9 +475,6 @@ MELON_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh,
 MELON_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* attr, uint8_t eth_mac[ETHERNET_LL_SIZE],
                                              uint16_t* vid) {
   // A UDP transport lets the host's IP stack resolve neighbours; there is no MAC to report.
-  (void)context;
-  (void)attr;
-  (void)eth_mac;
   (void)vid;
-  return EOPNOTSUPP;
+  return !context || !attr || !eth_mac ? EINVAL : EOPNOTSUPP;
 }

@@ -335,6 +335,9 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   memcpy(g.mac, hca.port().mac, 6);
   g.l3_type = (gid[10] == 0xff && gid[11] == 0xff) ? 0 : 1;
   if (hca.set_gid(0, g) != mlx5::core::Err::ok) return fail_device("setting GID 0 failed");
+  // The same GID at index 1 too: MLX's JACCL connects with sgid_index 1 and publishes the first
+  // IPv4-mapped GID, so both must be the wire address (docs/verbs.md).
+  if (hca.set_gid(1, g) != mlx5::core::Err::ok) return fail_device("setting GID 1 failed");
 
   UarWatcher watcher(*dev, uint64_t(opt.spin_us) * 1000);
   watcher.start();

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
@@ -83,8 +84,9 @@ UdpWire::~UdpWire() {
 }
 
 int UdpWire::open() {
-  fd_ = socket(v6_ ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  fd_ = socket(v6_ ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);  // SOCK_CLOEXEC is Linux's
   if (fd_ < 0) return errno;
+  fcntl(fd_, F_SETFD, FD_CLOEXEC);
 #ifdef __linux__
   // DF on every IPv4 packet, and with it identification 0 on an unconnected socket (Linux
   // ip_select_ident): the ICRC in transmit() assumes 0, and a peer that checks the ICRC over the
@@ -101,8 +103,11 @@ int UdpWire::open() {
   int buf = 4 << 20, one = 1;
   if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf) != 0 ||
       setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf) != 0 ||
-      (v6_ && (setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0 ||
-               setsockopt(fd_, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof one) != 0))) {
+      (v6_ && (setsockopt(fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0
+#ifdef UDP_NO_CHECK6_RX  // Linux: accept zero-checksum IPv6 datagrams (XNU: docs/macos.md, soft provider)
+               || setsockopt(fd_, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof one) != 0
+#endif
+               ))) {
     int e = errno;
     close(fd_);
     fd_ = -1;

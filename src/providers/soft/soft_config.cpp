@@ -178,6 +178,16 @@ bool valid_name(const std::string& n) {
   return true;
 }
 
+// gid1=ipv4: the table is addrs[0], the first IPv4 address, then addrs[1...]. false without one.
+bool map_gid1_ipv4(DeviceSpec* spec) {
+  size_t v4 = 0;
+  while (v4 < spec->addrs.size() && spec->addrs[v4].family != AF_INET) v4++;
+  if (v4 == spec->addrs.size()) return false;
+  spec->gid_map = {0, uint8_t(v4)};
+  for (size_t i = 1; i < spec->addrs.size(); i++) spec->gid_map.push_back(uint8_t(i));
+  return true;
+}
+
 // "mtu=N" or "addr=IP" into spec. false on a bad option.
 bool apply_option(const std::string& opt, DeviceSpec* spec) {
   if (opt.rfind("mtu=", 0) == 0) {
@@ -213,11 +223,18 @@ bool make_spec(const std::string& name, const std::string& addr, const std::vect
     return false;
   }
   s.addrs.push_back(a);
+  bool gid1_ipv4 = false;
   for (const std::string& o : opts) {
-    if (!apply_option(o, &s)) {
+    if (o == "gid1=ipv4") {
+      gid1_ipv4 = true;
+    } else if (!apply_option(o, &s)) {
       *why = "bad option '" + o + "'";
       return false;
     }
+  }
+  if (gid1_ipv4 && !map_gid1_ipv4(&s)) {  // after every addr=, so the first IPv4 one is known
+    *why = "gid1=ipv4 on a device without an IPv4 address";
+    return false;
   }
   *out = s;
   return true;

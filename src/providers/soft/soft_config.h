@@ -6,7 +6,10 @@
 //   MELON_SOFT_AUTO=0                  no devices from the host's interfaces
 //
 // Config file: one directive per line, '#' starts a comment.
-//   device <name> <ip-address> [mtu=<bytes>] [addr=<another ip-address>]...
+//   device <name> <ip-address> [mtu=<bytes>] [addr=<another ip-address>]... [gid1=ipv4]
+// gid1=ipv4 (also "/gid1=ipv4" in MELON_SOFT_DEVICES): GID index 1 is the device's first IPv4
+// address, which is then also the first IPv4-mapped GID in the table (MLX's JACCL publishes the
+// first IPv4-mapped GID and connects with sgid_index 1; docs/verbs.md).
 //   auto on|off
 #pragma once
 
@@ -37,7 +40,10 @@ struct DeviceSpec {
   std::string ifname;  // owning interface, "" if none was found
   unsigned ifindex = 0;
   bool configured = false;  // from MELON_SOFT_DEVICES / the config file
-  std::vector<IpAddr> addrs;  // GID table order
+  std::vector<IpAddr> addrs;  // GID table order, unless gid_map says otherwise
+  // GID index -> index into addrs, when the table is not addrs itself (gid1=ipv4). Addresses stay
+  // unique in addrs (the transport binds each once); only the table repeats one.
+  std::vector<uint8_t> gid_map;
   unsigned if_mtu = 1500;  // bytes, of the interface (or mtu=)
   uint8_t mac[6] = {};
   bool has_mac = false;

@@ -191,9 +191,10 @@ void SoftDevice::port_attr(ibv_port_attr* p) const {
 }
 
 bool SoftDevice::gid(uint32_t index, ibv_gid_entry* e) const {
-  if (index >= spec_.addrs.size() || index >= static_cast<uint32_t>(kGidTableLen)) return false;
+  const IpAddr* a = gid_address(index);
+  if (!a) return false;
   std::memset(e, 0, sizeof(*e));
-  spec_.addrs[index].to_gid(e->gid.raw);
+  a->to_gid(e->gid.raw);
   e->gid_index = index;
   e->port_num = 1;
   e->gid_type = IBV_GID_TYPE_ROCE_V2;  // the soft transport speaks RoCEv2 (UDP) only
@@ -202,6 +203,11 @@ bool SoftDevice::gid(uint32_t index, ibv_gid_entry* e) const {
 }
 
 const IpAddr* SoftDevice::gid_address(uint32_t index) const {
+  if (index >= static_cast<uint32_t>(kGidTableLen)) return nullptr;
+  if (!spec_.gid_map.empty()) {
+    if (index >= spec_.gid_map.size()) return nullptr;
+    index = spec_.gid_map[index];
+  }
   return index < spec_.addrs.size() ? &spec_.addrs[index] : nullptr;
 }
 

@@ -246,6 +246,30 @@ TEST_F(Mlx5Provider, ReportsTheConnectX4LxIdentity) {
   EXPECT_EQ(std::memcmp(gid_ + 12, &wire, 4), 0);  // GID 0: the daemon's wire address, IPv4-mapped
 }
 
+// What MLX's JACCL expects (ml-explore/mlx#3467): it connects with sgid_index 1 and publishes the
+// first IPv4-mapped GID, so both are the wire address; lid 0; about 64 MRs per peer device.
+TEST_F(Mlx5Provider, MeetsJacclsGidLidAndMrExpectations) {
+  ibv_gid g0, g1;
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &g0), 0);
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 1, &g1), 0);
+  EXPECT_EQ(std::memcmp(g0.raw, g1.raw, 16), 0);
+  EXPECT_TRUE(g1.raw[10] == 0xff && g1.raw[11] == 0xff) << "GID 1 is not IPv4-mapped";
+  ibv_gid_entry e;
+  ASSERT_EQ(ibv_query_gid_ex(ctx_, 1, 1, &e, 0), 0);
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &pa), 0);
+  EXPECT_EQ(pa.lid, 0);
+  std::vector<std::vector<char>> bufs(64, std::vector<char>(4096));
+  std::vector<ibv_mr*> mrs;
+  for (auto& b : bufs) {
+    ibv_mr* mr = ibv_reg_mr(pd_, b.data(), b.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_NE(mr, nullptr) << "MR " << mrs.size() << ": " << strerror(errno);
+    mrs.push_back(mr);
+  }
+  for (ibv_mr* mr : mrs) EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
 TEST_F(Mlx5Provider, PostingBeforeTheStatesAllowItGivesRdmaCoresErrno) {
   ASSERT_NE(make_qp(a_), nullptr);
   EXPECT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 8), ENOMEM);  // RESET: rdma-core mlx5 qp_state_max_gs -1
