@@ -3,6 +3,7 @@
 
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <errno.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -198,6 +199,31 @@ std::string check_datagram(const Datagram& d, uint32_t mtu) {
                        uint32_t(b[b.size() - 1]) << 24;
   if (want != got) return "ICRC wrong for this datagram (IPv4 id " + std::to_string(d.id) + ")" + where;
   return "";
+}
+
+int send_snapshot(SendmmsgFn real, int fd, struct mmsghdr* v, unsigned n, int flags,
+                  void (*judge)(int fd, const msghdr& h)) {
+  std::vector<std::vector<uint8_t>> bytes(n);
+  std::vector<iovec> iov(n);
+  std::vector<mmsghdr> copy(v, v + n);
+  for (unsigned i = 0; i < n; ++i) {
+    const msghdr& h = v[i].msg_hdr;
+    for (size_t j = 0; j < h.msg_iovlen; ++j) {
+      const auto* p = static_cast<const uint8_t*>(h.msg_iov[j].iov_base);
+      bytes[i].insert(bytes[i].end(), p, p + h.msg_iov[j].iov_len);
+    }
+    iov[i] = {bytes[i].data(), bytes[i].size()};
+    copy[i].msg_hdr.msg_iov = &iov[i];
+    copy[i].msg_hdr.msg_iovlen = 1;
+  }
+  const int r = real(fd, copy.data(), n, flags);
+  const int e = errno;
+  for (int i = 0; i < r; ++i) {
+    v[i].msg_len = copy[i].msg_len;
+    judge(fd, copy[i].msg_hdr);
+  }
+  errno = e;
+  return r;
 }
 
 void write_pcap(const std::string& path, const std::vector<Datagram>& ds) {

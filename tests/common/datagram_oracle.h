@@ -33,6 +33,14 @@ std::vector<Datagram> kernel_datagrams(int fd, const msghdr& h);
 // writes for it (DF set). Else what is wrong.
 std::string check_datagram(const Datagram& d, uint32_t mtu);
 
+// sendmmsg() through `real`, with each message's bytes first copied into a buffer of its own: the
+// kernel sends that copy, so what the caller then judges (`judge(fd, copied msghdr)` for each sent
+// message) is exactly what went out, even if the sender's memory changes meanwhile (a zero-copy
+// payload the peer writes into, as perftest's latency tests do). Returns what `real` returned.
+using SendmmsgFn = int (*)(int, struct mmsghdr*, unsigned, int);
+int send_snapshot(SendmmsgFn real, int fd, struct mmsghdr* v, unsigned n, int flags,
+                  void (*judge)(int fd, const msghdr& h));
+
 // Ethernet frames of `ds` in a classic pcap file, for tshark.
 void write_pcap(const std::string& path, const std::vector<Datagram>& ds);
 

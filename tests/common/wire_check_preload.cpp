@@ -64,9 +64,5 @@ struct Summary {
 
 extern "C" int sendmmsg(int fd, struct mmsghdr* v, unsigned n, int flags) {
   static auto real = reinterpret_cast<int (*)(int, struct mmsghdr*, unsigned, int)>(dlsym(RTLD_NEXT, "sendmmsg"));
-  const int r = real(fd, v, n, flags);
-  const int e = errno;
-  for (int i = 0; i < r; ++i) judge(fd, v[i].msg_hdr);
-  errno = e;
-  return r;
+  return melon::test::send_snapshot(real, fd, v, n, flags, judge);
 }

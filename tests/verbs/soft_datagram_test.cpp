@@ -67,12 +67,8 @@ void record(int fd, const msghdr& h) {
 }  // namespace
 
 extern "C" int sendmmsg(int fd, struct mmsghdr* v, unsigned n, int flags) {
-  static auto real = reinterpret_cast<int (*)(int, struct mmsghdr*, unsigned, int)>(dlsym(RTLD_NEXT, "sendmmsg"));
-  const int r = real(fd, v, n, flags);
-  const int e = errno;
-  for (int i = 0; i < r; ++i) record(fd, v[i].msg_hdr);
-  errno = e;
-  return r;
+  static auto real = reinterpret_cast<melon::test::SendmmsgFn>(dlsym(RTLD_NEXT, "sendmmsg"));
+  return melon::test::send_snapshot(real, fd, v, n, flags, record);  // judged: what the kernel sent
 }
 
 namespace {

@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
 #include <sys/random.h>
+#endif
 
 #include <chrono>
 #include <thread>
@@ -123,7 +125,14 @@ void EmuHal::vector_disable(uint32_t vector) {
   if (vector < 64) handlers_[vector] = nullptr;
 }
 
-bool EmuHal::random_bytes(void* p, size_t n) { return getrandom(p, n, 0) == ssize_t(n); }
+bool EmuHal::random_bytes(void* p, size_t n) {
+#if defined(__linux__)
+  return getrandom(p, n, 0) == ssize_t(n);
+#else
+  arc4random_buf(p, n);  // libSystem's (stdlib.h): never fails
+  return true;
+#endif
+}
 
 uint64_t EmuHal::now_ns() {
   if (clock_) return clock_->now_ns();
