@@ -259,9 +259,8 @@ idle_link() {
     check "$1: rxe $c +$(rxe_delta $c) = 0 (idle link)" [ "$(rxe_delta $c)" = 0 ]
   done
   # rxe's retransmit timer firing with nothing lost (its completer_retry_err, no loss counter
-  # moving) is reported, not failed: at the end of an ib_write_lat, our ACK of rxe's last WRITE,
-  # held by the busy-poll lease, reaches rxe after its 67 ms timer (gone with MELON_SOFT_DEFER=0):
-  # a known defect (CHANGELOG, issue 19), counted in the summary until it is fixed.
+  # moving) is reported, not failed: a known defect with its cause open (docs/peer.md, "Idle-link
+  # checks"), counted in the summary until it is fixed.
   c=$(rxe_delta completer_retry_err)
   if [ "$c" != 0 ]; then
     echo "WARNING: $1: rxe completer_retry_err +$c (its ACK timer fired; nothing lost)"
