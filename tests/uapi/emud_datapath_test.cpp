@@ -85,7 +85,7 @@ TEST_F(EmudDataPath, NoDoorbellIsLeftLyingAcrossTheSleepHandshake) {
 
 uapi::UsageResp usage(const std::string& sock) {
   uapi::SocketClient c;
-  EXPECT_TRUE(c.connect(sock));
+  EXPECT_TRUE(c.connect(sock.c_str()));
   EXPECT_EQ(c.open(), Status::ok);
   uapi::UsageResp u{};
   EXPECT_EQ(c.call(Selector::query_usage, uapi::EmptyReq{}, &u), Status::ok);

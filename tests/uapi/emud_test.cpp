@@ -104,7 +104,7 @@ class Emud : public ::testing::Test {
     daemon = spawn(args, dir + "/emud.log");
     for (int i = 0; i < 1000; i++) {
       uapi::SocketClient c;
-      if (c.connect(sock)) return;
+      if (c.connect(sock.c_str())) return;
       usleep(10000);
     }
     FAIL() << "melon-emud did not come up: " << slurp(dir + "/emud.log");
@@ -121,13 +121,13 @@ class Emud : public ::testing::Test {
 
   std::unique_ptr<uapi::SocketClient> client() {
     auto c = std::make_unique<uapi::SocketClient>();
-    EXPECT_TRUE(c->connect(sock)) << strerror(errno);
+    EXPECT_TRUE(c->connect(sock.c_str())) << strerror(errno);
     EXPECT_EQ(c->open(), Status::ok);
     return c;
   }
   uapi::UsageResp usage() {
     uapi::SocketClient c;
-    EXPECT_TRUE(c.connect(sock));
+    EXPECT_TRUE(c.connect(sock.c_str()));
     EXPECT_EQ(c.open(), Status::ok);
     uapi::UsageResp u{};
     EXPECT_EQ(c.call(Selector::query_usage, uapi::EmptyReq{}, &u), Status::ok);
@@ -227,12 +227,12 @@ TEST_F(EmudOneUser, SixteenClientsAtOnceAndTheSeventeenthIsRefused) {
     ASSERT_EQ(make_objects(*cs.back(), &o), Status::ok) << i;
   }
   uapi::SocketClient extra;
-  ASSERT_TRUE(extra.connect(sock));
+  ASSERT_TRUE(extra.connect(sock.c_str()));
   EXPECT_EQ(extra.open(), Status::quota_device);
   cs.pop_back();  // one leaves: a place opens
   for (int i = 0; i < 100; i++) {
     uapi::SocketClient again;
-    ASSERT_TRUE(again.connect(sock));
+    ASSERT_TRUE(again.connect(sock.c_str()));
     if (again.open() == Status::ok) return;
     usleep(10000);
   }
@@ -244,7 +244,7 @@ TEST_F(Emud, OneUserCannotTakeEveryConnection) {
   std::vector<std::unique_ptr<uapi::SocketClient>> cs;
   for (int i = 0; i < 12; i++) cs.push_back(client());
   uapi::SocketClient extra;
-  ASSERT_TRUE(extra.connect(sock));
+  ASSERT_TRUE(extra.connect(sock.c_str()));
   EXPECT_EQ(extra.open(), Status::quota_user_clients);
 }
 
@@ -532,7 +532,7 @@ TEST_F(Emud, AKilledClientLeavesNothingBehind) {
   pid_t child = fork();
   if (child == 0) {
     uapi::SocketClient c;
-    if (!c.connect(sock) || c.open() != Status::ok) _exit(1);
+    if (!c.connect(sock.c_str()) || c.open() != Status::ok) _exit(1);
     static uint8_t buf[1 << 16];
     for (int i = 0; i < 3; i++) {
       Objects o;
@@ -664,7 +664,7 @@ int attack(const std::string& sock) {
     }
   };
   uapi::SocketClient h;
-  if (!h.connect(sock) || h.open() != Status::ok) return 100;
+  if (!h.connect(sock.c_str()) || h.open() != Status::ok) return 100;
   Objects o;
   if (make_objects(h, &o) != Status::ok) return 101;
   uapi::DeviceAttr a{};
@@ -714,10 +714,10 @@ int attack(const std::string& sock) {
   std::vector<std::unique_ptr<uapi::SocketClient>> more;
   for (int i = 0; i < 10; i++) {
     more.push_back(std::make_unique<uapi::SocketClient>());
-    if (!more.back()->connect(sock) || more.back()->open() != Status::ok) bad++, fprintf(stderr, "hostile: conn\n");
+    if (!more.back()->connect(sock.c_str()) || more.back()->open() != Status::ok) bad++, fprintf(stderr, "hostile: conn\n");
   }
   uapi::SocketClient extra;
-  extra.connect(sock);
+  extra.connect(sock.c_str());
   expect(extra.open(), Status::quota_user_clients, "the user's 13th connection");
   more.clear();
   // 6. Malformed datagrams, descriptors where none belong, forged handles.

@@ -72,7 +72,7 @@ struct Daemon {
     }
     for (int i = 0; i < 1000; i++) {
       uapi::SocketClient c;
-      if (c.connect(sock)) return true;
+      if (c.connect(sock.c_str())) return true;
       usleep(10000);
     }
     return false;
@@ -159,7 +159,7 @@ struct Endpoint {
 
   // A client of its own: PD, UAR, then the queues and MR (build_queues); all mapped.
   void build(const std::string& sock, size_t len = 64 * 1024) {
-    ASSERT_TRUE(cl->connect(sock)) << strerror(errno);
+    ASSERT_TRUE(cl->connect(sock.c_str())) << strerror(errno);
     ASSERT_EQ(cl->open(&open), Status::ok);
     uapi::HandleResp h{};
     ASSERT_EQ(cl->call(Selector::alloc_pd, uapi::EmptyReq{}, &h), Status::ok);

@@ -12,15 +12,16 @@
 
 namespace melon::uapi {
 
-bool SocketClient::connect(const std::string& path) {
+bool SocketClient::connect(const char* path) {
   close();
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(a.sun_path)) {
+  const size_t len = strlen(path);
+  if (len >= sizeof(a.sun_path)) {
     errno = ENAMETOOLONG;
     return false;
   }
-  memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  memcpy(a.sun_path, path, len + 1);
   fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return false;
   if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {

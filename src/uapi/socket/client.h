@@ -5,8 +5,6 @@
 
 #include <stdint.h>
 
-#include <string>
-
 #include "uapi/abi.h"
 
 namespace melon::uapi {
@@ -20,7 +18,7 @@ class SocketClient {
 
   // Connects to the daemon's socket; false with errno set when it cannot. Grants nothing: the
   // daemon gets no ptrace right over this process (open() hands it this process's memory file).
-  bool connect(const std::string& path);
+  bool connect(const char* path);
   void close();
   int fd() const { return fd_; }
 
