@@ -714,7 +714,8 @@ int attack(const std::string& sock) {
   std::vector<std::unique_ptr<uapi::SocketClient>> more;
   for (int i = 0; i < 10; i++) {
     more.push_back(std::make_unique<uapi::SocketClient>());
-    if (!more.back()->connect(sock.c_str()) || more.back()->open() != Status::ok) bad++, fprintf(stderr, "hostile: conn\n");
+    if (!more.back()->connect(sock.c_str()) || more.back()->open() != Status::ok)
+      bad++, fprintf(stderr, "hostile: conn\n");
   }
   uapi::SocketClient extra;
   extra.connect(sock.c_str());
