@@ -69,6 +69,7 @@ struct QpInit {
   Srq* srq = nullptr;
   QpCaps cap;
   bool sq_sig_all = false;
+  bool uc_verbs = false;  // an RC QP the verbs see as UC (reliable UC): UC's opcodes only
 };
 
 // ibv_qp_attr, the parts a RoCEv2 engine uses.

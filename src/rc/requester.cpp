@@ -70,7 +70,7 @@ void EngineImpl::fill_tx_common(const Qp& qp, TxPacket& tx, uint8_t opcode, uint
 
 int EngineImpl::post_send(Qp& qp, const SendWr& wr, uint64_t now) {
   if (qp.state == QpState::reset || qp.state == QpState::init || qp.state == QpState::rtr) return EINVAL;
-  if (!opcode_allowed(qp.init.type, wr.opcode)) return EINVAL;
+  if (!opcode_allowed(qp.init.uc_verbs ? QpType::uc : qp.init.type, wr.opcode)) return EINVAL;
   if (wr.num_sge < 0 || uint32_t(wr.num_sge) > qp.init.cap.max_send_sge) return EINVAL;
   if (wr.num_sge && !wr.sg_list) return EINVAL;
   uint64_t length = 0;

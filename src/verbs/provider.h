@@ -66,6 +66,7 @@ struct QpBase {
   ibv_qp_ex ibv;  // ibv.qp_base is the ibv_qp
   uint32_t async_events_delivered = 0;  // guarded by ibv.qp_base.mutex
   bool extended = false;  // created with send_ops_flags: ibv_qp_to_qp_ex works
+  bool reliable_uc = false;  // a UC QP run as RC on the wire (reliable_uc.h)
   ibv_qp_init_attr init{};  // as created, with the capabilities granted: what ibv_query_qp reports
   WrBatch* batch = nullptr;  // state of the generic wr_* builders (init_qp_ex_ops)
   static QpBase* from(ibv_qp* qp) { return reinterpret_cast<QpBase*>(qp); }

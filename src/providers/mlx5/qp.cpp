@@ -8,6 +8,7 @@
 
 #include "providers/mlx5/mlx5.h"
 #include "providers/mlx5/tables.h"
+#include "verbs/reliable_uc.h"
 
 namespace melon::mlx5prov {
 
@@ -79,7 +80,8 @@ ibv_qp* Mlx5Context::create_qp(ibv_qp_init_attr_ex* attr) {
   rq.recv_cq = Mlx5Cq::from(attr->recv_cq)->handle;
   rq.srq = attr->srq ? Mlx5Srq::from(attr->srq)->handle : 0;
   rq.uar = uar_.handle;
-  rq.qp_type = uapi_qp_type(attr->qp_type);
+  const bool reliable_uc = attr->qp_type == IBV_QPT_UC && verbs::reliable_uc_wanted(dev_->name(), false);
+  rq.qp_type = reliable_uc ? uapi::kQpRc : uapi_qp_type(attr->qp_type);
   rq.max_send_wr = cap.max_send_wr ? cap.max_send_wr : 1;
   rq.max_send_sge = cap.max_send_sge ? cap.max_send_sge : 1;
   rq.max_inline_data = cap.max_inline_data;
@@ -133,6 +135,7 @@ ibv_qp* Mlx5Context::create_qp(ibv_qp_init_attr_ex* attr) {
   }
 
   verbs::init_qp_fields(qp, &vctx.context, attr);
+  qp->reliable_uc = reliable_uc;
   ibv_qp& q = qp->ibv.qp_base;
   q.qp_num = rp.qpn;
   q.handle = rp.handle;
@@ -162,9 +165,16 @@ ibv_qp* Mlx5Context::create_qp(ibv_qp_init_attr_ex* attr) {
   return &q;
 }
 
-int Mlx5Context::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
+int Mlx5Context::modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (ibqp->context != &vctx.context) return EINVAL;
   Mlx5Qp* qp = Mlx5Qp::from(ibqp);
+  ibv_qp_attr filled;
+  const ibv_qp_attr* a = attr;
+  if (qp->reliable_uc) {
+    filled = *attr;
+    mask = verbs::reliable_uc_complete(ibqp->state, &filled, mask);
+    a = &filled;
+  }
   // No alternate paths, migration, resizing or rate limits; SQD notification is not offered.
   if (mask & (IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_CAP | IBV_QP_RATE_LIMIT)) return EINVAL;
   uapi::ModifyQpReq rq{};
@@ -255,6 +265,7 @@ int Mlx5Context::query_qp(ibv_qp* ibqp, ibv_qp_attr* a, int, ibv_qp_init_attr* i
     a->ah_attr.grh.traffic_class = r.av.traffic_class;
     a->ah_attr.grh.sgid_index = r.av.sgid_index;
   }
+  if (qp->reliable_uc) verbs::reliable_uc_hide(a);
   *init = qp->init;
   return 0;
 }

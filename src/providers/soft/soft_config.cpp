@@ -198,6 +198,10 @@ bool apply_option(const std::string& opt, DeviceSpec* spec) {
     spec->configured = true;
     return true;
   }
+  if (opt == "uc=reliable") {
+    spec->uc_reliable = true;
+    return true;
+  }
   if (opt.rfind("addr=", 0) == 0) {
     IpAddr a;
     if (!IpAddr::parse(opt.substr(5), &a) || spec->addrs.size() >= 16) return false;

@@ -6,10 +6,11 @@
 //   MELON_SOFT_AUTO=0                  no devices from the host's interfaces
 //
 // Config file: one directive per line, '#' starts a comment.
-//   device <name> <ip-address> [mtu=<bytes>] [addr=<another ip-address>]... [gid1=ipv4]
+//   device <name> <ip-address> [mtu=<bytes>] [addr=<another ip-address>]... [gid1=ipv4] [uc=reliable]
 // gid1=ipv4 (also "/gid1=ipv4" in MELON_SOFT_DEVICES): GID index 1 is the device's first IPv4
 // address, which is then also the first IPv4-mapped GID in the table (MLX's JACCL publishes the
 // first IPv4-mapped GID and connects with sgid_index 1; docs/verbs.md).
+// uc=reliable (also "/uc=reliable"): the device's UC QPs run as RC on the wire (src/verbs/reliable_uc.h).
 //   auto on|off
 #pragma once
 
@@ -47,6 +48,7 @@ struct DeviceSpec {
   unsigned if_mtu = 1500;  // bytes, of the interface (or mtu=)
   uint8_t mac[6] = {};
   bool has_mac = false;
+  bool uc_reliable = false;  // uc=reliable
 
   std::string identity() const;  // stable across rediscovery
 };

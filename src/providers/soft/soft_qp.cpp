@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "roce/ip_udp.h"
+#include "verbs/reliable_uc.h"
 
 namespace melon::soft {
 
@@ -297,9 +298,11 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && attr->max_tso_header) return fail(EOPNOTSUPP);
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !owns(attr->pd)) return fail(EINVAL);
   rc::QpType type;
+  const bool reliable_uc =
+      attr->qp_type == IBV_QPT_UC && verbs::reliable_uc_wanted(device()->name(), device()->spec().uc_reliable);
   switch (attr->qp_type) {
     case IBV_QPT_RC: type = rc::QpType::rc; break;
-    case IBV_QPT_UC: type = rc::QpType::uc; break;
+    case IBV_QPT_UC: type = reliable_uc ? rc::QpType::rc : rc::QpType::uc; break;
     case IBV_QPT_UD: type = rc::QpType::ud; break;
     default: return fail(EOPNOTSUPP);  // RAW_PACKET, XRC, DRIVER
   }
@@ -329,6 +332,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   init.recv_cq = &qp->rcq;
   init.srq = attr->srq ? SoftSrq::from(attr->srq)->engine : nullptr;
   init.sq_sig_all = attr->sq_sig_all != 0;
+  init.uc_verbs = reliable_uc;
   // Grant at least one of everything, and inline up to what was asked (rounded to 64 bytes).
   cap.max_send_wr = cap.max_send_wr ? cap.max_send_wr : 1;
   cap.max_send_sge = cap.max_send_sge ? cap.max_send_sge : 1;
@@ -350,6 +354,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
     return fail(err);
   }
   verbs::init_qp_fields(qp, &vctx.context, attr);
+  qp->reliable_uc = reliable_uc;
   ibv_qp& q = qp->ibv.qp_base;
   q.qp_num = qp->qpn;
   q.handle = qp->qpn;
@@ -372,9 +377,16 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   return &q;
 }
 
-int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask) {
+int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (ibqp->context != &vctx.context) return EINVAL;
   SoftQp* qp = SoftQp::from(ibqp);
+  ibv_qp_attr filled;
+  const ibv_qp_attr* a = attr;
+  if (qp->reliable_uc) {
+    filled = *attr;
+    mask = verbs::reliable_uc_complete(ibqp->state, &filled, mask);
+    a = &filled;
+  }
   // No alternate paths (APM) or rate limits on a soft device.
   if (mask & (IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_RATE_LIMIT)) return EINVAL;
   if ((mask & IBV_QP_PORT) && a->port_num != 1) return EINVAL;
@@ -452,6 +464,7 @@ int SoftContext::query_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask, ibv_qp_init_at
   a->timeout = r.timeout;
   a->retry_cnt = r.retry_cnt;
   a->rnr_retry = r.rnr_retry;
+  if (qp->reliable_uc) verbs::reliable_uc_hide(a);
   *init = qp->init;
   return 0;
 }
