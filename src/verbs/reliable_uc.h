@@ -23,7 +23,10 @@ int reliable_uc_complete(ibv_qp_state current, ibv_qp_attr* attr, int mask);
 void reliable_uc_hide(ibv_qp_attr* attr);
 
 constexpr uint8_t kReliableUcMinRnrTimer = 1;  // IBA Table 45: 0.01 ms
-constexpr uint8_t kReliableUcTimeout = 14;  // 4.096 us * 2^14 = 67 ms
+// 4.096 us * 2^18 = 1.07 s, NCCL's default for its RC QPs: a collective moves windows of large
+// messages, and a peer that is slow to answer (a loaded host, melon-emud) should not draw spurious
+// retransmissions of the whole window. A packet really lost on a LAN costs about a second.
+constexpr uint8_t kReliableUcTimeout = 18;
 constexpr uint8_t kReliableUcRetryCnt = 7;
 constexpr uint8_t kReliableUcRnrRetry = 7;  // an RNR retry count of 7 means for ever (IBA)
 
