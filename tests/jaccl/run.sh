@@ -49,6 +49,23 @@ if [ -n "${MELON_JACCL_PCAP:-}" ]; then
   sleep 0.5
 fi
 rc=0
+# MLX's own JACCL (jaccl_allsum, built by jaccl_port.sh): both ranks, every size in one group.
+if [ "$(basename "$prog")" = jaccl_allsum ]; then
+  printf '[[null, "%s"], ["soft1", null]]\n' "$dev0" > "$dir/devices.json"
+  export JACCL_IBV_DEVICES=$dir/devices.json JACCL_COORDINATOR=10.231.$n.1:18516
+  ip netns exec "$a" env JACCL_RANK=0 MELON_SOFT_DEVICES="soft0=10.231.$n.1/gid1=ipv4" \
+    MELON_EMUD_SOCKET="$dir/emud.sock" timeout 120 "$prog" "$@" > "$dir/rank0.log" 2>&1 &
+  r0=$!
+  ip netns exec "$b" env JACCL_RANK=1 MELON_SOFT_DEVICES="soft1=10.231.$n.2/gid1=ipv4" \
+    timeout 120 "$prog" "$@" > "$dir/rank1.log" 2>&1
+  s1=$?
+  wait $r0; s0=$?
+  echo "JACCL $pairing/$mode: rank 0 exit $s0, rank 1 exit $s1"
+  cat "$dir/rank0.log" "$dir/rank1.log"
+  if [ $s0 -ne 0 ] || [ $s1 -ne 0 ]; then fail "JACCL's all_sum was not verified"; fi
+  echo PASS
+  exit 0
+fi
 for bytes in "$@"; do
   ip netns exec "$a" env MELON_SOFT_DEVICES="soft0=10.231.$n.1/gid1=ipv4" MELON_EMUD_SOCKET="$dir/emud.sock" \
     "$prog" --rank 0 --dev "$dev0" --addr "10.231.$n.1:18515" --bytes "$bytes" --rounds "${ROUNDS:-3}" > "$dir/rank0.log" 2>&1 &
