@@ -56,6 +56,15 @@ bool EngineImpl::complete_send(Qp& qp, SendWqe& w, WcStatus st) {
   return true;
 }
 
+void EngineImpl::fail_wqe(Qp& qp, SendWqe& w, WcStatus st) {
+  complete_send(qp, w, st);
+  if (qp.state == QpState::err) return;  // complete_send's CQ overflow moved it already
+  if (qp.init.type == QpType::rc)
+    to_error(qp);
+  else
+    to_sq_error(qp);
+}
+
 void EngineImpl::arm_retrans(Qp& qp, uint64_t now) {
   uint64_t t = ack_timeout_ns(qp.attr.timeout);
   qp.comp.retrans_deadline = (t && qp.sq_count) ? now + t : 0;
@@ -87,8 +96,7 @@ EngineImpl::Step EngineImpl::match_nak(Qp& qp, SendWqe& w, const Packet& p, bool
     if (qp.req.rnr_deadline && !progressed) return Step::leave;  // a duplicate of the NAK being waited out
     if (qp.attr.rnr_retry != 7) {
       if (qp.comp.cur_rnr_retry == 0) {
-        complete_send(qp, w, outcome_row(Outcome::rnr_retry_exceeded).requester_wc);
-        to_error(qp);
+        fail_wqe(qp, w, outcome_row(Outcome::rnr_retry_exceeded).requester_wc);
         return Step::leave;
       }
       --qp.comp.cur_rnr_retry;
@@ -110,8 +118,7 @@ EngineImpl::Step EngineImpl::match_nak(Qp& qp, SendWqe& w, const Packet& p, bool
     qp.comp.seq_nak_psn = psn;
     if (progressed) qp.comp.cur_retry_count = qp.attr.retry_cnt;
     if (qp.comp.cur_retry_count == 0) {
-      complete_send(qp, w, outcome_row(Outcome::retry_exceeded).requester_wc);
-      to_error(qp);
+      fail_wqe(qp, w, outcome_row(Outcome::retry_exceeded).requester_wc);
       return Step::leave;
     }
     --qp.comp.cur_retry_count;
@@ -122,8 +129,7 @@ EngineImpl::Step EngineImpl::match_nak(Qp& qp, SendWqe& w, const Packet& p, bool
     return Step::leave;
   }
   // Class B/C/D errors: the WQE fails, the QP goes to ERR (IBA 9.9.3.1.2).
-  complete_send(qp, w, outcome_for_nak(NakCode(syndrome_value(p.aeth.syndrome))).requester_wc);
-  to_error(qp);
+  fail_wqe(qp, w, outcome_for_nak(NakCode(syndrome_value(p.aeth.syndrome))).requester_wc);
   return Step::leave;
 }
 
@@ -168,14 +174,11 @@ EngineImpl::Step EngineImpl::match_read_response(Qp& qp, SendWqe& w, const Packe
   bool bad = (first && i % w.read_chunk != 0) || last != (i + 1 == chunk_end) || (!last && p.payload_len != qp.mtu) ||
              (last && p.payload_len != remaining);
   if (bad) {
-    complete_send(qp, w, outcome_row(Outcome::bad_response).requester_wc);
-    to_error(qp);
+    fail_wqe(qp, w, outcome_row(Outcome::bad_response).requester_wc);
     return Step::leave;
   }
   if (scatter(mem_, qp.init.pd, w.seg, w.nseg, off, p.payload, p.payload_len) != MemStatus::ok) {
-    complete_send(qp, w,
-                  outcome_row(Outcome::local_protection_error).requester_wc);  // the region went away after post_send
-    to_error(qp);
+    fail_wqe(qp, w, outcome_row(Outcome::local_protection_error).requester_wc);  // the region went away after post_send
     return Step::leave;
   }
   w.read_next_psn = psn_add(psn, 1);
@@ -212,8 +215,7 @@ EngineImpl::Step EngineImpl::match_atomic_ack(Qp& qp, SendWqe& w, const Packet& 
   // The original value lands in host order, as rxe does.
   if (w.nseg && scatter(mem_, qp.init.pd, w.seg, w.nseg, 0, reinterpret_cast<const uint8_t*>(&p.atomic_orig), 8) !=
                     MemStatus::ok) {
-    complete_send(qp, w, outcome_row(Outcome::local_protection_error).requester_wc);
-    to_error(qp);
+    fail_wqe(qp, w, outcome_row(Outcome::local_protection_error).requester_wc);
     return Step::leave;
   }
   qp.comp.una_psn = psn_add(psn, 1);
@@ -311,8 +313,7 @@ void EngineImpl::on_timer(Qp& qp, uint64_t now) {
     }
     ++qp.counters.timeouts;
     if (qp.comp.cur_retry_count == 0) {
-      complete_send(qp, w, outcome_row(Outcome::retry_exceeded).requester_wc);
-      to_error(qp);
+      fail_wqe(qp, w, outcome_row(Outcome::retry_exceeded).requester_wc);
       return;
     }
     --qp.comp.cur_retry_count;

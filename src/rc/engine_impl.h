@@ -78,6 +78,14 @@ class EngineImpl {
   int post_send(Qp& qp, const SendWr& wr, uint64_t now);
   void requester_progress(Qp& qp, uint64_t now);  // note_sending around send_more
   void send_more(Qp& qp, uint64_t now);
+  struct ReadSpan {  // the READ response packets [off, end) one request asks for
+    uint32_t off = 0, end = 0;
+  };
+  bool may_send(const Qp& qp, const SendWqe& w, uint32_t win, uint32_t own, ReadSpan* rs) const;
+  void start_wqe(const Qp& qp, SendWqe& w) const;
+  void build_read_request(Qp& qp, SendWqe& w, const ReadSpan& rs, TxPacket& tx);
+  void build_atomic(Qp& qp, SendWqe& w, TxPacket& tx);
+  bool build_segment(Qp& qp, SendWqe& w, uint32_t win, uint32_t own, TxPacket& tx);
   // The shared window (EngineConfig::max_inflight_total): the RC QPs with packets in flight and
   // their packets together. note_sending keeps both; it runs around every requester pass, at ERR,
   // RESET and destroy, so a QP's acknowledged packets leave the total by its next pass at the latest.
@@ -104,6 +112,9 @@ class EngineImpl {
   Step match_ack(Qp& qp, SendWqe& w, const roce::Packet& p, bool& progressed, uint64_t now);
   void on_timer(Qp& qp, uint64_t now);
   bool complete_send(Qp& qp, SendWqe& w, WcStatus st);  // false: CQ overflow, QP went to ERR
+  // The one error path of a send WQE: it completes with `st` and the QP leaves RTS, RC to ERR
+  // (IBA 9.9.3.1.2), UC/UD to SQE (a send-side error: the receive side goes on).
+  void fail_wqe(Qp& qp, SendWqe& w, WcStatus st);
   void arm_retrans(Qp& qp, uint64_t now);
 
   // responder.cpp

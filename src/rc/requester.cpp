@@ -29,6 +29,12 @@ bool opcode_allowed(QpType t, WrOpcode op) {
 
 uint32_t packets_for(uint32_t len, uint32_t mtu) { return len == 0 ? 1 : (len + mtu - 1) / mtu; }
 
+// The PSNs a WQE takes: one per request packet of a SEND/WRITE, one per response packet of a READ
+// (IBA 9.7.4.1.4: a READ request consumes the PSNs of its responses), one for an atomic.
+uint32_t wqe_packets(const SendWqe& w, uint32_t mtu) {
+  return w.is_read_or_atomic() && w.wr.opcode != WrOpcode::rdma_read ? 1 : packets_for(w.length, mtu);
+}
+
 // Picks the wire opcode for packet `i` of `n` of a SEND/WRITE.
 uint8_t segment_opcode(QpType t, WrOpcode op, uint32_t i, uint32_t n) {
   Transport tr = t == QpType::rc ? Transport::rc : t == QpType::uc ? Transport::uc : Transport::ud;
@@ -199,6 +205,116 @@ void EngineImpl::requester_progress(Qp& qp, uint64_t now) {
   note_sending(qp);
 }
 
+// May `w` send its next packet now? Everything that holds a requester back: the window (own and
+// shared), a probe after a timeout, max_rd_atomic, the fence, SQD. For a READ, sets the span of
+// response packets [read_off, read_end) the request at next_send_psn asks for, up to the end of its
+// chunk: it goes only if they fit the window (READ responses and our own packets share one budget)
+// and, unless it re-issues a range already asked for, max_rd_atomic.
+bool EngineImpl::may_send(const Qp& qp, const SendWqe& w, uint32_t win, uint32_t own, ReadSpan* rs) const {
+  const bool rc = qp.init.type == QpType::rc;
+  if (rc && (own >= win || budget_full(qp, own))) return false;
+  if (rc && qp.comp.probing && psn_diff(qp.req.next_send_psn, qp.comp.probe_psn) > 0) return false;
+  const uint32_t max_rd = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
+  if (w.wr.opcode == WrOpcode::rdma_read) {
+    uint32_t npkts = w.started ? w.npkts : wqe_packets(w, qp.mtu);
+    uint32_t chunk = w.started ? w.read_chunk : read_chunk(qp, npkts);
+    rs->off = w.started ? uint32_t(psn_diff(qp.req.next_send_psn, w.first_psn)) : 0;
+    rs->end = (rs->off / chunk + 1) * chunk < npkts ? (rs->off / chunk + 1) * chunk : npkts;
+    int32_t inflight = psn_diff(qp.req.next_send_psn, qp.comp.una_psn);
+    // With nothing in flight a chunk goes even if a shared window has shrunk below it.
+    if (inflight > 0 && uint32_t(inflight) + (rs->end - rs->off) > win) return false;
+    bool fresh = !w.started || rs->off >= w.read_issued;
+    if (fresh && rd_atomic_requests(qp) >= max_rd) return false;
+  }
+  if (w.started) return true;
+  if (qp.state == QpState::sqd) return false;  // SQD: finish what started, start nothing new
+  if (rc && (w.wr.send_flags & kFence) && rd_atomic_requests(qp)) return false;  // IBA 10.8.3.3
+  if (rc && w.is_read_or_atomic() && w.wr.opcode != WrOpcode::rdma_read && rd_atomic_requests(qp) >= max_rd)
+    return false;
+  return true;
+}
+
+// A WQE's first packet: its PSN range. The one place that says how many PSNs a WQE takes.
+void EngineImpl::start_wqe(const Qp& qp, SendWqe& w) const {
+  w.started = true;
+  w.first_psn = qp.req.next_send_psn;
+  w.npkts = wqe_packets(w, qp.mtu);
+  w.last_psn = psn_add(w.first_psn, int32_t(w.npkts - 1));
+  w.read_next_psn = w.first_psn;
+  if (w.wr.opcode == WrOpcode::rdma_read) {
+    w.read_chunk = read_chunk(qp, w.npkts);
+    w.read_issued = 0;
+  }
+}
+
+// A first READ request, the next chunk, or a re-issue from the first missing response.
+void EngineImpl::build_read_request(Qp& qp, SendWqe& w, const ReadSpan& rs, TxPacket& tx) {
+  fill_tx_common(qp, tx, make_opcode(Transport::rc, kReadRequest), qp.req.next_send_psn);
+  uint64_t skip = uint64_t(rs.off) * qp.mtu;
+  uint64_t stop = uint64_t(rs.end) * qp.mtu < w.length ? uint64_t(rs.end) * qp.mtu : w.length;
+  tx.pkt.reth.va = w.wr.remote_addr + skip;
+  tx.pkt.reth.rkey = w.wr.rkey;
+  tx.pkt.reth.dma_len = uint32_t(stop > skip ? stop - skip : 0);
+  tx.pkt.bth.ack_req = true;
+  if (rs.end > w.read_issued) w.read_issued = rs.end;
+  qp.req.next_send_psn = psn_add(w.first_psn, int32_t(rs.end));
+}
+
+void EngineImpl::build_atomic(Qp& qp, SendWqe& w, TxPacket& tx) {
+  bool cas = w.wr.opcode == WrOpcode::atomic_cmp_and_swp;
+  fill_tx_common(qp, tx, make_opcode(Transport::rc, cas ? kCompareSwap : kFetchAdd), qp.req.next_send_psn);
+  tx.pkt.atomic.va = w.wr.remote_addr;
+  tx.pkt.atomic.rkey = w.wr.rkey;
+  tx.pkt.atomic.swap_add = cas ? w.wr.swap : w.wr.compare_add;
+  tx.pkt.atomic.compare = cas ? w.wr.compare_add : 0;
+  tx.pkt.bth.ack_req = true;
+  qp.req.next_send_psn = psn_add(qp.req.next_send_psn, 1);
+}
+
+// The next packet of a SEND or WRITE. False when its payload can no longer be gathered.
+bool EngineImpl::build_segment(Qp& qp, SendWqe& w, uint32_t win, uint32_t own, TxPacket& tx) {
+  const QpType type = qp.init.type;
+  uint32_t i = uint32_t(psn_diff(qp.req.next_send_psn, w.first_psn));
+  uint32_t off = i * qp.mtu;
+  uint32_t len = w.length - off < qp.mtu ? w.length - off : qp.mtu;
+  uint8_t op = segment_opcode(type, w.wr.opcode, i, w.npkts);
+  fill_tx_common(qp, tx, op, qp.req.next_send_psn);
+  const OpInfo& info = op_info(op);
+  if (info.has(kReth)) {
+    tx.pkt.reth.va = w.wr.remote_addr;
+    tx.pkt.reth.rkey = w.wr.rkey;
+    tx.pkt.reth.dma_len = w.length;
+  }
+  if (info.has(kImmDt)) tx.pkt.imm = w.wr.imm;
+  if (info.has(kIeth)) tx.pkt.ieth_rkey = w.wr.invalidate_rkey;
+  if (type == QpType::ud) {
+    tx.av = w.wr.ah;
+    tx.pkt.bth.dest_qp = w.wr.remote_qpn;
+    // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own".
+    tx.pkt.deth.qkey = (w.wr.remote_qkey & 0x80000000u) ? qp.attr.qkey : w.wr.remote_qkey;
+    tx.pkt.deth.src_qp = qp.qpn;
+    uint32_t fl = w.wr.ah->flow_label ? w.wr.ah->flow_label : flow_label_for_qps(qp.qpn, w.wr.remote_qpn);
+    tx.udp_sport = udp_sport_for_flow_label(fl);
+  }
+  bool last = info.is(kEnd);
+  if (last && (w.wr.send_flags & kSolicited)) tx.pkt.bth.se = true;
+  if (gather(mem_, qp.init.pd, w.seg, w.nseg, w.inline_data, off, len, tx) != MemStatus::ok) return false;
+  if (type == QpType::rc) {
+    ++qp.req.pkts_since_ackreq;
+    // A packet after which this QP stops asks for the ACK that restarts it, or the QP would
+    // wait for its ACK timer: one that fills a window smaller than ack_every (a full window of
+    // ack_every or more always holds an AckReq'd packet), and one after which the shared
+    // budget is full, whatever the QP's share (the budget can stop a QP at any count).
+    const bool fills = (win < cfg_.ack_every && own + 1 >= win) || budget_full(qp, own + 1);
+    if (last || fills || qp.comp.probing || qp.req.pkts_since_ackreq >= cfg_.ack_every) {
+      tx.pkt.bth.ack_req = true;
+      qp.req.pkts_since_ackreq = 0;
+    }
+  }
+  qp.req.next_send_psn = psn_add(qp.req.next_send_psn, 1);
+  return true;
+}
+
 void EngineImpl::send_more(Qp& qp, uint64_t now) {
   if (qp.state != QpState::rts && qp.state != QpState::sqd) return;
   if (qp.req.rnr_deadline) return;  // waiting out an RNR NAK
@@ -213,117 +329,23 @@ void EngineImpl::send_more(Qp& qp, uint64_t now) {
     }
     if (w.bad_lkey) {
       if (qp.sq_cur != qp.sq_head) break;  // completes in order once everything before it is done
-      complete_send(qp, w, outcome_row(Outcome::local_protection_error).requester_wc);
-      if (type == QpType::rc)
-        to_error(qp);
-      else
-        to_sq_error(qp);
-      return;
+      return fail_wqe(qp, w, outcome_row(Outcome::local_protection_error).requester_wc);
     }
     const uint32_t win = window(qp);
     const int32_t own_d = psn_diff(qp.req.next_send_psn, qp.comp.una_psn);
     const uint32_t own = own_d > 0 ? uint32_t(own_d) : 0;
-    if (type == QpType::rc && (own >= win || budget_full(qp, own))) break;
-    if (type == QpType::rc && qp.comp.probing && psn_diff(qp.req.next_send_psn, qp.comp.probe_psn) > 0) break;
-    const uint32_t max_rd = qp.attr.max_rd_atomic ? qp.attr.max_rd_atomic : 1;
-    // READ: the request at next_send_psn asks for responses [read_off, read_end) of the WQE, up to
-    // the end of their chunk. It goes only if they fit the window (READ responses and our own
-    // packets share one budget) and, unless it re-issues a range already asked for, max_rd_atomic.
-    uint32_t read_off = 0, read_end = 0;
-    if (w.wr.opcode == WrOpcode::rdma_read) {
-      uint32_t npkts = w.started ? w.npkts : packets_for(w.length, qp.mtu);
-      uint32_t chunk = w.started ? w.read_chunk : read_chunk(qp, npkts);
-      read_off = w.started ? uint32_t(psn_diff(qp.req.next_send_psn, w.first_psn)) : 0;
-      read_end = (read_off / chunk + 1) * chunk < npkts ? (read_off / chunk + 1) * chunk : npkts;
-      int32_t inflight = psn_diff(qp.req.next_send_psn, qp.comp.una_psn);
-      // With nothing in flight a chunk goes even if a shared window has shrunk below it.
-      if (inflight > 0 && uint32_t(inflight) + (read_end - read_off) > win) break;
-      bool fresh = !w.started || read_off >= w.read_issued;
-      if (fresh && rd_atomic_requests(qp) >= max_rd) break;
-    }
-    if (!w.started) {
-      if (qp.state == QpState::sqd) break;  // SQD: finish what started, start nothing new
-      if (type == QpType::rc) {
-        if ((w.wr.send_flags & kFence) && rd_atomic_requests(qp)) break;  // IBA 10.8.3.3
-        if (w.is_read_or_atomic() && w.wr.opcode != WrOpcode::rdma_read && rd_atomic_requests(qp) >= max_rd) break;
-      }
-      w.started = true;
-      w.first_psn = qp.req.next_send_psn;
-      w.npkts = w.wr.opcode == WrOpcode::rdma_read ? packets_for(w.length, qp.mtu)
-                : w.is_read_or_atomic()            ? 1
-                                                   : packets_for(w.length, qp.mtu);
-      w.last_psn = psn_add(w.first_psn, int32_t(w.npkts - 1));
-      w.read_next_psn = w.first_psn;
-      if (w.wr.opcode == WrOpcode::rdma_read) {
-        w.read_chunk = read_chunk(qp, w.npkts);
-        w.read_issued = 0;
-      }
-    }
+    ReadSpan rs;
+    if (!may_send(qp, w, win, own, &rs)) break;
+    if (!w.started) start_wqe(qp, w);
 
     TxPacket tx;
     if (w.wr.opcode == WrOpcode::rdma_read) {
-      // A first request, the next chunk, or a re-issue from the first missing response.
-      fill_tx_common(qp, tx, make_opcode(Transport::rc, kReadRequest), qp.req.next_send_psn);
-      uint64_t skip = uint64_t(read_off) * qp.mtu;
-      uint64_t stop = uint64_t(read_end) * qp.mtu < w.length ? uint64_t(read_end) * qp.mtu : w.length;
-      tx.pkt.reth.va = w.wr.remote_addr + skip;
-      tx.pkt.reth.rkey = w.wr.rkey;
-      tx.pkt.reth.dma_len = uint32_t(stop > skip ? stop - skip : 0);
-      tx.pkt.bth.ack_req = true;
-      if (read_end > w.read_issued) w.read_issued = read_end;
-      qp.req.next_send_psn = psn_add(w.first_psn, int32_t(read_end));
+      build_read_request(qp, w, rs, tx);
     } else if (w.is_read_or_atomic()) {
-      bool cas = w.wr.opcode == WrOpcode::atomic_cmp_and_swp;
-      fill_tx_common(qp, tx, make_opcode(Transport::rc, cas ? kCompareSwap : kFetchAdd), qp.req.next_send_psn);
-      tx.pkt.atomic.va = w.wr.remote_addr;
-      tx.pkt.atomic.rkey = w.wr.rkey;
-      tx.pkt.atomic.swap_add = cas ? w.wr.swap : w.wr.compare_add;
-      tx.pkt.atomic.compare = cas ? w.wr.compare_add : 0;
-      tx.pkt.bth.ack_req = true;
-      qp.req.next_send_psn = psn_add(qp.req.next_send_psn, 1);
-    } else {
-      uint32_t i = uint32_t(psn_diff(qp.req.next_send_psn, w.first_psn));
-      uint32_t off = i * qp.mtu;
-      uint32_t len = w.length - off < qp.mtu ? w.length - off : qp.mtu;
-      uint8_t op = segment_opcode(type, w.wr.opcode, i, w.npkts);
-      fill_tx_common(qp, tx, op, qp.req.next_send_psn);
-      const OpInfo& info = op_info(op);
-      if (info.has(kReth)) {
-        tx.pkt.reth.va = w.wr.remote_addr;
-        tx.pkt.reth.rkey = w.wr.rkey;
-        tx.pkt.reth.dma_len = w.length;
-      }
-      if (info.has(kImmDt)) tx.pkt.imm = w.wr.imm;
-      if (info.has(kIeth)) tx.pkt.ieth_rkey = w.wr.invalidate_rkey;
-      if (type == QpType::ud) {
-        tx.av = w.wr.ah;
-        tx.pkt.bth.dest_qp = w.wr.remote_qpn;
-        // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's own".
-        tx.pkt.deth.qkey = (w.wr.remote_qkey & 0x80000000u) ? qp.attr.qkey : w.wr.remote_qkey;
-        tx.pkt.deth.src_qp = qp.qpn;
-        uint32_t fl = w.wr.ah->flow_label ? w.wr.ah->flow_label : flow_label_for_qps(qp.qpn, w.wr.remote_qpn);
-        tx.udp_sport = udp_sport_for_flow_label(fl);
-      }
-      bool last = info.is(kEnd);
-      if (last && (w.wr.send_flags & kSolicited)) tx.pkt.bth.se = true;
-      if (gather(mem_, qp.init.pd, w.seg, w.nseg, w.inline_data, off, len, tx) != MemStatus::ok) {
-        // The region went away after post_send checked it: the WQE fails in order (loc_prot_err).
-        w.bad_lkey = true;
-        continue;
-      }
-      if (type == QpType::rc) {
-        ++qp.req.pkts_since_ackreq;
-        // A packet after which this QP stops asks for the ACK that restarts it, or the QP would
-        // wait for its ACK timer: one that fills a window smaller than ack_every (a full window of
-        // ack_every or more always holds an AckReq'd packet), and one after which the shared
-        // budget is full, whatever the QP's share (the budget can stop a QP at any count).
-        const bool fills = (win < cfg_.ack_every && own + 1 >= win) || budget_full(qp, own + 1);
-        if (last || fills || qp.comp.probing || qp.req.pkts_since_ackreq >= cfg_.ack_every) {
-          tx.pkt.bth.ack_req = true;
-          qp.req.pkts_since_ackreq = 0;
-        }
-      }
-      qp.req.next_send_psn = psn_add(qp.req.next_send_psn, 1);
+      build_atomic(qp, w, tx);
+    } else if (!build_segment(qp, w, win, own, tx)) {
+      w.bad_lkey = true;  // the region went away after post_send checked it: fails in order
+      continue;
     }
     ++qp.counters.tx_packets;
     link_.transmit(tx);
