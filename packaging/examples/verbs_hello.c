@@ -68,9 +68,9 @@ static int to_rts(struct ibv_qp* qp, uint32_t dest_qpn, const union ibv_gid* dgi
   a.retry_cnt = 7;
   a.rnr_retry = 7;
   a.max_rd_atomic = 1;
-  err = ibv_modify_qp(qp, &a,
-                      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_MAX_QP_RD_ATOMIC);
+  err = ibv_modify_qp(
+      qp, &a,
+      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
   return err ? fail("modify_qp(RTS)", err) : 0;
 }
 
