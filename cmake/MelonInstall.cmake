@@ -56,7 +56,7 @@ endforeach()
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/infiniband DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 if(APPLE)
-  install(FILES ${MELON_SHARED_LIB_DIR}/librdma.dylib DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(TARGETS melon_librdma LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
 
 install(EXPORT MelonDMATargets NAMESPACE MelonDMA:: DESTINATION ${_cmakedir})

@@ -71,6 +71,16 @@ set(CMAKE_OSX_ARCHITECTURES "" CACHE STRING "" FORCE)
 set(CMAKE_OSX_DEPLOYMENT_TARGET "" CACHE STRING "" FORCE)
 set(CMAKE_INSTALL_NAME_TOOL /bin/true CACHE FILEPATH "" FORCE)
 
+# Zig 0.11's Mach-O linker has no -reexport_library (librdma.dylib re-exports libibverbs,
+# src/verbs/CMakeLists.txt): LLVM's ld64.lld (Debian's lld) links that one dylib, against the same
+# libSystem stub. CMake checks nothing of it, so it is found here, on the build machine.
+find_program(MELON_LD64_LLD NAMES ld64.lld ld64.lld-14 ld64.lld-15 ld64.lld-16 ld64.lld-19 NO_CMAKE_FIND_ROOT_PATH)
+if(NOT MELON_LD64_LLD)
+  message(FATAL_ERROR "No ld64.lld (apt-get install lld): librdma.dylib's re-export needs it")
+endif()
+string(REGEX MATCH "^[0-9]+" _major "${MELON_MACOS_MIN}")
+set(MELON_MACOS_REEXPORT_LINKER "${MELON_LD64_LLD};-arch;${CMAKE_SYSTEM_PROCESSOR};-platform_version;macos;${MELON_MACOS_MIN};${MELON_MACOS_MIN};${MELON_ZIG_ROOT}/lib/libc/darwin/libSystem.${_major}.tbd")
+
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
