@@ -27,7 +27,7 @@ dylibs() { find "$out/$1/lib" -name '*.dylib' -type f | sort; }
 
 echo "== arm64: configure and build everything"
 configure arm64 -DMELON_MACOS_ARCH=aarch64 -DMELON_SOFT_DARWIN_BATCH=ON
-cc=$zig-wrap/aarch64-macos.$min/zig-cc  # written by the toolchain file
+cc=$zig-wrap/2/aarch64-macos.$min/zig-cc  # written by the toolchain file (its revision 2)
 
 # First the check itself: a Linux-only call must fail the link, and, linked anyway, the check.
 echo "== the check refuses a dylib calling recvmmsg"
