@@ -1,7 +1,7 @@
 #!/bin/sh
 # install_consumers (ctest): install the build tree into a temp prefix, check what landed where, and
 # run packaging/examples/check.sh from the install against it.
-#   run.sh <build dir> <work dir> <libdir> <includedir> <source dir> <C compiler>
+#   run.sh <build dir> <work dir> <libdir> <includedir> <source dir> <C compiler> <soft device address>
 set -eu
 build=$1 work=$2 libdir=$3 includedir=$4 src=$5
 rm -rf "$work" && mkdir -p "$work"
@@ -29,5 +29,5 @@ for f in MelonDMAConfig.cmake MelonDMAConfigVersion.cmake MelonDMATargets.cmake;
 done
 echo "install_consumers: layout of $prefix checked ($libdir, $includedir)"
 
-# An address no other test binds (the soft device listens on UDP 4791 there).
-CC=$6 sh "$prefix/share/melondma/examples/check.sh" "$prefix" "$work/consumers" 127.0.0.41
+# The soft device listens on UDP 4791 there.
+CC=$6 sh "$prefix/share/melondma/examples/check.sh" "$prefix" "$work/consumers" "$7"
