@@ -33,7 +33,9 @@ set(_target ${MELON_MACOS_ARCH}-macos.${MELON_MACOS_MIN})
 # zig is one program with subcommands; CMake and ccache want one program per tool. The wrappers live
 # beside the toolchain, written only when they change, so their timestamps (ccache's compiler check)
 # stay put across build trees and runs. Zig's own cache (the target's libc++, built once) too.
-set(_wrap "${MELON_ZIG_ROOT}-wrap/${_target}")
+# The 2 is the wrappers' revision: worktrees whose toolchain file writes other text use other files,
+# rather than rewriting these (and voiding ccache's compiler check) back and forth.
+set(_wrap "${MELON_ZIG_ROOT}-wrap/2/${_target}")
 set(_nolink "")
 if(NOT MELON_MACOS_LINK_CXX)
   # Every link, CMake's compiler identification included, without libc++ (zig's -nostdlib++ also
@@ -51,10 +53,16 @@ foreach(tool cc c++ ar ranlib)
     set(_args "${tool} -target ${_target}")
     set(_pre "${_nolink}")
   endif()
-  # zig's linker refuses -v, which CMake's compiler probe passes as -Wl,-v.
+  # zig's linker refuses -v, which CMake's compiler probe passes as -Wl,-v. zig's driver takes
+  # -install_name but drops -current_version and -compatibility_version (the dylib gets 1.0.0,
+  # seen with llvm-objdump --macho --dylib-id): they reach the linker as -Wl flags.
   file(CONFIGURE OUTPUT "${_wrap}/zig-${tool}" @ONLY CONTENT
 "#!/bin/sh
-for a; do shift; [ \"$a\" = -Wl,-v ] || set -- \"$@\" \"$a\"; done
+v=
+for a; do shift
+  if [ -n \"$v\" ]; then set -- \"$@\" \"-Wl,$v,$a\"; v=; continue; fi
+  case $a in -Wl,-v) ;; -current_version|-compatibility_version) v=$a ;; *) set -- \"$@\" \"$a\" ;; esac
+done
 ${_pre}ZIG_GLOBAL_CACHE_DIR='${_cache}' ZIG_LOCAL_CACHE_DIR='${_cache}' exec '${MELON_ZIG_ROOT}/zig' ${_args} \"$@\"
 ")
   file(CHMOD "${_wrap}/zig-${tool}" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ
@@ -70,6 +78,20 @@ set(CMAKE_OSX_SYSROOT "" CACHE PATH "" FORCE)
 set(CMAKE_OSX_ARCHITECTURES "" CACHE STRING "" FORCE)
 set(CMAKE_OSX_DEPLOYMENT_TARGET "" CACHE STRING "" FORCE)
 set(CMAKE_INSTALL_NAME_TOOL /bin/true CACHE FILEPATH "" FORCE)
+# CMake's Darwin platform file enables rpaths (and so @rpath install names) only when `sw_vers`, which
+# Linux lacks, reports macOS 10.5 or later; without them every dylib's install name is its build
+# path. zig-macos-rules.cmake, read after the platform file, turns them on.
+set(CMAKE_USER_MAKE_RULES_OVERRIDE "${CMAKE_CURRENT_LIST_DIR}/zig-macos-rules.cmake")
+
+# Zig 0.11's Mach-O linker has no -reexport_library (librdma.dylib re-exports libibverbs,
+# src/verbs/CMakeLists.txt): LLVM's ld64.lld (Debian's lld) links that one dylib, against the same
+# libSystem stub. CMake checks nothing of it, so it is found here, on the build machine.
+find_program(MELON_LD64_LLD NAMES ld64.lld ld64.lld-14 ld64.lld-15 ld64.lld-16 ld64.lld-19 NO_CMAKE_FIND_ROOT_PATH)
+if(NOT MELON_LD64_LLD)
+  message(FATAL_ERROR "No ld64.lld (apt-get install lld): librdma.dylib's re-export needs it")
+endif()
+string(REGEX MATCH "^[0-9]+" _major "${MELON_MACOS_MIN}")
+set(MELON_MACOS_REEXPORT_LINKER "${MELON_LD64_LLD};-arch;${CMAKE_SYSTEM_PROCESSOR};-platform_version;macos;${MELON_MACOS_MIN};${MELON_MACOS_MIN};${MELON_ZIG_ROOT}/lib/libc/darwin/libSystem.${_major}.tbd")
 
 set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)

@@ -50,23 +50,28 @@ struct Option {
   const char* needed_for;  // what breaks without it
 };
 
+// XNU's IP_DONTFRAG (bsd/netinet/in.h), named here so that the macOS rules compile everywhere.
+constexpr int kXnuIpDontfrag = 28;
+#if defined(__APPLE__)
+static_assert(IP_DONTFRAG == kXnuIpDontfrag);
+#endif
+
 #if defined(__linux__)
-constexpr Option kIpv4Options[] = {
+constexpr Option kLinuxIpv4[] = {
     {IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER = IP_PMTUDISC_DO",
      "without DF on an unconnected socket Linux sends a non-zero IPv4 identification, which the ICRC "
      "covers: every peer would drop every packet"},
 };
-constexpr Option kIpv6Options[] = {
+constexpr Option kLinuxIpv6[] = {
     {IPPROTO_UDP, UDP_NO_CHECK6_RX, 1, "UDP_NO_CHECK6_RX = 1",
      "RoCEv2 peers (rxe, ConnectX) send UDP checksum 0 over IPv6; without it the kernel drops all they send"},
 };
-#elif defined(__APPLE__)
-constexpr Option kIpv4Options[] = {
-    {IPPROTO_IP, IP_DONTFRAG, 1, "IP_DONTFRAG = 1",
+#endif
+constexpr Option kDarwinIpv4[] = {
+    {IPPROTO_IP, kXnuIpDontfrag, 1, "IP_DONTFRAG = 1",
      "without DF XNU writes a random IPv4 identification, which the ICRC covers: every peer would drop "
      "every packet"},
 };
-#endif
 
 struct OptionList {
   const Option* options;
@@ -76,13 +81,17 @@ template <size_t N>
 constexpr OptionList list_of(const Option (&a)[N]) {
   return {a, N};
 }
-constexpr OptionList kIpv4 = list_of(kIpv4Options);
-#if defined(__APPLE__)
-constexpr OptionList kIpv6 = {nullptr, 0};  // IPv6 GIDs are unusable (gid_family_unusable)
+
+// The options a RoCEv2 socket of this family needs on this platform; count 0 with options null: the
+// family is unusable there (gid_family_unusable), or its rules are not compiled into this build.
+OptionList options_for(Platform p, bool v6) {
+  if (p == Platform::darwin) return v6 ? OptionList{nullptr, 0} : list_of(kDarwinIpv4);
+#if defined(__linux__)
+  return v6 ? list_of(kLinuxIpv6) : list_of(kLinuxIpv4);
 #else
-constexpr OptionList kIpv6 = list_of(kIpv6Options);
+  return {nullptr, 0};
 #endif
-static_assert(kIpv4.count > 0, "IPv4 needs at least the option that gives identification 0");
+}
 
 std::string address_text(const uint8_t gid[16]) {
   char buf[INET6_ADDRSTRLEN] = "?";
@@ -101,51 +110,29 @@ int fail(std::string* why, const std::string& what, int err) {
 // Receive and send buffers: 8 MiB absorbs a window of full-MTU packets; kernels cap it (Linux at
 // net.core.rmem_max, without an error; XNU refuses sizes near kern.ipc.maxsockbuf with ENOBUFS), so
 // smaller sizes are tried down to 256 KiB. Below that something is wrong with the host.
-int set_buffer(int fd, int name, const char* text, std::string* why) {
+int set_buffer(const SocketCalls& sys, int fd, int name, const char* text, std::string* why) {
   int last = 0;
   for (int size = 8 << 20; size >= 256 << 10; size /= 2) {
-    if (setsockopt(fd, SOL_SOCKET, name, &size, sizeof size) == 0) return 0;
+    if (sys.set_option(fd, SOL_SOCKET, name, &size, sizeof size) == 0) return 0;
     last = errno;
   }
   return fail(why, std::string("setsockopt(") + text + " >= 256 KiB)", last);
 }
 
-int set_options(int fd, bool v6, std::string* why) {
-  if (int e = set_buffer(fd, SO_RCVBUF, "SO_RCVBUF", why)) return e;
-  if (int e = set_buffer(fd, SO_SNDBUF, "SO_SNDBUF", why)) return e;
-  const OptionList& l = v6 ? kIpv6 : kIpv4;
-  for (size_t i = 0; i < l.count; ++i) {
-    const Option& o = l.options[i];
-    if (setsockopt(fd, o.level, o.name, &o.value, sizeof o.value) != 0) {
-      int e = errno;
-      return fail(why, std::string("setsockopt(") + o.text + ") failed (" + o.needed_for + ")", e);
-    }
-  }
-  return 0;
+int system_set_option(int fd, int level, int name, const void* value, socklen_t len) {
+  return setsockopt(fd, level, name, value, len);
 }
 
-// Host-wide settings the options above rely on.
-int check_host(bool v6, std::string* why) {
+int system_sysctl_int(const char* name, int* value) {
 #if defined(__APPLE__)
-  if (!v6) {
-    int on = 0;
-    size_t len = sizeof on;
-    if (sysctlbyname("net.inet.ip.rfc6864", &on, &len, nullptr, 0) != 0)
-      return fail(why, "cannot read sysctl net.inet.ip.rfc6864 (XNU writes IPv4 identification 0 only while it is 1)",
-                  errno);
-    if (!on) {
-      *why =
-          "sysctl net.inet.ip.rfc6864 is 0: XNU then writes a random IPv4 identification into every "
-          "datagram, which the RoCEv2 ICRC covers, and every peer would drop every packet. "
-          "'sudo sysctl -w net.inet.ip.rfc6864=1' restores the default";
-      return EOPNOTSUPP;
-    }
-  }
+  size_t len = sizeof *value;
+  return sysctlbyname(name, value, &len, nullptr, 0);
 #else
-  (void)v6;
-  (void)why;
+  (void)name;
+  (void)value;
+  errno = ENOSYS;  // no sysctlbyname; nothing on Linux asks for one
+  return -1;
 #endif
-  return 0;
 }
 
 #if defined(__linux__)
@@ -184,6 +171,42 @@ int claim_address(const std::string& addr, uint32_t scope_id, uint16_t port) {
 
 }  // namespace
 
+const SocketCalls& system_socket_calls() {
+  static const SocketCalls calls{system_set_option, system_sysctl_int};
+  return calls;
+}
+
+int set_socket_options(Platform p, const SocketCalls& sys, int fd, bool v6, std::string* why) {
+  if (int e = set_buffer(sys, fd, SO_RCVBUF, "SO_RCVBUF", why)) return e;
+  if (int e = set_buffer(sys, fd, SO_SNDBUF, "SO_SNDBUF", why)) return e;
+  const OptionList l = options_for(p, v6);
+  for (size_t i = 0; i < l.count; ++i) {
+    const Option& o = l.options[i];
+    if (sys.set_option(fd, o.level, o.name, &o.value, sizeof o.value) != 0) {
+      int e = errno;
+      return fail(why, std::string("setsockopt(") + o.text + ") failed (" + o.needed_for + ")", e);
+    }
+  }
+  return 0;
+}
+
+int check_host_rules(Platform p, const SocketCalls& sys, bool v6, std::string* why) {
+  if (p != Platform::darwin || v6) return 0;
+  // XNU's ip_output writes identification 0 into a DF datagram only while net.inet.ip.rfc6864 is 1.
+  int on = 0;
+  if (sys.read_sysctl_int("net.inet.ip.rfc6864", &on) != 0)
+    return fail(why, "cannot read sysctl net.inet.ip.rfc6864 (XNU writes IPv4 identification 0 only while it is 1)",
+                errno);
+  if (!on) {
+    *why =
+        "sysctl net.inet.ip.rfc6864 is 0: XNU then writes a random IPv4 identification into every "
+        "datagram, which the RoCEv2 ICRC covers, and every peer would drop every packet. "
+        "'sudo sysctl -w net.inet.ip.rfc6864=1' restores the default";
+    return EOPNOTSUPP;
+  }
+  return 0;
+}
+
 bool lane_steering_available(uint32_t lanes, std::string* why) {
 #if defined(__linux__)
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -203,15 +226,11 @@ bool lane_steering_available(uint32_t lanes, std::string* why) {
 #endif
 }
 
-const char* gid_family_unusable(bool ipv6) {
-#if defined(__APPLE__)
-  if (ipv6)
+const char* gid_family_unusable(Platform p, bool ipv6) {
+  if (p == Platform::darwin && ipv6)
     return "IPv6 GIDs are unusable on macOS: XNU's udp6_input drops every UDP/IPv6 datagram whose checksum is "
            "0, which is what RoCEv2 peers (Linux rxe, ConnectX) send, and a socket cannot opt out. Use an IPv4 "
            "GID (docs/verbs.md, \"macOS\")";
-#else
-  (void)ipv6;
-#endif
   return nullptr;
 }
 
@@ -248,8 +267,8 @@ int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, st
     return -1;
   }
   int e = fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 ? 0 : fail(why, "fcntl(FD_CLOEXEC)", errno);
-  if (!e) e = set_options(fd, v6, why);
-  if (!e) e = check_host(v6, why);
+  if (!e) e = set_socket_options(kPlatform, system_socket_calls(), fd, v6, why);
+  if (!e) e = check_host_rules(kPlatform, system_socket_calls(), v6, why);
   int held = -1;  // lane 0's claim on the address
 #if defined(__linux__)
   const int on = 1;
@@ -301,9 +320,9 @@ int check_roce_host(bool ipv4, bool ipv6, std::string* why) {
     if (!(v6 ? ipv6 : ipv4) || gid_family_unusable(v6)) continue;  // unusable GIDs fail at use, with the reason
     int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM, 0);
     if (fd < 0) return fail(why, v6 ? "socket(AF_INET6)" : "socket(AF_INET)", errno);
-    int e = set_options(fd, v6, why);
+    int e = set_socket_options(kPlatform, system_socket_calls(), fd, v6, why);
     close(fd);
-    if (!e) e = check_host(v6, why);
+    if (!e) e = check_host_rules(kPlatform, system_socket_calls(), v6, why);
     if (e) return e;
   }
   return 0;

@@ -11,10 +11,36 @@
 //   IPv6, macOS   unusable: XNU's udp6_input drops zero-checksum datagrams and has no opt-in.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstdint>
 #include <string>
 
 namespace melon::soft {
+
+// The rules above are per platform, and macOS's are compiled on every platform, so that tests on
+// Linux show their logic with stand-in calls (tests/verbs/soft_platform_rules_test.cpp; docs/macos.md
+// says what only a Mac can show). A Linux build has both platforms' rules, a Mac build macOS's.
+enum class Platform { linux_host, darwin };
+#if defined(__APPLE__)
+constexpr Platform kPlatform = Platform::darwin;
+#else
+constexpr Platform kPlatform = Platform::linux_host;
+#endif
+// The system calls the rules make. system_socket_calls(): setsockopt, and sysctlbyname on macOS.
+struct SocketCalls {
+  int (*set_option)(int fd, int level, int name, const void* value, socklen_t len);  // 0, or -1 with errno
+  int (*read_sysctl_int)(const char* name, int* value);  // 0, or -1 with errno
+};
+const SocketCalls& system_socket_calls();
+// The buffers and the options of the table above on `fd`; 0, or an errno value with *why naming the
+// option and what breaks without it.
+int set_socket_options(Platform p, const SocketCalls& sys, int fd, bool v6, std::string* why);
+// The host-wide settings those options rely on (macOS IPv4: net.inet.ip.rfc6864 = 1); 0, or an errno
+// value with *why saying what is wrong and how to restore it.
+int check_host_rules(Platform p, const SocketCalls& sys, bool v6, std::string* why);
+// Why platform `p` cannot use a GID of this family for RoCEv2 (nullptr: it can).
+const char* gid_family_unusable(Platform p, bool ipv6);
 
 // Lanes (soft_qp.h, Hub): a device may run several transports ("lanes"), each with its own socket
 // on the same address and port, joined in one SO_REUSEPORT group (Linux 3.9). A classic BPF
@@ -75,6 +101,6 @@ SocketOffloads enable_offloads(int fd);
 int check_roce_host(bool ipv4, bool ipv6, std::string* why);
 
 // Why this platform cannot use a GID of this family for RoCEv2 (nullptr: it can).
-const char* gid_family_unusable(bool ipv6);
+inline const char* gid_family_unusable(bool ipv6) { return gid_family_unusable(kPlatform, ipv6); }
 
 }  // namespace melon::soft

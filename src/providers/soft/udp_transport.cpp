@@ -936,8 +936,7 @@ void UdpTransport::run() {
 #if defined(__linux__)
     int r = ppoll(watch, nwatch, tsp, nullptr);
 #else
-    int r = poll(watch, nfds_t(nwatch),
-                 tsp ? int((uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec) + 999999) / 1000000) : -1);
+    int r = poll(watch, nfds_t(nwatch), poll_timeout_ms(tsp));
 #endif
     if (r < 0 && errno != EINTR) break;
     if (fds[nsock].revents & POLLIN) {

@@ -9,6 +9,9 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <climits>
+#include <ctime>
+
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -25,6 +28,16 @@
 #include "roce/frame.h"
 
 namespace melon::soft {
+
+// The progress thread's wait off Linux (macOS has poll, not ppoll): the time left, rounded up to
+// whole milliseconds so the wait never ends before a deadline and a wait under 1 ms is not a spin
+// of 0 ms timeouts, and capped at INT_MAX ms; -1 (no timeout) for no deadline.
+inline int poll_timeout_ms(const timespec* ts) {
+  if (!ts) return -1;
+  const uint64_t ns = uint64_t(ts->tv_sec) * 1000000000ull + uint64_t(ts->tv_nsec);
+  const uint64_t ms = ns / 1000000 + (ns % 1000000 != 0);
+  return ms > uint64_t(INT_MAX) ? INT_MAX : int(ms);
+}
 
 // One local address of the device, as a GID (IPv4-mapped or IPv6), with the IPv6 scope.
 struct LocalAddress {
