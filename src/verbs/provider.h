@@ -90,6 +90,13 @@ class ContextOps {
   virtual ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   virtual int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned access);
   virtual int dereg_mr(ibv_mr* mr);
+  // ibv_import_pd / ibv_import_mr: a new object naming the PD or MR of this provider context with
+  // that handle (made through any context sharing it); ibv_unimport_* frees only that object.
+  // Default: EOPNOTSUPP, and unimport does nothing.
+  virtual ibv_pd* import_pd(uint32_t handle);
+  virtual void unimport_pd(ibv_pd* pd);
+  virtual ibv_mr* import_mr(ibv_pd* pd, uint32_t handle);
+  virtual void unimport_mr(ibv_mr* mr);
 
   virtual ibv_cq_ex* create_cq(const ibv_cq_init_attr_ex* attr);
   virtual int resize_cq(ibv_cq* cq, int cqe);

@@ -366,7 +366,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   // Polling these CQs receives on this lane (soft_device.cpp, poll_cq).
   cq_uses_lane(qp->scq.cq, lane);
   cq_uses_lane(qp->rcq.cq, lane);
-  reinterpret_cast<SoftPd*>(attr->pd)->users++;
+  SoftPd::users(attr->pd)++;
   qp->scq.cq->users++;
   qp->rcq.cq->users++;
   return &q;
@@ -464,7 +464,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
   // Queued packets may carry this QP's inline data, which lives in its send queue: send them first.
   qp->lane->drain();
   qp->lane->with_engine([&](rc::Engine& e) { return e.destroy_qp(qp->qpn); });
-  reinterpret_cast<SoftPd*>(ibqp->pd)->users--;
+  SoftPd::users(ibqp->pd)--;
   qp->scq.cq->users--;
   qp->rcq.cq->users--;
   verbs::release_qp_ex_ops(qp);
