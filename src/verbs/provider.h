@@ -18,6 +18,11 @@
 
 namespace melon::verbs {
 
+// The GRH's flow label is 20 bits (IBA 8.3). Callers may set more - UCX puts ~0 there on RoCE,
+// relying on the device to keep the field's width, as mlx5's MLX5_SET does - so the bits above are
+// dropped, never an error.
+inline uint32_t flow_label_of(const ibv_global_route& grh) { return grh.flow_label & 0xfffff; }
+
 class ContextOps;
 class Device;
 

@@ -454,10 +454,10 @@ void Mlx5Context::unimport_mr(ibv_mr* mr) {
 
 // The uapi form of an address vector (modify_qp's AV and create_ah).
 bool to_address(const ibv_ah_attr& ah, uapi::AddressReq* av) {
-  if (!ah.is_global || ah.grh.flow_label > 0xfffff) return false;  // RoCE: the GRH is the address
+  if (!ah.is_global) return false;  // RoCE: the GRH is the address
   memset(av, 0, sizeof *av);
   memcpy(av->dgid, ah.grh.dgid.raw, 16);
-  av->flow_label = ah.grh.flow_label;
+  av->flow_label = verbs::flow_label_of(ah.grh);
   av->sgid_index = ah.grh.sgid_index;
   av->hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
   av->traffic_class = ah.grh.traffic_class;

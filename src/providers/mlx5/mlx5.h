@@ -189,7 +189,7 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
 // nullptr with errno set when the device's answers do not add up (EPROTO) or a call fails.
 verbs::ContextBase* open_context(Mlx5Device* dev, std::unique_ptr<Transport> t);
 
-// The uapi form of an address vector; false when it is not a RoCE one (no GRH, bad flow label).
+// The uapi form of an address vector; false when it is not a RoCE one (no GRH).
 bool to_address(const ibv_ah_attr& ah, uapi::AddressReq* av);
 
 // ibv_context_ops of an mlx5 context (post.cpp, cq.cpp).

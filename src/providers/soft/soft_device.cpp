@@ -317,8 +317,7 @@ void SoftContext::unimport_pd(ibv_pd* pd) {
 
 ibv_ah* SoftContext::create_ah(ibv_pd* pd, const ibv_ah_attr* attr) {
   static const uint8_t zero[16] = {};
-  if (!owns(pd) || attr->port_num != 1 || !attr->is_global || std::memcmp(attr->grh.dgid.raw, zero, 16) == 0 ||
-      attr->grh.flow_label > 0xfffff) {
+  if (!owns(pd) || attr->port_num != 1 || !attr->is_global || std::memcmp(attr->grh.dgid.raw, zero, 16) == 0) {
     errno = EINVAL;  // RoCE: the GRH is the address (IBV_QPF_GRH_REQUIRED)
     return nullptr;
   }
@@ -336,7 +335,7 @@ ibv_ah* SoftContext::create_ah(ibv_pd* pd, const ibv_ah_attr* attr) {
   // The engine's form of the address (UD sends carry a pointer to it while queued).
   std::memcpy(ah->av.dgid, attr->grh.dgid.raw, 16);
   src->to_gid(ah->av.sgid);
-  ah->av.flow_label = attr->grh.flow_label;
+  ah->av.flow_label = verbs::flow_label_of(attr->grh);
   ah->av.hop_limit = attr->grh.hop_limit ? attr->grh.hop_limit : 64;
   ah->av.traffic_class = attr->grh.traffic_class;
   const uint8_t* g = attr->grh.dgid.raw;
