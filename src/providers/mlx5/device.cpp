@@ -368,6 +368,7 @@ ibv_mr* Mlx5Context::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova
   if (getenv("MELON_MLX5_DEBUG")) fprintf(stderr, "melondma mlx5: reg_mr %p+%zu access %#x\n", addr, length, access);
   uapi::RegMrResp rp{};
   if (uapi::Status s = t_->call(uapi::Selector::reg_mr, rq, &rp); s != uapi::Status::ok) {
+    if (getenv("MELON_MLX5_DEBUG")) fprintf(stderr, "melondma mlx5: reg_mr: uapi status %u\n", unsigned(s));
     errno = errno_of(s);
     return nullptr;
   }
