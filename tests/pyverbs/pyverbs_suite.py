@@ -594,6 +594,7 @@ class I_AhTest(unittest.TestCase):
         wc = wait_wcs(b.cq)[0]
         self.assertEqual((wc.status, wc.byte_len, wc.src_qp), (e.IBV_WC_SUCCESS, 100 + GRH, a.qp.qp_num))
         self.assertTrue(wc.wc_flags & e.IBV_WC_GRH)
+        self.assertEqual(wc.sl, 0xa)  # the RoCE packet type where ConnectX puts it: RoCEv2 over IPv4
         self.assertEqual(b.mr.read(100, GRH), b'D' * 100)
         b.ctx.close()
         a.ctx.close()
