@@ -93,6 +93,8 @@ class FrameLink {
 
 // ---- completions and events --------------------------------------------------------------------
 
+constexpr uint8_t kRoceV2Ipv6 = 0x9, kRoceV2Ipv4 = 0xa;  // Wc::sl of a UD receive
+
 struct Wc {
   uint64_t wr_id = 0;
   WcStatus status = WcStatus::success;
@@ -104,6 +106,10 @@ struct Wc {
   uint32_t src_qp = 0;
   uint32_t wc_flags = 0;
   uint16_t pkey_index = 0;
+  // UD receives: the packet type where ConnectX puts it, in the CQE's SL nibble (RoCE has no SL):
+  // bit 3 = a UDP header came (RoCEv2), bits 2:0 = the L3 header (1 IPv6, 2 IPv4). UCX's UD
+  // transports read it from ibv_wc.sl to find the destination address in the GRH area.
+  uint8_t sl = 0;
   bool solicited = false;  // the message carried the Solicited Event bit (for solicited-only CQ arming)
 };
 

@@ -346,6 +346,7 @@ void EngineImpl::receive_datagram(Qp& qp, const IpUdp& ip, const Packet& p) {
   }
   wc.byte_len = total;
   wc.src_qp = p.deth.src_qp;
+  wc.sl = ip.v6 ? kRoceV2Ipv6 : kRoceV2Ipv4;
   wc.wc_flags = kWcGrh | (op.is(kImm) ? kWcWithImm : 0);
   wc.imm = p.imm;
   wc.solicited = p.bth.se;

@@ -6,8 +6,8 @@
 // be dup()ed, polled and passed on, which identifies the context's shared state by its inode.
 // ibv_import_device() on any descriptor of that pipe returns a new context that shares the provider
 // context of the original: objects made through either work with both, and the provider context
-// lives until the last of them is closed. Importing PDs, MRs and device memory by handle is not
-// offered (EOPNOTSUPP): within the process the original objects are usable as they are.
+// lives until the last of them is closed. PDs and MRs import by handle (below); device memory
+// does not (EOPNOTSUPP).
 #include "verbs/internal.h"
 
 #include <sys/stat.h>
@@ -119,21 +119,31 @@ MELON_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
   return imp->ibv();
 }
 
-// Objects are not importable by handle (see the top of this file): EOPNOTSUPP, or EINVAL for a
-// missing context or PD, like every other verb.
-MELON_EXPORT ibv_pd* ibv_import_pd(ibv_context* context, uint32_t) {
-  errno = context ? EOPNOTSUPP : EINVAL;
-  return nullptr;
+// PDs and MRs by handle: the provider makes a new object naming the one with that handle in the
+// shared provider context (any context sharing it may have made it); unimport frees only that
+// object. Device memory has no importable form (EOPNOTSUPP); a missing context or PD is EINVAL.
+MELON_EXPORT ibv_pd* ibv_import_pd(ibv_context* context, uint32_t pd_handle) {
+  if (!context) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return no_throw([&] { return ContextBase::from(context)->ops->import_pd(pd_handle); });
 }
-MELON_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t) {
-  errno = pd ? EOPNOTSUPP : EINVAL;
-  return nullptr;
+MELON_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t mr_handle) {
+  if (!pd) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return no_throw([&] { return ContextBase::from(pd->context)->ops->import_mr(pd, mr_handle); });
 }
 MELON_EXPORT ibv_dm* ibv_import_dm(ibv_context* context, uint32_t) {
   errno = context ? EOPNOTSUPP : EINVAL;
   return nullptr;
 }
-// Nothing can have been imported, so there is nothing to release.
-MELON_EXPORT void ibv_unimport_pd(ibv_pd*) {}
-MELON_EXPORT void ibv_unimport_mr(ibv_mr*) {}
-MELON_EXPORT void ibv_unimport_dm(ibv_dm*) {}
+MELON_EXPORT void ibv_unimport_pd(ibv_pd* pd) {
+  if (pd) ContextBase::from(pd->context)->ops->unimport_pd(pd);
+}
+MELON_EXPORT void ibv_unimport_mr(ibv_mr* mr) {
+  if (mr) ContextBase::from(mr->context)->ops->unimport_mr(mr);
+}
+MELON_EXPORT void ibv_unimport_dm(ibv_dm*) {}  // nothing can have been imported

@@ -18,6 +18,11 @@
 
 namespace melon::verbs {
 
+// The GRH's flow label is 20 bits (IBA 8.3). Callers may set more - UCX puts ~0 there on RoCE,
+// relying on the device to keep the field's width, as mlx5's MLX5_SET does - so the bits above are
+// dropped, never an error.
+inline uint32_t flow_label_of(const ibv_global_route& grh) { return grh.flow_label & 0xfffff; }
+
 class ContextOps;
 class Device;
 
@@ -91,6 +96,13 @@ class ContextOps {
   virtual ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   virtual int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned access);
   virtual int dereg_mr(ibv_mr* mr);
+  // ibv_import_pd / ibv_import_mr: a new object naming the PD or MR of this provider context with
+  // that handle (made through any context sharing it); ibv_unimport_* frees only that object.
+  // Default: EOPNOTSUPP, and unimport does nothing.
+  virtual ibv_pd* import_pd(uint32_t handle);
+  virtual void unimport_pd(ibv_pd* pd);
+  virtual ibv_mr* import_mr(ibv_pd* pd, uint32_t handle);
+  virtual void unimport_mr(ibv_mr* mr);
 
   virtual ibv_cq_ex* create_cq(const ibv_cq_init_attr_ex* attr);
   virtual int resize_cq(ibv_cq* cq, int cqe);

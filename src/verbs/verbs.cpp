@@ -33,6 +33,10 @@ ibv_pd* ContextOps::alloc_pd() { return unsupported<ibv_pd>(); }
 int ContextOps::dealloc_pd(ibv_pd*) { return EOPNOTSUPP; }
 ibv_mr* ContextOps::reg_mr(ibv_pd*, void*, size_t, uint64_t, unsigned) { return unsupported<ibv_mr>(); }
 int ContextOps::rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, unsigned) { return EOPNOTSUPP; }
+ibv_pd* ContextOps::import_pd(uint32_t) { return unsupported<ibv_pd>(); }
+void ContextOps::unimport_pd(ibv_pd*) {}
+ibv_mr* ContextOps::import_mr(ibv_pd*, uint32_t) { return unsupported<ibv_mr>(); }
+void ContextOps::unimport_mr(ibv_mr*) {}
 int ContextOps::dereg_mr(ibv_mr*) { return EOPNOTSUPP; }
 ibv_cq_ex* ContextOps::create_cq(const ibv_cq_init_attr_ex*) { return unsupported<ibv_cq_ex>(); }
 int ContextOps::resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
@@ -230,6 +234,8 @@ MELON_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
   };
   if (!mr || flags <= 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED)) return bad_input();
   if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return bad_input();
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) return bad_input();
+  if (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) return bad_input();  // as rdma-core's verbs.c
   if ((flags & IBV_REREG_MR_CHANGE_ACCESS) &&
       (static_cast<unsigned>(access) & ~(kKnownAccess | IBV_ACCESS_OPTIONAL_RANGE)))
     return bad_input();

@@ -267,7 +267,8 @@ class C_MrTest(unittest.TestCase):
         for flags, pd in cases:
             with self.subTest(flags=flags):
                 addr = self.buffer(8192) if flags & e.IBV_REREG_MR_CHANGE_TRANSLATION else 0
-                mr.rereg(flags, pd, addr, 8192, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
+                access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ if flags & e.IBV_REREG_MR_CHANGE_ACCESS else 0
+                mr.rereg(flags, pd, addr, 8192, access)
                 self.assertNotIn(mr.lkey, seen)
                 self.assertNotIn(mr.rkey, seen)
                 self.assertNotEqual(mr.lkey, mr.rkey)
@@ -286,6 +287,8 @@ class C_MrTest(unittest.TestCase):
         rdma_error(self, errno.EINVAL, mr.rereg, e.IBV_REREG_MR_CHANGE_ACCESS, self.pd, 0, 0,
                    e.IBV_ACCESS_REMOTE_WRITE)  # remote write without local write
         rdma_error(self, errno.EINVAL, mr.rereg, e.IBV_REREG_MR_CHANGE_TRANSLATION, self.pd, 0, 4096, 0)  # NULL
+        rdma_error(self, errno.EINVAL, mr.rereg, e.IBV_REREG_MR_CHANGE_PD, self.pd, 0, 0,
+                   e.IBV_ACCESS_LOCAL_WRITE)  # access without IBV_REREG_MR_CHANGE_ACCESS (rdma-core's verbs.c)
         self.assertEqual((mr.lkey, mr.rkey), keys)  # a refused rereg changes nothing
         mr.close()
 
@@ -591,6 +594,7 @@ class I_AhTest(unittest.TestCase):
         wc = wait_wcs(b.cq)[0]
         self.assertEqual((wc.status, wc.byte_len, wc.src_qp), (e.IBV_WC_SUCCESS, 100 + GRH, a.qp.qp_num))
         self.assertTrue(wc.wc_flags & e.IBV_WC_GRH)
+        self.assertEqual(wc.sl, 0xa)  # the RoCE packet type where ConnectX puts it: RoCEv2 over IPv4
         self.assertEqual(b.mr.read(100, GRH), b'D' * 100)
         b.ctx.close()
         a.ctx.close()
@@ -790,18 +794,37 @@ class M_ImportTest(unittest.TestCase):
             os.close(fd)
         rdma_error(self, errno.EBADF, Context, cmd_fd=fd)  # closed now
 
-    def test_objects_are_not_importable_by_handle(self):
-        """Documented: importing PDs and MRs by handle is EOPNOTSUPP (the objects themselves are
-        usable from an imported context, as above)."""
-        ctx = Context(name=DEV_A)
-        pd = PD(ctx)
-        mr = MR(pd, 4096, ALL_REMOTE)
-        ctx2 = Context(cmd_fd=os.dup(ctx.cmd_fd))
-        rdma_error(self, errno.EOPNOTSUPP, PD, ctx2, handle=pd.handle)
-        rdma_error(self, errno.EOPNOTSUPP, MR, pd, handle=mr.handle)
+    def test_pd_and_mr_import_by_handle(self):
+        """ibv_import_pd / ibv_import_mr on an imported context: the imported MR has the original's
+        keys and range, carries traffic on a QP of the imported PD, and unimporting it leaves the
+        original registered."""
+        a, b = Side(DEV_A), Side(DEV_B)
+        ctx2 = Context(cmd_fd=os.dup(b.ctx.cmd_fd))
+        pd2 = PD(ctx2, handle=b.pd.handle)
+        self.assertEqual(pd2.handle, b.pd.handle)
+        mr = MR(b.pd, 4096, ALL_REMOTE)
+        mr2 = MR(pd2, handle=mr.handle)
+        self.assertEqual((mr2.lkey, mr2.rkey, mr2.length), (mr.lkey, mr.rkey, mr.length))  # pyverbs keeps no buf for an import
+        rdma_error(self, errno.EINVAL, PD, ctx2, handle=b.pd.handle + 0x10000)
+        rdma_error(self, errno.EINVAL, MR, pd2, handle=mr.handle ^ 0x5a5a00)
+        b.qp = QP(pd2, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=b.cq, rcq=b.cq, cap=QPCap(4, 4, 1, 1)), init_attr())
+        b.mr = mr2
+        a.make_qp()
+        connect(a, b)
+        b.recv(0, 64, wr_id=3, addr=mr.buf)  # the imported MR's lkey; pyverbs has no buf for an import
+        a.mr.write('by handle', 9)
+        a.send(length=9, wr_id=4)
+        self.assertEqual(wait_wcs(a.cq)[0].status, e.IBV_WC_SUCCESS)
+        self.assertEqual(wait_wcs(b.cq)[0].status, e.IBV_WC_SUCCESS)
+        self.assertEqual(mr.read(9, 0), b'by handle')
+        b.qp.close()
+        mr2.unimport()
+        self.assertEqual(mr.read(9, 0), b'by handle')  # still registered
+        pd2.unimport()
+        mr.close()
         ctx2.close()
-        ctx.close()
-
+        b.ctx.close()
+        a.ctx.close()
 
 def main():
     if '--print-keys' in sys.argv:

@@ -115,15 +115,18 @@ TEST_F(Import, ForeignDescriptorsAndObjectHandlesAreRefused) {
   EXPECT_EQ(errno, EINVAL);
   close(p[0]);
   close(p[1]);
-  // PDs, MRs and device memory are not importable by handle: EOPNOTSUPP (docs/verbs.md).
+  // A PD or MR handle that names nothing is EINVAL; device memory is not importable (EOPNOTSUPP).
   ibv_pd* pd = ibv_alloc_pd(ctx);
   ASSERT_NE(pd, nullptr);
   errno = 0;
-  EXPECT_EQ(ibv_import_pd(ctx, pd->handle), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_import_pd(ctx, pd->handle + 0x10000), nullptr);
+  EXPECT_EQ(errno, EINVAL);
   errno = 0;
-  EXPECT_EQ(ibv_import_mr(pd, 1), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
+  EXPECT_EQ(ibv_import_mr(pd, 0xabcdef), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(ibv_import_pd(nullptr, pd->handle), nullptr);
+  EXPECT_EQ(errno, EINVAL);
   errno = 0;
   EXPECT_EQ(ibv_import_dm(ctx, 1), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);

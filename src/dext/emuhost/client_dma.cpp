@@ -76,8 +76,12 @@ uint64_t ClientDma::open_window(const std::shared_ptr<ClientProcess>& proc, uint
   int mem = proc->mem_fd();
   if (mem < 0) return 0;
   std::lock_guard<std::mutex> g(mu_);
-  uint64_t iova = next_;
-  next_ += (len + 0xfff) / 0x1000 * 0x1000 + 0x1000;  // a guard page between windows
+  // The IOVA keeps the address's offset within 2 MiB, so the driver core can map the MR with pages
+  // up to 2 MiB (best_page_shift): at 4 KiB pages an MR beyond ~20 MB needs more translation
+  // entries than one CREATE_MKEY carries (UCX registers 40 MB pools).
+  constexpr uint64_t kAlign = 2ull << 20;
+  uint64_t iova = (next_ + kAlign - 1) / kAlign * kAlign + (addr & (kAlign - 1));
+  next_ = iova + (len + 0xfff) / 0x1000 * 0x1000 + 0x1000;  // a guard page between windows
   wins_[iova] = Window{proc, mem, addr, len, writable};
   return iova;
 }

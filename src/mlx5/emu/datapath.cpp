@@ -65,7 +65,8 @@ void Hca::write_completion(const PendingCqe& p) {
   if (wc.wc_flags & (rc::kWcWithImm | rc::kWcWithInv)) v.set(prm::cqe64::imm_inval_pkey, wc.imm);
   if (qit != qps_.end() && qit->second.st == prm::qpc_st::UD) {
     v.set(prm::cqe64::rqpn, wc.src_qp);
-    if (wc.wc_flags & rc::kWcGrh) v.set(prm::cqe64::flags, 0x10);  // g: a GRH came with it (rdma-core cq.c)
+    // g (bits 5:4): a GRH came with it (rdma-core cq.c); bits 3:0, the SL's place: the RoCE packet type.
+    if (wc.wc_flags & rc::kWcGrh) v.set(prm::cqe64::flags, 0x10 | (wc.sl & 0xf));
   }
   v.set(prm::cqe64::se, wc.solicited);
   post_cqe(it->second, cqe, wc.solicited);

@@ -302,6 +302,8 @@ ibv_pd* Mlx5Context::alloc_pd() {
   pd->ibv.context = &vctx.context;
   pd->ibv.handle = r.handle;
   pd->handle = r.handle;
+  std::lock_guard<std::mutex> lock(import_mu_);
+  pds_[r.handle] = true;
   return &pd->ibv;
 }
 
@@ -309,9 +311,44 @@ int Mlx5Context::dealloc_pd(ibv_pd* pd) {
   if (!owns(pd)) return EINVAL;
   auto* p = reinterpret_cast<Mlx5Pd*>(pd);
   if (int e = call_empty(uapi::Selector::dealloc_pd, p->handle)) return e;
+  {
+    std::lock_guard<std::mutex> lock(import_mu_);
+    pds_.erase(p->handle);
+  }
   delete p;
   return 0;
 }
+
+// An imported PD is a second Mlx5Pd with the same driver handle; the driver counts what uses it.
+ibv_pd* Mlx5Context::import_pd(uint32_t handle) {
+  {
+    std::lock_guard<std::mutex> lock(import_mu_);
+    if (!pds_.count(handle)) {
+      errno = EINVAL;  // no live PD with that handle in this (shared) context
+      return nullptr;
+    }
+  }
+  auto* pd = new Mlx5Pd();
+  pd->ibv.context = &vctx.context;
+  pd->ibv.handle = handle;
+  pd->handle = handle;
+  return &pd->ibv;
+}
+
+void Mlx5Context::unimport_pd(ibv_pd* pd) {
+  if (owns(pd)) delete reinterpret_cast<Mlx5Pd*>(pd);
+}
+
+namespace {
+
+// Access bits for the driver: the optional ones (relaxed ordering and the like) are hints and
+// dropped; any other bit the uapi does not know is EINVAL.
+bool driver_access(unsigned access, unsigned* known) {
+  *known = access & uapi::kAccessKnown;
+  return !(access & ~(uapi::kAccessKnown | IBV_ACCESS_OPTIONAL_RANGE));
+}
+
+}  // namespace
 
 ibv_mr* Mlx5Context::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
   if (!owns(pd)) {
@@ -322,9 +359,8 @@ ibv_mr* Mlx5Context::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova
     errno = EOPNOTSUPP;  // the driver maps an MR at its own address (docs/mlx5-provider.md)
     return nullptr;
   }
-  // Optional bits (relaxed ordering and the like) are hints; the rest must be ones the uapi knows.
-  unsigned known = access & uapi::kAccessKnown;
-  if (access & ~(uapi::kAccessKnown | IBV_ACCESS_OPTIONAL_RANGE)) {
+  unsigned known = 0;
+  if (!driver_access(access, &known)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -332,6 +368,7 @@ ibv_mr* Mlx5Context::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova
   if (getenv("MELON_MLX5_DEBUG")) fprintf(stderr, "melondma mlx5: reg_mr %p+%zu access %#x\n", addr, length, access);
   uapi::RegMrResp rp{};
   if (uapi::Status s = t_->call(uapi::Selector::reg_mr, rq, &rp); s != uapi::Status::ok) {
+    if (getenv("MELON_MLX5_DEBUG")) fprintf(stderr, "melondma mlx5: reg_mr: uapi status %u\n", unsigned(s));
     errno = errno_of(s);
     return nullptr;
   }
@@ -344,23 +381,84 @@ ibv_mr* Mlx5Context::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova
   mr->ibv.lkey = rp.lkey;
   mr->ibv.rkey = rp.rkey;
   mr->mr_handle = rp.handle;
+  mr->pd_handle = rq.pd;
+  mr->access = known;
+  std::lock_guard<std::mutex> lock(import_mu_);
+  mrs_[rp.handle] = *mr;
   return &mr->ibv;
+}
+
+// The PRM has no command that changes an mkey in place (Linux does that with a UMR WQE on a QP of
+// its own), so a re-registration is a new registration with the changed attributes, then the old
+// one goes - what Linux mlx5 does whenever it cannot reuse the mkey (mlx5_ib_rereg_user_mr ->
+// create_real_mr). New lkey and rkey; the old keys are refused from then on. A refused new
+// registration leaves the MR as it was.
+int Mlx5Context::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned access) {
+  if (mr->context != &vctx.context) return EINVAL;
+  auto* m = reinterpret_cast<Mlx5Mr*>(mr);
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && !owns(pd)) return EINVAL;
+  uint32_t new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? reinterpret_cast<Mlx5Pd*>(pd)->handle : m->pd_handle;
+  void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
+  size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
+  unsigned new_access = m->access;
+  if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && !driver_access(access, &new_access)) return EINVAL;
+  uapi::RegMrReq rq{new_pd, new_access, uint64_t(uintptr_t(new_addr)), uint64_t(new_len)};
+  uapi::RegMrResp rp{};
+  if (uapi::Status s = t_->call(uapi::Selector::reg_mr, rq, &rp); s != uapi::Status::ok) return errno_of(s);
+  if (int e = call_empty(uapi::Selector::dereg_mr, m->mr_handle)) {
+    call_empty(uapi::Selector::dereg_mr, rp.handle);  // the old registration stays; so does the MR
+    return e;
+  }
+  std::lock_guard<std::mutex> lock(import_mu_);
+  mrs_.erase(m->mr_handle);
+  if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
+  mr->addr = new_addr;
+  mr->length = new_len;
+  mr->handle = m->mr_handle = rp.handle;
+  mr->lkey = rp.lkey;
+  mr->rkey = rp.rkey;
+  m->pd_handle = new_pd;
+  m->access = new_access;
+  mrs_[rp.handle] = *m;
+  return 0;
 }
 
 int Mlx5Context::dereg_mr(ibv_mr* mr) {
   if (mr->context != &vctx.context) return EINVAL;
   auto* m = reinterpret_cast<Mlx5Mr*>(mr);
   if (int e = call_empty(uapi::Selector::dereg_mr, m->mr_handle)) return e;
+  {
+    std::lock_guard<std::mutex> lock(import_mu_);
+    mrs_.erase(m->mr_handle);
+  }
   delete m;
   return 0;
 }
 
+// An imported MR is a copy of the MR as last registered, in `pd` (which must be its PD, or an
+// import of it); deregistering either ends the registration.
+ibv_mr* Mlx5Context::import_mr(ibv_pd* pd, uint32_t handle) {
+  std::lock_guard<std::mutex> lock(import_mu_);
+  auto it = mrs_.find(handle);
+  if (!owns(pd) || it == mrs_.end() || it->second.pd_handle != reinterpret_cast<Mlx5Pd*>(pd)->handle) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* mr = new Mlx5Mr(it->second);
+  mr->ibv.pd = pd;
+  return &mr->ibv;
+}
+
+void Mlx5Context::unimport_mr(ibv_mr* mr) {
+  if (mr->context == &vctx.context) delete reinterpret_cast<Mlx5Mr*>(mr);
+}
+
 // The uapi form of an address vector (modify_qp's AV and create_ah).
 bool to_address(const ibv_ah_attr& ah, uapi::AddressReq* av) {
-  if (!ah.is_global || ah.grh.flow_label > 0xfffff) return false;  // RoCE: the GRH is the address
+  if (!ah.is_global) return false;  // RoCE: the GRH is the address
   memset(av, 0, sizeof *av);
   memcpy(av->dgid, ah.grh.dgid.raw, 16);
-  av->flow_label = ah.grh.flow_label;
+  av->flow_label = verbs::flow_label_of(ah.grh);
   av->sgid_index = ah.grh.sgid_index;
   av->hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
   av->traffic_class = ah.grh.traffic_class;

@@ -49,6 +49,8 @@ struct Mlx5Pd {
 struct Mlx5Mr {
   ibv_mr ibv;
   uint32_t mr_handle = 0;
+  uint32_t pd_handle = 0;  // the PD it is registered in (ibv.pd may be an import that has gone)
+  unsigned access = 0;  // as registered, without the optional bits
 };
 
 struct Mlx5Ah {
@@ -119,7 +121,12 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   ibv_pd* alloc_pd() override;
   int dealloc_pd(ibv_pd* pd) override;
   ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) override;
+  int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned access) override;
   int dereg_mr(ibv_mr* mr) override;
+  ibv_pd* import_pd(uint32_t handle) override;
+  void unimport_pd(ibv_pd* pd) override;
+  ibv_mr* import_mr(ibv_pd* pd, uint32_t handle) override;
+  void unimport_mr(ibv_mr* mr) override;
 
   ibv_cq_ex* create_cq(const ibv_cq_init_attr_ex* attr) override;
   int destroy_cq(ibv_cq* cq) override;
@@ -169,6 +176,11 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   std::unordered_map<uint32_t, Mlx5Qp*> qps_by_qpn_;
   std::unordered_map<uint32_t, void*> by_handle_;  // uapi token -> Mlx5Qp/Mlx5Cq/Mlx5Srq
 
+  // Live PDs and MRs by uapi handle, for ibv_import_pd / _mr (an MR as it was last registered).
+  std::mutex import_mu_;
+  std::unordered_map<uint32_t, bool> pds_;
+  std::unordered_map<uint32_t, Mlx5Mr> mrs_;
+
   int stop_pipe_[2] = {-1, -1};
   std::thread events_;
 };
@@ -177,7 +189,7 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
 // nullptr with errno set when the device's answers do not add up (EPROTO) or a call fails.
 verbs::ContextBase* open_context(Mlx5Device* dev, std::unique_ptr<Transport> t);
 
-// The uapi form of an address vector; false when it is not a RoCE one (no GRH, bad flow label).
+// The uapi form of an address vector; false when it is not a RoCE one (no GRH).
 bool to_address(const ibv_ah_attr& ah, uapi::AddressReq* av);
 
 // ibv_context_ops of an mlx5 context (post.cpp, cq.cpp).

@@ -46,10 +46,28 @@ enum class MrStatus {
   NoAccess,  // the MR does not grant the access asked for
 };
 
-struct SoftMr {
-  ibv_mr ibv;  // first: the application's pointer
+// What a PD shares with its imports (ibv_import_pd): the count of objects using it (MRs, AHs,
+// SRQs, QPs), and whether it still exists: ibv_dealloc_pd through any of them ends it.
+struct SoftPdState {
+  std::atomic<int> users{0};
+  bool live = true;
+};
+
+// What an MR shares with its imports (ibv_import_mr): the registration as it is now (a rereg
+// through the original changes it; an import keeps the keys it was made with, as in rdma-core).
+struct SoftMrState {
+  std::shared_ptr<SoftPdState> pd;  // the PD it is registered in, counted in its users
+  bool live = true;  // ibv_dereg_mr through any of them ends it
+  uint32_t lkey = 0, rkey = 0;
+  void* addr = nullptr;
+  size_t length = 0;
   uint64_t iova = 0;
   unsigned access = 0;  // IBV_ACCESS_* without the optional bits
+};
+
+struct SoftMr {
+  ibv_mr ibv;  // first: the application's pointer
+  std::shared_ptr<SoftMrState> state = std::make_shared<SoftMrState>();
 };
 
 // Which key of an MR: the lkey (local access: gather, scatter, READ response placement) or the rkey
@@ -161,7 +179,8 @@ class SoftDevice : public verbs::Device {
 
 struct SoftPd {
   ibv_pd ibv;
-  std::atomic<int> users{0};  // MRs, AHs, SRQs, QPs
+  std::shared_ptr<SoftPdState> state = std::make_shared<SoftPdState>();  // shared with its imports
+  static std::atomic<int>& users(const ibv_pd* pd) { return reinterpret_cast<const SoftPd*>(pd)->state->users; }
 };
 
 struct SoftAh {
@@ -229,6 +248,10 @@ class SoftContext : public verbs::ContextBase, public verbs::ContextOps {
   ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) override;
   int rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned access) override;
   int dereg_mr(ibv_mr* mr) override;
+  ibv_pd* import_pd(uint32_t handle) override;
+  void unimport_pd(ibv_pd* pd) override;
+  ibv_mr* import_mr(ibv_pd* pd, uint32_t handle) override;
+  void unimport_mr(ibv_mr* mr) override;
 
   ibv_cq_ex* create_cq(const ibv_cq_init_attr_ex* attr) override;
   int resize_cq(ibv_cq* cq, int cqe) override;
@@ -263,6 +286,9 @@ class SoftContext : public verbs::ContextBase, public verbs::ContextOps {
   std::atomic<Hub*> hub_{nullptr};
   std::mutex hub_mu_;  // also guards channel_lanes_
   std::unordered_map<int, uint32_t> channel_lanes_;  // completion channel fd -> lanes of its CQs' QPs
+  std::mutex import_mu_;  // guards the two maps below: live PDs and MRs by handle (ibv_import_*)
+  std::unordered_map<uint32_t, std::shared_ptr<SoftPdState>> pds_;
+  std::unordered_map<uint32_t, std::shared_ptr<SoftMrState>> mr_handles_;
 };
 
 // Access bits that reg_mr accepts (the rest of the defined bits are EOPNOTSUPP / EINVAL).

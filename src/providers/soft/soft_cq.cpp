@@ -199,7 +199,7 @@ ibv_srq* SoftContext::create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   h->use(s->lane);
   a.max_wr = s->max_wr;  // report what was granted
   a.max_sge = s->max_sge;
-  reinterpret_cast<SoftPd*>(pd)->users++;
+  SoftPd::users(pd)++;
   return &s->ibv;
 }
 
@@ -232,7 +232,7 @@ int SoftContext::destroy_srq(ibv_srq* srq) {
   if (err) return err;  // EBUSY: a QP still uses it
   s->hub->remove_srq(s->srqn);
   s->hub->unuse(s->lane);
-  reinterpret_cast<SoftPd*>(srq->pd)->users--;
+  SoftPd::users(srq->pd)--;
   verbs::destroy_sync_fields(&srq->mutex, &srq->cond);
   delete s;
   return 0;

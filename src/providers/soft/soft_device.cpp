@@ -275,23 +275,49 @@ ibv_pd* SoftContext::alloc_pd() {
   auto* pd = new SoftPd();  // value-initialised: every ibv_* member starts zeroed, as rdma-core providers do
   pd->ibv.context = &vctx.context;
   pd->ibv.handle = next_handle++;
+  std::lock_guard<std::mutex> lock(import_mu_);
+  pds_[pd->ibv.handle] = pd->state;
   return &pd->ibv;
 }
 
 int SoftContext::dealloc_pd(ibv_pd* pd) {
   if (!owns(pd)) return EINVAL;
   auto* p = reinterpret_cast<SoftPd*>(pd);
-  if (p->users.load()) return EBUSY;  // IBA 11.2.1.2: a PD in use cannot be deallocated
+  {
+    std::lock_guard<std::mutex> lock(import_mu_);
+    if (!p->state->live) return EINVAL;  // already deallocated through an import (or the original)
+    if (p->state->users.load()) return EBUSY;  // IBA 11.2.1.2: a PD in use cannot be deallocated
+    p->state->live = false;
+    pds_.erase(pd->handle);
+  }
   delete p;
   return 0;
+}
+
+// An import is a second SoftPd sharing the state: the handle is what the engine matches MRs by.
+ibv_pd* SoftContext::import_pd(uint32_t handle) {
+  std::lock_guard<std::mutex> lock(import_mu_);
+  auto it = pds_.find(handle);
+  if (it == pds_.end()) {
+    errno = EINVAL;  // no live PD with that handle in this (shared) context
+    return nullptr;
+  }
+  auto* pd = new SoftPd();
+  pd->ibv.context = &vctx.context;
+  pd->ibv.handle = handle;
+  pd->state = it->second;
+  return &pd->ibv;
+}
+
+void SoftContext::unimport_pd(ibv_pd* pd) {
+  if (owns(pd)) delete reinterpret_cast<SoftPd*>(pd);
 }
 
 // ---- address handles ------------------------------------------------------------------------------
 
 ibv_ah* SoftContext::create_ah(ibv_pd* pd, const ibv_ah_attr* attr) {
   static const uint8_t zero[16] = {};
-  if (!owns(pd) || attr->port_num != 1 || !attr->is_global || std::memcmp(attr->grh.dgid.raw, zero, 16) == 0 ||
-      attr->grh.flow_label > 0xfffff) {
+  if (!owns(pd) || attr->port_num != 1 || !attr->is_global || std::memcmp(attr->grh.dgid.raw, zero, 16) == 0) {
     errno = EINVAL;  // RoCE: the GRH is the address (IBV_QPF_GRH_REQUIRED)
     return nullptr;
   }
@@ -309,7 +335,7 @@ ibv_ah* SoftContext::create_ah(ibv_pd* pd, const ibv_ah_attr* attr) {
   // The engine's form of the address (UD sends carry a pointer to it while queued).
   std::memcpy(ah->av.dgid, attr->grh.dgid.raw, 16);
   src->to_gid(ah->av.sgid);
-  ah->av.flow_label = attr->grh.flow_label;
+  ah->av.flow_label = verbs::flow_label_of(attr->grh);
   ah->av.hop_limit = attr->grh.hop_limit ? attr->grh.hop_limit : 64;
   ah->av.traffic_class = attr->grh.traffic_class;
   const uint8_t* g = attr->grh.dgid.raw;
@@ -321,14 +347,14 @@ ibv_ah* SoftContext::create_ah(ibv_pd* pd, const ibv_ah_attr* attr) {
     ah->dest.family = AF_INET6;
     std::memcpy(ah->dest.bytes, g, 16);
   }
-  reinterpret_cast<SoftPd*>(pd)->users++;
+  SoftPd::users(pd)++;
   return &ah->ibv;
 }
 
 int SoftContext::destroy_ah(ibv_ah* ah) {
   if (ah->context != &vctx.context) return EINVAL;
   auto* a = reinterpret_cast<SoftAh*>(ah);
-  reinterpret_cast<SoftPd*>(a->ibv.pd)->users--;
+  SoftPd::users(a->ibv.pd)--;
   delete a;
   return 0;
 }

@@ -212,56 +212,105 @@ ibv_mr* SoftContext::reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova
   mr->ibv.handle = keys.slot;
   mr->ibv.lkey = keys.lkey;
   mr->ibv.rkey = keys.rkey;
-  mr->iova = iova;
-  mr->access = acc;
-  reinterpret_cast<SoftPd*>(pd)->users++;
+  SoftMrState& st = *mr->state;
+  st.pd = reinterpret_cast<SoftPd*>(pd)->state;
+  st.pd->users++;
+  st.lkey = keys.lkey;
+  st.rkey = keys.rkey;
+  st.addr = addr;
+  st.length = length;
+  st.iova = iova;
+  st.access = acc;
+  std::lock_guard<std::mutex> lock(import_mu_);
+  mr_handles_[keys.slot] = mr->state;
   return &mr->ibv;
 }
 
+// Keys: every re-registration draws new ones and the old ones die at once (the man page's
+// "deregister, then register"; Linux mlx5 does the same whenever it builds a new mkey, and
+// rdma-core's own tests re-read mr->lkey/rkey after ibv_rereg_mr). The caller hands the new rkey to
+// its peer; a request with the old one is a remote access error and touches nothing.
 int SoftContext::rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, unsigned access) {
   if (mr->context != &vctx.context) return EINVAL;
   auto* m = reinterpret_cast<SoftMr*>(mr);
+  SoftMrState& st = *m->state;
+  if (!st.live) return EINVAL;
   ibv_pd* new_pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd : mr->pd;
-  void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
-  size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
-  uint64_t new_iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? reinterpret_cast<uintptr_t>(addr) : m->iova;
-  unsigned new_access = m->access;
+  void* new_addr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : st.addr;
+  size_t new_len = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : st.length;
+  uint64_t new_iova = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? reinterpret_cast<uintptr_t>(addr) : st.iova;
+  unsigned new_access = st.access;
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
     int err = 0;
     new_access = validate_mr_access(access, &err);
     if (err) return err;
   }
   // Validate everything before changing anything.
-  if (!owns(new_pd) || !new_addr || new_len == 0 ||
+  if (!owns(new_pd) || !reinterpret_cast<SoftPd*>(new_pd)->state->live || !new_addr || new_len == 0 ||
       reinterpret_cast<uintptr_t>(new_addr) + new_len < reinterpret_cast<uintptr_t>(new_addr))
     return EINVAL;
   if (!range_mapped(new_addr, new_len)) return EFAULT;
   MrTable::Keys keys;
-  if (!dev_->mrs().update(mr->lkey, new_pd, new_iova, new_len, new_addr, new_access, &keys)) return EINVAL;
+  if (!dev_->mrs().update(st.lkey, new_pd, new_iova, new_len, new_addr, new_access, &keys)) return EINVAL;
   if (Hub* h = hub_if_started()) h->drain();  // nothing queued still reads the old memory
-  mr->lkey = keys.lkey;
-  mr->rkey = keys.rkey;
-  if (new_pd != mr->pd) {
-    reinterpret_cast<SoftPd*>(mr->pd)->users--;
-    reinterpret_cast<SoftPd*>(new_pd)->users++;
+  const std::shared_ptr<SoftPdState>& new_state = reinterpret_cast<SoftPd*>(new_pd)->state;
+  if (new_state != st.pd) {
+    st.pd->users--;
+    new_state->users++;
+    st.pd = new_state;
   }
+  st.lkey = mr->lkey = keys.lkey;
+  st.rkey = mr->rkey = keys.rkey;
   mr->pd = new_pd;
-  mr->addr = new_addr;
-  mr->length = new_len;
-  m->iova = new_iova;
-  m->access = new_access;
+  st.addr = mr->addr = new_addr;
+  st.length = mr->length = new_len;
+  st.iova = new_iova;
+  st.access = new_access;
   return 0;
 }
 
 int SoftContext::dereg_mr(ibv_mr* mr) {
   if (mr->context != &vctx.context) return EINVAL;
   auto* m = reinterpret_cast<SoftMr*>(mr);
-  dev_->mrs().remove(mr->lkey);
+  SoftMrState& st = *m->state;
+  {
+    std::lock_guard<std::mutex> lock(import_mu_);
+    if (!st.live) return EINVAL;  // already deregistered through an import (or the original)
+    st.live = false;
+    mr_handles_.erase(mr->handle);
+  }
+  dev_->mrs().remove(st.lkey);
   // Packets already built from this region (READ responses) leave before the memory may go.
   if (Hub* h = hub_if_started()) h->drain();
-  reinterpret_cast<SoftPd*>(mr->pd)->users--;
+  st.pd->users--;
   delete m;
   return 0;
+}
+
+// An import is a second SoftMr sharing the state, with the keys and range the MR has now. It must
+// name the MR's own PD (an import of it): the MR serves QPs of that PD only.
+ibv_mr* SoftContext::import_mr(ibv_pd* pd, uint32_t handle) {
+  std::lock_guard<std::mutex> lock(import_mu_);
+  auto it = mr_handles_.find(handle);
+  if (!owns(pd) || it == mr_handles_.end() || it->second->pd != reinterpret_cast<SoftPd*>(pd)->state) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  const SoftMrState& st = *it->second;
+  auto* mr = new SoftMr();
+  mr->state = it->second;
+  mr->ibv.context = &vctx.context;
+  mr->ibv.pd = pd;
+  mr->ibv.addr = st.addr;
+  mr->ibv.length = st.length;
+  mr->ibv.handle = handle;
+  mr->ibv.lkey = st.lkey;
+  mr->ibv.rkey = st.rkey;
+  return &mr->ibv;
+}
+
+void SoftContext::unimport_mr(ibv_mr* mr) {
+  if (mr->context == &vctx.context) delete reinterpret_cast<SoftMr*>(mr);
 }
 
 }  // namespace melon::soft

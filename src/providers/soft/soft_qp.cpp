@@ -262,6 +262,7 @@ bool CqForward::push(const rc::Wc& w) {
     wc.imm_data = htonl(w.imm);
   wc.qp_num = w.qp_num;
   wc.src_qp = w.src_qp;
+  wc.sl = w.sl;
   wc.wc_flags = w.wc_flags;
   wc.pkey_index = w.pkey_index;
   return cq->push(wc, w.solicited);
@@ -371,7 +372,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   // Polling these CQs receives on this lane (soft_device.cpp, poll_cq).
   cq_uses_lane(qp->scq.cq, lane);
   cq_uses_lane(qp->rcq.cq, lane);
-  reinterpret_cast<SoftPd*>(attr->pd)->users++;
+  SoftPd::users(attr->pd)++;
   qp->scq.cq->users++;
   qp->rcq.cq->users++;
   return &q;
@@ -414,13 +415,13 @@ int SoftContext::modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   r.en_sqd_async_notify = a->en_sqd_async_notify;
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = a->ah_attr;
-    if (!ah.is_global || ah.grh.flow_label > 0xfffff) return EINVAL;  // RoCE needs the GRH
+    if (!ah.is_global) return EINVAL;  // RoCE needs the GRH
     int err = 0;
     const IpAddr* src = qp->ctx->device()->source_address(ah.grh.sgid_index, ah.grh.dgid.raw, &err);
     if (!src) return err;
     std::memcpy(r.av.dgid, ah.grh.dgid.raw, 16);
     src->to_gid(r.av.sgid);
-    r.av.flow_label = ah.grh.flow_label;
+    r.av.flow_label = verbs::flow_label_of(ah.grh);
     r.av.hop_limit = ah.grh.hop_limit ? ah.grh.hop_limit : 64;
     r.av.traffic_class = ah.grh.traffic_class;
   }
@@ -477,7 +478,7 @@ int SoftContext::destroy_qp(ibv_qp* ibqp) {
   // Queued packets may carry this QP's inline data, which lives in its send queue: send them first.
   qp->lane->drain();
   qp->lane->with_engine([&](rc::Engine& e) { return e.destroy_qp(qp->qpn); });
-  reinterpret_cast<SoftPd*>(ibqp->pd)->users--;
+  SoftPd::users(ibqp->pd)--;
   qp->scq.cq->users--;
   qp->rcq.cq->users--;
   verbs::release_qp_ex_ops(qp);

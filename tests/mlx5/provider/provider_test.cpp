@@ -701,6 +701,7 @@ TEST_F(Mlx5Provider, UdSendArrivesWithItsGrhAndSource) {
   EXPECT_EQ(r.byte_len, 40u + 8);
   EXPECT_EQ(r.src_qp, a_.qp->qp_num);
   EXPECT_TRUE(r.wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(r.sl, 0xa);  // the CQE's SL nibble: the RoCE packet type, RoCEv2 over IPv4 (UCX reads it)
   EXPECT_EQ(std::memcmp(b_.buf.data() + 40, "datagram", 8), 0);
   EXPECT_EQ(ibv_destroy_ah(h), 0);
 }

@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# Debian's UCX (ucx-utils, libucx0) on our soft devices, unmodified, across two network namespaces
+# this test creates (veth, 10.224.0.1 and .2, soft0 on each):
+#   1. UCX lists an IB memory domain only for a device whose /dev/infiniband/<dev_name> is a
+#      character device it can open read-write (uct_ib_device_is_accessible). Without one: no
+#      soft0 domain (the control). With one (here a /dev/null-like node, major 1 minor 3, in a /dev
+#      of this test's own mount namespace): rc_verbs and ud_verbs on soft0:1.
+#   2. ucx_perftest, server in one namespace and client in the other, over rc_verbs (UCP with
+#      ud_verbs for wire-up, and UCT directly) and ud_verbs: tag-matching latency and bandwidth,
+#      put and get bandwidth, fetch-and-add and compare-and-swap, active messages. Each run must
+#      finish every iteration on both ends, and the soft devices' own counters (MELON_SOFT_STATS)
+#      must show the RoCEv2 packets: at least one per iteration each way, none dropped or bad.
+#   3. The same over mlx5_0 (a melon-emud in the first namespace, wire 10.224.0.3): ucx_info lists
+#      both transports on mlx5_0:1, and UCP runs with the server on mlx5_0 and the client on soft0,
+#      every frame the client sent received by the daemon and the other way round.
+#   usage: ucx_test.sh <our library directory> <melon-emud>
+# Needs root (namespaces, mknod, mounts) and ucx-utils; otherwise SKIP (exit 77), saying why.
+set -u
+libdir=$(realpath "$1")
+emud=$(realpath "$2")
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+if [ "${MELON_UCX_INNER:-}" != 1 ]; then
+  [ "$(id -u)" -eq 0 ] || skip "needs root (network and mount namespaces, mknod)"
+  for t in ucx_info ucx_perftest ip unshare mknod; do
+    command -v "$t" > /dev/null || skip "$t not installed (ucx-utils, iproute2, util-linux)"
+  done
+  grep -qw overlay /proc/filesystems || modprobe overlay 2> /dev/null
+  grep -qw overlay /proc/filesystems || skip "no overlay file system (a /dev of our own is built on it)"
+  MELON_UCX_INNER=1 exec unshare --mount --propagation private "$0" "$@"
+fi
+
+# ---- inside our own mount namespace ------------------------------------------------------------
+
+work=$(mktemp -d)
+ns_a=melonucx-a-$$
+ns_b=melonucx-b-$$
+cleanup() {
+  [ -n "${emud_pid:-}" ] && kill "$emud_pid" 2> /dev/null
+  ip netns del "$ns_a" 2> /dev/null
+  ip netns del "$ns_b" 2> /dev/null
+  umount -l "$work" 2> /dev/null
+  rmdir "$work" 2> /dev/null
+}
+trap cleanup EXIT
+
+ip netns add "$ns_a" || skip "cannot create a network namespace"
+ip netns add "$ns_b" || fail "second network namespace"
+ip link add "ua$$" type veth peer name "ub$$" || skip "cannot create a veth pair"
+{ ip link set "ua$$" netns "$ns_a" && ip link set "ub$$" netns "$ns_b"; } || fail "veth into the namespaces"
+{ ip -n "$ns_a" addr add 10.224.0.1/24 dev "ua$$" && ip -n "$ns_a" addr add 10.224.0.3/24 dev "ua$$" &&
+  ip -n "$ns_b" addr add 10.224.0.2/24 dev "ub$$"; } || fail "addresses"
+for pair in "$ns_a:ua$$" "$ns_b:ub$$"; do
+  { ip -n "${pair%%:*}" link set "${pair#*:}" up && ip -n "${pair%%:*}" link set lo up; } || fail "links up"
+done
+
+# Runs a command in namespace $1 with soft0 on address $2, our libraries first.
+in_ns() {
+  local ns=$1 addr=$2
+  shift 2
+  ip netns exec "$ns" env LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG=/nonexistent \
+    MELON_SOFT_DEVICES="soft0=$addr" MELON_STATS_DIR="$work" MELON_EMUD_SOCKET="$work/emud.sock" "$@"
+}
+
+# 1a. The control: the device is there, but UCX has no node for it.
+if [ ! -e /dev/infiniband/uverbs0 ]; then
+  in_ns "$ns_a" 10.224.0.1 ucx_info -d > "$work/info0" 2>&1 || fail "ucx_info -d exited $? without the node"
+  ! grep -q "Memory domain: soft0" "$work/info0" || fail "UCX took soft0 without /dev/infiniband/uverbs0"
+fi
+
+# A /dev for this namespace only: the real one as the lower layer of an overlay, its submounts
+# carried over, and /dev/infiniband/uverbs0..3 added as /dev/null-like character devices.
+mount -t tmpfs tmpfs "$work" || fail "tmpfs"
+mkdir "$work/upper" "$work/wk" "$work/dev" "$work/stats"
+mount -t overlay overlay -o "lowerdir=/dev,upperdir=$work/upper,workdir=$work/wk" "$work/dev" || skip "cannot mount an overlay on /dev"
+for m in shm pts mqueue hugepages; do
+  if mountpoint -q "/dev/$m"; then mount --rbind "/dev/$m" "$work/dev/$m" || fail "bind /dev/$m"; fi
+done
+mkdir -p "$work/dev/infiniband"
+for i in 0 1 2 3; do
+  [ -e "$work/dev/infiniband/uverbs$i" ] || mknod -m 0666 "$work/dev/infiniband/uverbs$i" c 1 3 || fail "mknod"
+done
+mount --rbind "$work/dev" /dev || fail "our /dev"
+work=$work/stats
+
+# 1b. Now UCX lists both verbs transports on soft0.
+in_ns "$ns_a" 10.224.0.1 ucx_info -d > "$work/info" 2>&1 || fail "ucx_info -d exited $?"
+for tl in rc_verbs ud_verbs; do
+  awk -v tl="$tl" '/Memory domain:/ {md=$NF} /Transport:/ {t=$NF} /Device:/ && md=="soft0" && t==tl && $NF=="soft0:1" {ok=1} END {exit !ok}' \
+    "$work/info" || {
+    cat "$work/info"
+    fail "ucx_info -d lists no $tl on soft0:1"
+  }
+done
+echo "ok: ucx_info -d lists rc_verbs and ud_verbs on soft0:1"
+
+# 2. ucx_perftest. One row per run: the server's device, transports (UCX_TLS, "-" for the UCT
+# layer's -x), arguments. The client is always on soft0.
+port=13400
+iters=1000
+runs=(
+  "soft0|rc_verbs,ud_verbs|-t tag_lat"
+  "soft0|rc_verbs,ud_verbs|-t tag_bw -s 65536 -n 200"
+  "soft0|rc_verbs,ud_verbs|-t ucp_put_bw -s 65536 -n 200"
+  "soft0|rc_verbs,ud_verbs|-t ucp_get -s 65536 -n 200"
+  "soft0|rc_verbs,ud_verbs|-t ucp_fadd"
+  "soft0|rc_verbs,ud_verbs|-t ucp_cswap"
+  "soft0|rc_verbs,ud_verbs|-t ucp_am_lat"
+  "soft0|-|-x rc_verbs -d soft0:1 -t am_lat"
+  "soft0|-|-x rc_verbs -d soft0:1 -t put_bw -D zcopy -s 65536 -n 200"
+  "soft0|-|-x rc_verbs -d soft0:1 -t get -D zcopy -s 65536 -n 200"
+  "soft0|-|-x rc_verbs -d soft0:1 -t fadd"
+  "soft0|-|-x rc_verbs -d soft0:1 -t cswap"
+  "soft0|ud_verbs|-t tag_lat"
+  "soft0|ud_verbs|-t ucp_am_lat"
+  "soft0|-|-x ud_verbs -d soft0:1 -t am_lat"
+  "mlx5_0|rc_verbs,ud_verbs|-t tag_lat -n 200"
+  "mlx5_0|rc_verbs,ud_verbs|-t ucp_put_bw -s 4096 -n 100"
+  "mlx5_0|rc_verbs,ud_verbs|-t ucp_get -s 4096 -n 100"
+  "mlx5_0|rc_verbs,ud_verbs|-t ucp_fadd -n 200"
+  "mlx5_0|rc_verbs,ud_verbs|-t ucp_am_lat -n 200"
+  "mlx5_0|ud_verbs|-t tag_lat -n 200"
+)
+
+# The last counters line a side printed: value of counter $2 in file $1.
+counter() { grep "melondma soft: soft0 counters:" "$1" | tail -1 | sed -n "s/.* $2 \([0-9]*\).*/\1/p"; }
+
+# mlx5_0 for the rows that name it: its daemon in the server's namespace.
+ip netns exec "$ns_a" "$emud" --socket "$work/emud.sock" --wire 10.224.0.3 > "$work/emud.log" 2>&1 &
+emud_pid=$!
+for _ in $(seq 100); do [ -S "$work/emud.sock" ] && break; sleep 0.05; done
+[ -S "$work/emud.sock" ] || fail "melon-emud did not come up: $(cat "$work/emud.log")"
+in_ns "$ns_a" 10.224.0.1 ucx_info -d > "$work/info" 2>&1 || fail "ucx_info -d exited $? with mlx5_0"
+for tl in rc_verbs ud_verbs; do
+  awk -v tl="$tl" '/Memory domain:/ {md=$NF} /Transport:/ {t=$NF} /Device:/ && md=="mlx5_0" && t==tl && $NF=="mlx5_0:1" {ok=1} END {exit !ok}' \
+    "$work/info" || fail "ucx_info -d lists no $tl on mlx5_0:1"
+done
+echo "ok: ucx_info -d lists rc_verbs and ud_verbs on mlx5_0:1"
+mlx5_tx=0 mlx5_rx=0 mlx5_rows=0
+
+for row in "${runs[@]}"; do
+  sdev=${row%%|*}
+  row=${row#*|}
+  tls=${row%%|*}
+  args=${row#*|}
+  n=$iters
+  case $args in *"-n "*) n=$(sed -n 's/.*-n \([0-9]*\).*/\1/p' <<< "$args") ;; esac
+  [ "$args" = "${args/-n /}" ] && args="$args -n $iters"
+  env=(MELON_SOFT_STATS=1 UCX_NET_DEVICES=soft0:1)
+  [ "$tls" != - ] && env+=("UCX_TLS=$tls")
+  port=$((port + 1))
+  in_ns "$ns_a" 10.224.0.1 env "${env[@]}" UCX_NET_DEVICES="$sdev:1" timeout 30 ucx_perftest -p "$port" > "$work/server" 2>&1 &
+  server=$!
+  # The client retries until the server listens (it exits at once on a refused connection).
+  ok=0
+  for _ in $(seq 50); do
+    # shellcheck disable=SC2086 # $args is a list of options
+    in_ns "$ns_b" 10.224.0.2 env "${env[@]}" timeout 30 ucx_perftest 10.224.0.1 -p "$port" -w 10 $args \
+      > "$work/client" 2>&1 && {
+      ok=1
+      break
+    }
+    grep -q "Connection refused\|connect() failed" "$work/client" || break
+    sleep 0.1
+  done
+  wait "$server"
+  src=$?
+  label="$sdev<-soft0 ${tls/-/uct} $args"
+  if [ $ok != 1 ] || [ $src != 0 ]; then
+    echo "--- client:"
+    cat "$work/client"
+    echo "--- server:"
+    cat "$work/server"
+    fail "$label: client ok=$ok, server exit $src"
+  fi
+  grep -Eq "^Final: +$n " "$work/client" || {
+    cat "$work/client"
+    fail "$label: no final line with $n iterations"
+  }
+  # Every iteration moves at least one packet; what one side sent, the other received (veth
+  # loses nothing: a few may still be on the way when a side stops and counts).
+  declare -A c=()
+  sides="client server"
+  [ "$sdev" = mlx5_0 ] && sides=client  # the daemon counts mlx5_0's frames (below)
+  for side in $sides; do
+    for k in rx_packets tx_packets rx_bad_icrc rx_malformed rx_buffer_drops tx_errors; do
+      c[$side.$k]=$(counter "$work/$side" $k)
+      [ -n "${c[$side.$k]}" ] || fail "$label: $side printed no soft0 counter $k"
+    done
+    bad=$((c[$side.rx_bad_icrc] + c[$side.rx_malformed] + c[$side.rx_buffer_drops] + c[$side.tx_errors]))
+    [ "$bad" -eq 0 ] || fail "$label: $side dropped or refused packets ($bad)"
+  done
+  if [ "$sdev" = mlx5_0 ]; then
+    mlx5_tx=$((mlx5_tx + ${c[client.tx_packets]}))
+    mlx5_rx=$((mlx5_rx + ${c[client.rx_packets]}))
+    mlx5_rows=$((mlx5_rows + 1))
+    { [ "${c[client.tx_packets]}" -ge "$n" ] && [ "${c[client.rx_packets]}" -ge 1 ]; } ||
+      fail "$label: soft0 sent ${c[client.tx_packets]} and received ${c[client.rx_packets]} packets for $n iterations"
+    final=$(grep -E "^Final:" "$work/client")
+    echo "ok: $label: packets soft0->mlx5_0 ${c[client.tx_packets]}, mlx5_0->soft0 ${c[client.rx_packets]} |${final#Final:}"
+    continue
+  fi
+  total=$((${c[client.tx_packets]} + ${c[server.tx_packets]}))
+  [ "$total" -ge "$n" ] || fail "$label: fewer RoCEv2 packets ($total) than iterations"
+  for pair in client:server server:client; do
+    from=${pair%%:*} to=${pair#*:}
+    d=$((c[$from.tx_packets] - c[$to.rx_packets]))
+    { [ "$d" -ge 0 ] && [ "$d" -le 8 ] && [ "${c[$from.tx_packets]}" -ge 1 ]; } ||
+      fail "$label: $from sent ${c[$from.tx_packets]} packets, $to received ${c[$to.rx_packets]}"
+  done
+  final=$(grep -E "^Final:" "$work/client")
+  echo "ok: $label: packets client->server ${c[client.tx_packets]}, server->client ${c[server.tx_packets]} |${final#Final:}"
+done
+# The daemon's own count: every frame soft0 sent it arrived, and what it sent soft0 received (a
+# few may still have been on the way when a client stopped and counted).
+kill "$emud_pid"
+wait "$emud_pid"
+est=$?
+emud_pid=
+[ $est = 0 ] || fail "melon-emud exit $est: $(tail -3 "$work/emud.log")"
+line=$(grep "device: frames" "$work/emud.log")
+sent=$(sed -n 's/.*frames \([0-9]*\) sent.*/\1/p' <<< "$line")
+recv=$(sed -n 's/.* \([0-9]*\) received.*/\1/p' <<< "$line")
+grep -q " 0 dropped;.* 0 bad ICRC" <<< "$line" || fail "melon-emud dropped frames: $line"
+slack=$((8 * mlx5_rows))
+{ [ "$recv" -le "$mlx5_tx" ] && [ "$recv" -ge $((mlx5_tx - slack)) ] && [ "$sent" -ge "$mlx5_rx" ] && [ "$sent" -le $((mlx5_rx + slack)) ]; } ||
+  fail "mlx5_0 frames: sent $sent received $recv; soft0 sent it $mlx5_tx and received $mlx5_rx"
+echo "ok: mlx5_0: $recv frames received of $mlx5_tx soft0 sent, $sent sent ($mlx5_rx received by soft0)"
+echo "PASS"
