@@ -96,6 +96,9 @@ struct DeviceConfig {
   // Firmware pages the device asks for at each stage (QUERY_PAGES boot / init, then a regular demand
   // announced by PAGE_REQUEST once an EQ takes that event).
   uint32_t boot_pages = 8, init_pages = 24, regular_pages = 32;
+  // Every command's opcode, op_mod, lengths, status and syndrome to stderr (bring-up of an unknown
+  // driver: tests/vfio's MELON_VFIO_LOG).
+  bool trace_commands = false;
 };
 
 // BAR0: 32 MiB. The initialization segment sits at 0 (its last field ends at 0x400c); UAR page n is

@@ -146,6 +146,7 @@ void Hca::drop_objects() {
   mkeys_.clear();
   uars_.clear();
   pds_.clear();
+  umems_.clear();
   tds_.clear();
   qcounters_.clear();
   icm_of_.clear();
