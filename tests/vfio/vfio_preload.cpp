@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mlx5/emu/device.h"
@@ -286,6 +287,11 @@ struct Fd {
   bool iommu_set = false;
 };
 
+struct TimedFault {
+  std::string what;
+  unsigned ms = 0;
+};
+
 // Everything in one object made on first use: libraries initialised before this one (libibverbs
 // reads sysfs from its constructor) may call in before this library's static constructors run.
 struct State {
@@ -294,9 +300,7 @@ struct State {
   std::map<int, Fd> fds;
   std::string root;
   bool ready = false;
-  emu::Faults faults;
-  bool faults_set = false;
-  uint8_t fatal_after_init = 0;
+  std::vector<TimedFault> timed;
   emu::DeviceConfig cfg;
 };
 State& state() {
@@ -308,9 +312,7 @@ State& state() {
 #define g_fds state().fds
 #define g_root state().root
 #define g_ready state().ready
-#define g_faults state().faults
-#define g_faults_set state().faults_set
-#define g_fatal_after_init state().fatal_after_init
+#define g_timed state().timed
 #define g_cfg state().cfg
 
 void write_file(const std::string& path, const std::string& text) {
@@ -328,35 +330,50 @@ void mkdirs(const std::string& path) {
     if (i == path.size() || path[i] == '/') mkdir(path.substr(0, i).c_str(), 0755);
 }
 
-// MELON_VFIO_FAULTS: comma-separated
+// MELON_VFIO_FAULTS: comma-separated, each optionally "@<ms>": armed that long after the device is
+// opened (so the driver's bring-up can finish first); without it, armed at open.
 //   cmd_timeout                      commands are taken and never completed
-//   bad_status=<op>:<status>:<synd>  the next command with opcode <op> (hex, 0 = any) fails
-//   fatal=<synd>                     after INIT_HCA... set at the first device open + 500 ms
-//   health_stall                     the health counter stops (a firmware that hangs silently)
+//   bad_status=<op>:<status>:<synd>  the next command with opcode <op> (hex, 0 = any) fails so
+//   fatal=<synd>                     firmware reports a fatal syndrome (counter frozen too)
+//   health_stall                     the health counter stops, nothing else shows it
 void parse_faults(const char* s) {
   if (!s || !*s) return;
   std::string all(s);
   size_t pos = 0;
-  while (pos <= all.size()) {
+  while (pos < all.size()) {
     size_t end = all.find(',', pos);
     if (end == std::string::npos) end = all.size();
     std::string f = all.substr(pos, end - pos);
-    unsigned a = 0, b = 0, c = 0;
-    if (f == "cmd_timeout") {
-      g_faults.cmd_timeout = true;
-      g_faults_set = true;
-    } else if (sscanf(f.c_str(), "bad_status=%x:%x:%x", &a, &b, &c) == 3) {
-      g_faults.bad_status_opcode = uint16_t(a);
-      g_faults.bad_status = uint8_t(b);
-      g_faults.bad_status_syndrome = c;
-      g_faults_set = true;
-    } else if (sscanf(f.c_str(), "fatal=%x", &a) == 1) {
-      g_fatal_after_init = uint8_t(a);
-    } else if (f == "health_stall") {
-      g_fatal_after_init = 0xff;  // marker: stall without a syndrome
-    }
+    TimedFault t;
+    size_t at = f.find('@');
+    t.what = f.substr(0, at);
+    if (at != std::string::npos) t.ms = unsigned(strtoul(f.c_str() + at + 1, nullptr, 0));
+    g_timed.push_back(t);
     pos = end + 1;
   }
+}
+
+void apply_fault(emu::Device* dev, const std::string& what) {
+  emu::Faults f = dev->faults();
+  unsigned a = 0, b = 0, c = 0;
+  if (what == "cmd_timeout") {
+    f.cmd_timeout = true;
+  } else if (sscanf(what.c_str(), "bad_status=%x:%x:%x", &a, &b, &c) == 3) {
+    f.bad_status_opcode = uint16_t(a);
+    f.bad_status = uint8_t(b);
+    f.bad_status_syndrome = c;
+  } else if (sscanf(what.c_str(), "fatal=%x", &a) == 1) {
+    dev->inject_fatal(uint8_t(a));
+    fprintf(stderr, "melon-vfio: fault injected: %s\n", what.c_str());
+    return;
+  } else if (what == "health_stall") {
+    f.health_stall = true;
+  } else {
+    fprintf(stderr, "melon-vfio: unknown fault '%s'\n", what.c_str());
+    return;
+  }
+  dev->set_faults(f);
+  fprintf(stderr, "melon-vfio: fault injected: %s\n", what.c_str());
 }
 
 void init_once() {
@@ -462,7 +479,19 @@ int open_vfio(const char* path) {
 bool is_dev_vfio(const char* path) { return path && strncmp(path, "/dev/vfio/", 10) == 0; }
 
 void maybe_start_faults(Function* fn) {
-  if (g_faults_set) fn->dev->set_faults(g_faults);
+  for (const TimedFault& t : g_timed) {
+    if (!t.ms) {
+      apply_fault(fn->dev.get(), t.what);
+      continue;
+    }
+    emu::Device* dev = fn->dev.get();
+    std::string what = t.what;
+    unsigned ms = t.ms;
+    std::thread([dev, what, ms] {
+      usleep(ms * 1000u);
+      apply_fault(dev, what);
+    }).detach();
+  }
 }
 
 // ---- device ioctls ------------------------------------------------------------------------------

@@ -4,7 +4,11 @@
  * firmware wait, ENABLE_HCA, ISSI, boot/init pages, HCA caps, INIT_HCA, command EQ, RoCE on the
  * vport), PD, MR, DEVX general commands, the event path and a DEVX EQ on an MSI-X vector.
  *
- * Usage: vfio_stock_bringup <pci-name> [--open-only]
+ * Usage: vfio_stock_bringup <pci-name> [--open-only | --pd-refused | --events <seconds>]
+ *   --pd-refused     ALLOC_PD is made to fail once (MELON_VFIO_FAULTS=bad_status=800:...): the
+ *                    driver must report it and the next ALLOC_PD must work
+ *   --events <s>     after bring-up only run the event path (and a PD now and then) for s seconds:
+ *                    what the driver does when a fault is armed meanwhile (tests/vfio/oracle_faults.sh)
  * Command layouts come from the kernel's mlx5_ifc.h through rdma-core's DEVX_SET/DEVX_GET (the same
  * second encoder tests/mlx5/prm uses), not from src/mlx5/prm.
  * Exit: 0 pass, 1 fail, 77 skip (the stock libraries are not the ones loaded). */
@@ -186,6 +190,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   int open_only = argc > 2 && strcmp(argv[2], "--open-only") == 0;
+  int pd_refused = argc > 2 && strcmp(argv[2], "--pd-refused") == 0;
+  double events_for = argc > 3 && strcmp(argv[2], "--events") == 0 ? atof(argv[3]) : 0;
   if (!stock((void*)mlx5dv_get_vfio_device_list, "mlx5dv_get_vfio_device_list") ||
       !stock((void*)ibv_alloc_pd, "ibv_alloc_pd")) {
     fprintf(stderr, "SKIP: the loader did not take Debian's stock libibverbs/libmlx5\n");
@@ -207,6 +213,37 @@ int main(int argc, char** argv) {
   }
   int events_fd = mlx5dv_vfio_get_events_fd(ctx);
   REQUIRE(events_fd >= 0, "mlx5dv_vfio_get_events_fd");
+  if (pd_refused) {
+    errno = 0;
+    struct ibv_pd* bad = ibv_alloc_pd(ctx);
+    int e = errno;
+    printf("ALLOC_PD with an injected bad status: %s, errno %d (%s)\n", bad ? "succeeded" : "refused", e, strerror(e));
+    CHECK(!bad && e != 0, "a failed ALLOC_PD was not reported");
+    struct ibv_pd* good = ibv_alloc_pd(ctx);
+    CHECK(good, "ALLOC_PD after the one-shot failure: %s", strerror(errno));
+    if (good) ibv_dealloc_pd(good);
+    CHECK(ibv_close_device(ctx) == 0, "close");
+    ibv_free_device_list(list);
+    printf(failures ? "FAILED (%d)\n" : "PASS\n", failures);
+    return failures ? 1 : 0;
+  }
+  if (events_for > 0) {
+    double end = now_s() + events_for, next_pd = now_s() + 0.5;
+    while (now_s() < end) {
+      struct pollfd p = {.fd = events_fd, .events = POLLIN};
+      poll(&p, 1, 50);
+      int err = mlx5dv_vfio_process_events(ctx); /* also runs the driver's health poll */
+      if (err) printf("process_events: %s\n", strerror(err));
+      if (now_s() >= next_pd) {
+        next_pd += 0.5;
+        struct ibv_pd* pd = ibv_alloc_pd(ctx);
+        printf("t+%.1fs ALLOC_PD %s\n", events_for - (end - now_s()), pd ? "ok" : strerror(errno));
+        if (pd) ibv_dealloc_pd(pd);
+      }
+    }
+    printf("survived %.0f s of events\n", events_for);
+    return 0;
+  }
 
   /* The regular page demand the device announces by PAGE_REQUEST once the command EQ takes it: the
    * driver satisfies it from mlx5dv_vfio_process_events (MANAGE_PAGES on its page slot). */

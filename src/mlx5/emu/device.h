@@ -143,6 +143,9 @@ struct Faults {
   // PCIe Device Status' Transactions Pending reads 1 for this many more reads (a DMA the function
   // has not seen completed), then 0.
   uint32_t transactions_pending_reads = 0;
+  // The health counter stops advancing and nothing else shows it: firmware hung without writing a
+  // syndrome (a driver's only sensor is the counter). Cleared by FLR.
+  bool health_stall = false;
 };
 
 // ---- the device ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ void Hca::reset(bool power_on) {
   doorbells_.clear();
   rx_.clear();
   faults_.cmd_timeout = false;
+  faults_.health_stall = false;
   drop_objects();
   engine_reset();
   for (auto& [iova, p] : pages_) returned_pages_.insert(iova);  // FLR: the driver gets every page back
