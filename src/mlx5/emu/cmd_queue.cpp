@@ -103,8 +103,8 @@ void Hca::run_command(unsigned idx) {
       CmdStatus st = dispatch(c);
       ++stats_.commands;
       if (cfg_.trace_commands)
-        fprintf(stderr, "emu: cmd %u opcode 0x%x op_mod 0x%x in %u out %u -> status 0x%x syndrome 0x%x\n", idx, c.opcode,
-                c.op_mod, in_len, out_len, st.status, st.syndrome);
+        fprintf(stderr, "emu: cmd %u opcode 0x%x op_mod 0x%x in %u out %u -> status 0x%x syndrome 0x%x\n", idx,
+                c.opcode, c.op_mod, in_len, out_len, st.status, st.syndrome);
       if (!st.ok()) memset(out.data(), 0, out.size());
       prm::cmd_set_result(out.data(), st.status, st.syndrome);
       if (!alive()) return;  // the command killed the firmware (fatal injected meanwhile)

@@ -118,7 +118,8 @@ uint64_t Hca::icm_alloc(uint32_t bytes) {
     }
   }
   // Out of ICM: ask for more (real firmware asks before it runs out; this model asks when it does).
-  if (cfg_.trace_commands) fprintf(stderr, "emu: out of ICM (%zu pages, %zu slots)\n", pages_.size(), icm_slots_.size());
+  if (cfg_.trace_commands)
+    fprintf(stderr, "emu: out of ICM (%zu pages, %zu slots)\n", pages_.size(), icm_slots_.size());
   regular_pages_owed_ += int32_t(cfg_.regular_pages);
   page_request(int32_t(cfg_.regular_pages));
   return kNoIcm;

@@ -248,7 +248,9 @@ class Hca {
   uint64_t boot_done_ns_ = 0;  // when `initializing` clears
   uint64_t health_epoch_ns_ = 0;  // health counter = (now - epoch) / period while alive
   uint32_t health_counter_frozen_ = 0;
-  void freeze_health_counter() { health_counter_frozen_ = uint32_t((now() - health_epoch_ns_) / cfg_.health_period_ns); }
+  void freeze_health_counter() {
+    health_counter_frozen_ = uint32_t((now() - health_epoch_ns_) / cfg_.health_period_ns);
+  }
   uint8_t health_synd_ = 0;
 
   // Initialization segment image (big-endian, as the PRM lays it out); dynamic fields are refreshed
