@@ -30,6 +30,7 @@ namespace melon::mlx5::core {
   V(enable_hca, "ENABLE_HCA")         \
   V(issi, "ISSI")                     \
   V(boot_pages, "boot pages")         \
+  V(hca_ctrl, "HOST_ENDIANNESS")      \
   V(set_hca_cap, "SET_HCA_CAP")       \
   V(init_pages, "init pages")         \
   V(init_hca, "INIT_HCA")             \
@@ -200,6 +201,7 @@ class Hca : private CmdWaitHooks, private VectorHandler {
   Err enable_hca();
   Err disable_hca();
   Err set_issi();
+  Err set_host_endianness();
   Err query_caps(uint8_t type, uint8_t mode, uint8_t* out_cap);
   Err set_hca_caps();
   Err init_hca();

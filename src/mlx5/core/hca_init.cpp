@@ -104,6 +104,7 @@ Err Hca::setup_from_enable() {
   if ((e = step(Stage::issi, set_issi())) != Err::ok) return e;
   if ((e = step(Stage::boot_pages, pages_.satisfy_startup(p::query_pages_op_mod::BOOT_PAGES, &last_cmd_))) != Err::ok)
     return e;
+  if ((e = step(Stage::hca_ctrl, set_host_endianness())) != Err::ok) return e;
   if ((e = step(Stage::set_hca_cap, set_hca_caps())) != Err::ok) return e;
   if ((e = step(Stage::init_pages, pages_.satisfy_startup(p::query_pages_op_mod::INIT_PAGES, &last_cmd_))) != Err::ok)
     return e;

@@ -62,6 +62,19 @@ Err Hca::set_issi() {
   return cmd(in, sizeof in, out, sizeof out);
 }
 
+// The host's byte order, once, after the boot pages (Linux main.c set_hca_ctrl, for a PF; rdma-core
+// mlx5_vfio_set_hca_ctrl): HOST_ENDIANNESS.he = 0, a little-endian host (device.h
+// MLX5_SET_HOST_ENDIANNESS). rdma-core's VFIO driver taught us this one (docs/emulator.md).
+Err Hca::set_host_endianness() {
+  uint8_t in[p::access_register_in::size_bytes + p::register_host_endianness::size_bytes] = {};
+  uint8_t out[p::access_register_out::size_bytes + p::register_host_endianness::size_bytes] = {};
+  p::cmd_set_header(in, p::opcode::ACCESS_REG, p::access_reg_op_mod::WRITE);
+  p::access_register_in::view(in).set(p::access_register_in::register_id, p::reg_id::HOST_ENDIANNESS);
+  p::register_host_endianness::view(p::access_register_in::view(in).elem(p::access_register_in::register_data, 0))
+      .set(p::register_host_endianness::he, 0);
+  return cmd(in, sizeof in, out, sizeof out);
+}
+
 Err Hca::query_caps(uint8_t type, uint8_t mode, uint8_t* cap) {
   uint8_t in[p::query_hca_cap_in::size_bytes] = {};
   Scratch out(*hal_, p::query_hca_cap_out::size_bytes);

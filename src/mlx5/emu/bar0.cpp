@@ -36,8 +36,9 @@ void Hca::iseg_refresh() {
   uint64_t ticks = t / 1000 * kTimerKhz / 1000;
   prm::set(s, is::internal_timer_h, ticks >> 32);
   prm::set(s, is::internal_timer_l, ticks & 0xffffffffu);
-  uint32_t counter =
-      state_ == FwState::kFatal ? health_counter_frozen_ : uint32_t((t - health_epoch_ns_) / cfg_.health_period_ns);
+  uint32_t counter = state_ == FwState::kFatal || faults_.health_stall
+                         ? health_counter_frozen_
+                         : uint32_t((t - health_epoch_ns_) / cfg_.health_period_ns);
   prm::set(s, is::health_counter, counter);
   prm::set(s, is::health_syndrome, health_synd_);
   prm::health_buffer::view hb(s + is::health_buffer.byte_off());

@@ -35,6 +35,8 @@ void Hca::build_caps() {
   c.set(cap::log_max_pd, 20).set(cap::log_max_xrcd, 0).set(cap::log_max_rq, 20).set(cap::log_max_sq, 20);
   c.set(cap::log_max_rmp, 16).set(cap::log_max_wq_sz, 16).set(cap::log_uar_page_sz, cfg_.max_log_uar_page_sz);
   c.set(cap::device_frequency_khz, 156250).set(cap::num_of_uars_per_page, 1);
+  // DEVX UMEM registrations with uid 0 (rdma-core's mlx5_vfio refuses a device without it).
+  c.set(cap::umem_uid_0, 1).set(cap::log_max_umem, 16);
   memcpy(cur_caps_, max_caps_, sizeof cur_caps_);
   prm::set(cur_caps_, cap::cmdif_checksum, cfg_.cmd_signatures ? 3 : 0);
   prm::set(cur_caps_, cap::log_uar_page_sz, 0);  // 4 KiB UAR pages until a driver asks for more

@@ -3,6 +3,7 @@
 // of mailbox blocks, output beyond 16 bytes goes to another. The entry is handed back by clearing
 // its ownership bit, with a delivery status in the same byte, and announced by a command completion
 // EQE when an EQ takes that event.
+#include <stdio.h>
 #include <string.h>
 
 #include <vector>
@@ -101,6 +102,9 @@ void Hca::run_command(unsigned idx) {
       Cmd c{in.data(), in_len, out.data(), out_len, prm::cmd_opcode(in.data()), prm::cmd_op_mod(in.data())};
       CmdStatus st = dispatch(c);
       ++stats_.commands;
+      if (cfg_.trace_commands)
+        fprintf(stderr, "emu: cmd %u opcode 0x%x op_mod 0x%x in %u out %u -> status 0x%x syndrome 0x%x\n", idx,
+                c.opcode, c.op_mod, in_len, out_len, st.status, st.syndrome);
       if (!st.ok()) memset(out.data(), 0, out.size());
       prm::cmd_set_result(out.data(), st.status, st.syndrome);
       if (!alive()) return;  // the command killed the firmware (fatal injected meanwhile)

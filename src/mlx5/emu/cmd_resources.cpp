@@ -207,6 +207,50 @@ CmdStatus Hca::modify_nic_vport_context(Cmd& c) {
   return {};
 }
 
+// ---- UMEM ----
+
+CmdStatus Hca::create_umem(Cmd& c) {
+  prm::create_umem_in::cview in(c.in);
+  namespace um = prm::umem;
+  const uint8_t* u = c.in + prm::create_umem_in::umem.byte_off();
+  Umem x;
+  x.log_page_size = uint8_t(prm::get(u, um::log_page_size) + 12);
+  x.page_offset = uint32_t(prm::get(u, um::page_offset));
+  uint64_t n = prm::get(u, um::num_of_mtt);
+  uint64_t room = (c.in_len - prm::create_umem_in::size_bytes) / prm::kMttBytes;
+  if (prm::get(u, um::ats)) return fail(S::BAD_PARAM_ERR, synd::BAD_FIELD_SELECT);
+  if (n == 0 || n > room || n > (1u << 20)) return fail(S::BAD_PARAM_ERR, synd::MTT_TOO_SHORT);
+  if (x.log_page_size > 30 || x.page_offset >= (1ull << x.log_page_size))
+    return fail(S::BAD_PARAM_ERR, synd::BAD_PAGE_SIZE);
+  if (umems_.size() >= (1u << prm::get(cur_caps_, prm::cmd_hca_cap::log_max_umem)))
+    return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
+  const uint8_t* mtt = u + um::size_bytes;
+  uint64_t pg = 1ull << x.log_page_size;
+  x.writable = true;
+  x.mtt.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint8_t* e = mtt + i * prm::kMttBytes;
+    uint64_t pa = prm::mtt_pa(e);
+    if (pa % pg) return fail(S::BAD_PARAM_ERR, synd::PAGE_NOT_ALIGNED);
+    if (!prm::get(e, prm::mtt::rd_en)) return fail(S::BAD_PARAM_ERR, synd::BAD_UMEM);
+    if (!prm::get(e, prm::mtt::wr_en)) x.writable = false;
+    x.mtt[i] = pa;
+  }
+  uint32_t id = 1;
+  while (umems_.count(id)) ++id;
+  x.id = id;
+  umems_[id] = std::move(x);
+  prm::create_umem_out::view(c.out).set(prm::create_umem_out::umem_id, id);
+  return {};
+}
+
+CmdStatus Hca::destroy_umem(Cmd& c) {
+  uint32_t id = uint32_t(prm::destroy_umem_in::cview(c.in).get(prm::destroy_umem_in::umem_id));
+  if (!umems_.count(id)) return fail(S::BAD_RES_ERR, synd::UNKNOWN_UMEM);
+  umems_.erase(id);
+  return {};
+}
+
 // ---- ACCESS_REGISTER ----
 
 CmdStatus Hca::access_register(Cmd& c) {
@@ -286,6 +330,18 @@ CmdStatus Hca::access_register(Cmd& c) {
       prm::set(cs, g::a_frames_transmitted_ok_low, stats_.frames_tx & 0xffffffffu);
       prm::set(cs, g::a_frames_received_ok_high, stats_.frames_rx >> 32);
       prm::set(cs, g::a_frames_received_ok_low, stats_.frames_rx & 0xffffffffu);
+      return {};
+    }
+    case prm::reg_id::HOST_ENDIANNESS: {
+      // Written by Linux's set_hca_ctrl and rdma-core's mlx5_vfio_set_hca_ctrl after the boot
+      // pages; this model's byte order is fixed (little-endian host), so it keeps the value only.
+      namespace r = prm::register_host_endianness;
+      if (!need(r::size_bytes)) return fail(S::BAD_PARAM_ERR, synd::BAD_REGISTER);
+      if (!read) {
+        host_endianness_ = uint8_t(r::cview(rin).get(r::he));
+        return {};
+      }
+      r::view(rout).set(r::he, host_endianness_);
       return {};
     }
     default: return fail(S::BAD_PARAM_ERR, synd::BAD_REGISTER);

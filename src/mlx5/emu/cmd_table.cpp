@@ -25,6 +25,9 @@ struct Entry {
   Gate gate;
   uint32_t op_mods;  // bit n set: op_mod n is valid; 0: the handler checks op_mod itself
   Fn fn;
+  // Shortest input taken, when a command's layout grew after the first firmware: older drivers send
+  // the older, shorter input and firmware reads the fields they leave out as zero. 0: the layout.
+  uint16_t min_in_bytes = 0;
 };
 
 constexpr uint32_t m(uint32_t v) { return 1u << v; }
@@ -39,7 +42,9 @@ const Entry kTable[] = {
     {op::MANAGE_PAGES, Gate::kEnabled, m(0) | m(1) | m(2), &Hca::manage_pages},
     {op::QUERY_HCA_CAP, Gate::kBootPages, 0, &Hca::query_hca_cap},
     {op::SET_HCA_CAP, Gate::kBootPages, 0, &Hca::set_hca_cap},
-    {op::INIT_HCA, Gate::kBootPages, m(0), &Hca::init_hca},
+    // INIT_HCA gained sw_vhca_id and sw_owner_id (mlx5_ifc.h: 32 bytes); rdma-core v44's mlx5_vfio
+    // and Linux before SW steering send the original 16 bytes.
+    {op::INIT_HCA, Gate::kBootPages, m(0), &Hca::init_hca, 16},
     {op::TEARDOWN_HCA, Gate::kInitialized, m(0), &Hca::teardown_hca},
     {op::NOP, Gate::kEnabled, m(0), &Hca::nop},
     {op::QUERY_ADAPTER, Gate::kEnabled, m(0), &Hca::query_adapter},
@@ -52,6 +57,8 @@ const Entry kTable[] = {
     {op::ALLOC_Q_COUNTER, Gate::kInitialized, m(0), &Hca::alloc_q_counter},
     {op::DEALLOC_Q_COUNTER, Gate::kInitialized, m(0), &Hca::dealloc_q_counter},
     {op::QUERY_Q_COUNTER, Gate::kInitialized, m(0), &Hca::query_q_counter},
+    {op::CREATE_UMEM, Gate::kInitialized, m(0), &Hca::create_umem},
+    {op::DESTROY_UMEM, Gate::kInitialized, m(0), &Hca::destroy_umem},
     {op::CREATE_EQ, Gate::kInitialized, m(0), &Hca::create_eq},
     {op::DESTROY_EQ, Gate::kInitialized, m(0), &Hca::destroy_eq},
     {op::QUERY_EQ, Gate::kInitialized, m(0), &Hca::query_eq},
@@ -129,7 +136,14 @@ CmdStatus Hca::dispatch(Cmd& c) {
     faults_.bad_status = 0;  // one-shot
     return injected;
   }
-  if (c.in_len < cmd->in->size_bytes()) return fail(S::BAD_INP_LEN_ERR, synd::INPUT_TOO_SHORT);
+  thread_local std::vector<uint8_t> padded;
+  if (c.in_len < cmd->in->size_bytes()) {
+    if (!e->min_in_bytes || c.in_len < e->min_in_bytes) return fail(S::BAD_INP_LEN_ERR, synd::INPUT_TOO_SHORT);
+    padded.assign(cmd->in->size_bytes(), 0);  // the fields an older driver leaves out read as zero
+    memcpy(padded.data(), c.in, c.in_len);
+    c.in = padded.data();
+    c.in_len = uint32_t(padded.size());
+  }
   if (c.out_len < cmd->out->size_bytes()) return fail(S::BAD_OUTP_LEN_ERR, synd::OUTPUT_TOO_SHORT);
   if (e->op_mods && (c.op_mod >= 32 || !(e->op_mods & m(c.op_mod)))) return fail(S::BAD_PARAM_ERR, synd::BAD_OP_MOD);
   if (!reserved_clear(*cmd->in, c.in)) return fail(S::BAD_PARAM_ERR, synd::RESERVED_NOT_ZERO);

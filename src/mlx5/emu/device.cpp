@@ -143,6 +143,7 @@ void Device::receive_frame(const uint8_t* frame, size_t len) {
 
 void Device::set_faults(const Faults& f) {
   Locked l(*hca_);
+  if (f.health_stall && !hca_->faults_.health_stall) hca_->freeze_health_counter();
   hca_->faults_ = f;
 }
 

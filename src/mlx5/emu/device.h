@@ -96,6 +96,9 @@ struct DeviceConfig {
   // Firmware pages the device asks for at each stage (QUERY_PAGES boot / init, then a regular demand
   // announced by PAGE_REQUEST once an EQ takes that event).
   uint32_t boot_pages = 8, init_pages = 24, regular_pages = 32;
+  // Every command's opcode, op_mod, lengths, status and syndrome to stderr (bring-up of an unknown
+  // driver: tests/vfio's MELON_VFIO_LOG).
+  bool trace_commands = false;
 };
 
 // BAR0: 32 MiB. The initialization segment sits at 0 (its last field ends at 0x400c); UAR page n is
@@ -140,6 +143,9 @@ struct Faults {
   // PCIe Device Status' Transactions Pending reads 1 for this many more reads (a DMA the function
   // has not seen completed), then 0.
   uint32_t transactions_pending_reads = 0;
+  // The health counter stops advancing and nothing else shows it: firmware hung without writing a
+  // syndrome (a driver's only sensor is the counter). Cleared by FLR.
+  bool health_stall = false;
 };
 
 // ---- the device ---------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ CmdStatus Hca::create_eq(Cmd& c) {
   uint32_t eqn = 1;
   while (eqs_.count(eqn)) ++eqn;
   uint64_t icm = icm_alloc(prm::eqc::size_bytes);
-  if (!icm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
+  if (icm == kNoIcm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
   if (!icm_write(icm, ctx.data(), prm::eqc::size_bytes)) return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);
   eq.eqn = eqn;
   eq.pas = read_pas(in.elem(prm::create_eq_in::pas, 0), n);
@@ -218,7 +218,7 @@ CmdStatus Hca::create_cq(Cmd& c) {
   while (cqs_.count(cqn)) cqn = (cqn + 1) & 0xffffff ? (cqn + 1) & 0xffffff : 1;
   cq_cursor_ = cqn + 1;
   uint64_t icm = icm_alloc(prm::cqc::size_bytes);
-  if (!icm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
+  if (icm == kNoIcm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
   if (!icm_write(icm, ctx.data(), prm::cqc::size_bytes)) return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);
   cq.cqn = cqn;
   cq.pas = read_pas(in.elem(prm::create_cq_in::pas, 0), n);

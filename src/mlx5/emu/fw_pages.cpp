@@ -4,6 +4,8 @@
 // so every page it holds is tracked, and a page is never touched once given back.
 #include <string.h>
 
+#include <stdio.h>
+
 #include "mlx5/emu/hca.h"
 
 namespace melon::mlx5::emu {
@@ -98,7 +100,7 @@ void Hca::page_request(int32_t npages) {
 
 uint64_t Hca::icm_alloc(uint32_t bytes) {
   uint32_t need = (bytes + kSlot - 1) / kSlot * kSlot;
-  if (need > kPage) return 0;
+  if (need > kPage) return kNoIcm;
   for (auto& [iova, page] : pages_) {
     // First fit inside one page.
     for (uint32_t off = 0; off + need <= kPage; off += kSlot) {
@@ -116,9 +118,11 @@ uint64_t Hca::icm_alloc(uint32_t bytes) {
     }
   }
   // Out of ICM: ask for more (real firmware asks before it runs out; this model asks when it does).
+  if (cfg_.trace_commands)
+    fprintf(stderr, "emu: out of ICM (%zu pages, %zu slots)\n", pages_.size(), icm_slots_.size());
   regular_pages_owed_ += int32_t(cfg_.regular_pages);
   page_request(int32_t(cfg_.regular_pages));
-  return 0;
+  return kNoIcm;
 }
 
 void Hca::icm_free(uint64_t a) {

@@ -18,6 +18,7 @@ void Hca::reset(bool power_on) {
   doorbells_.clear();
   rx_.clear();
   faults_.cmd_timeout = false;
+  faults_.health_stall = false;
   drop_objects();
   engine_reset();
   for (auto& [iova, p] : pages_) returned_pages_.insert(iova);  // FLR: the driver gets every page back
@@ -146,6 +147,7 @@ void Hca::drop_objects() {
   mkeys_.clear();
   uars_.clear();
   pds_.clear();
+  umems_.clear();
   tds_.clear();
   qcounters_.clear();
   icm_of_.clear();

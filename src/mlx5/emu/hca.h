@@ -120,6 +120,15 @@ struct Mkey {
   uint32_t key() const { return (index << 8) | key8; }
 };
 
+// A DEVX user memory registration (CREATE_UMEM): the pages of one host buffer, by IOVA.
+struct Umem {
+  uint32_t id = 0;
+  uint8_t log_page_size = 12;
+  uint32_t page_offset = 0;
+  std::vector<uint64_t> mtt;  // page IOVAs
+  bool writable = false;  // every entry has wr_en
+};
+
 struct Srq {
   uint32_t srqn = 0;
   bool rmp = false;
@@ -239,6 +248,9 @@ class Hca {
   uint64_t boot_done_ns_ = 0;  // when `initializing` clears
   uint64_t health_epoch_ns_ = 0;  // health counter = (now - epoch) / period while alive
   uint32_t health_counter_frozen_ = 0;
+  void freeze_health_counter() {
+    health_counter_frozen_ = uint32_t((now() - health_epoch_ns_) / cfg_.health_period_ns);
+  }
   uint8_t health_synd_ = 0;
 
   // Initialization segment image (big-endian, as the PRM lays it out); dynamic fields are refreshed
@@ -279,7 +291,10 @@ class Hca {
   CmdStatus query_pages(Cmd& c);
   CmdStatus manage_pages(Cmd& c);
   void page_request(int32_t npages);  // PAGE_REQUEST event
-  uint64_t icm_alloc(uint32_t bytes);  // a slot in a held page for an object context; 0 if none
+  // A slot in a held page for an object context; kNoIcm if none. (IOVA 0 is a page like any other:
+  // an IOMMU whose range starts at 0 hands it out, and rdma-core's mlx5_vfio gives it first.)
+  static constexpr uint64_t kNoIcm = ~0ull;
+  uint64_t icm_alloc(uint32_t bytes);
   void icm_free(uint64_t addr);
   bool icm_write(uint64_t addr, const void* ctx, uint32_t len);
   std::map<uint64_t, uint32_t> icm_slots_;  // ICM address -> bytes
@@ -293,6 +308,7 @@ class Hca {
   std::map<uint32_t, Mkey> mkeys_;
   std::map<uint32_t, Qp> qps_;
   std::map<uint32_t, Srq> srqs_;
+  std::map<uint32_t, Umem> umems_;
   // ICM slot of each object that has a context in firmware pages, keyed by kind and number.
   enum class IcmObj : uint32_t { eq = 1, cq, mkey, qp, srq };
   static uint32_t icm_key(IcmObj kind, uint32_t n) { return uint32_t(kind) << 24 | n; }
@@ -309,6 +325,7 @@ class Hca {
   bool roce_en_stuck_ = false;  // fw 14.22 quirk engaged: roce_en stays 0 until FLR
   uint16_t vport_mtu_ = 0;
   uint8_t port_admin_ = prm::kPortUp, port_oper_ = prm::kPortUp;
+  uint8_t host_endianness_ = 0;  // HOST_ENDIANNESS.he as written
   uint16_t pmtu_admin_ = 0;
   uint32_t next_index_ = 0x10;  // object numbers come from one counter, like real firmware's spread
   uint32_t alloc_number(uint32_t limit_log);
@@ -346,6 +363,8 @@ class Hca {
   MELON_EMU_HANDLER(alloc_q_counter)
   MELON_EMU_HANDLER(dealloc_q_counter)
   MELON_EMU_HANDLER(query_q_counter)
+  MELON_EMU_HANDLER(create_umem)
+  MELON_EMU_HANDLER(destroy_umem)
   MELON_EMU_HANDLER(create_eq)
   MELON_EMU_HANDLER(destroy_eq)
   MELON_EMU_HANDLER(query_eq)

@@ -31,7 +31,10 @@ CmdStatus Hca::create_mkey(Cmd& c) {
   if (mk.access_mode != prm::mkc_access_mode::PA && mk.access_mode != prm::mkc_access_mode::MTT)
     return fail(S::BAD_PARAM_ERR, synd::BAD_ACCESS_MODE);  // KLM/KSM: not on this model
   if (m.get(k::qpn) != kNoQp) return fail(S::BAD_PARAM_ERR, synd::BAD_MKEY_QPN);
-  if (m.get(k::bsf_en) || in.get(prm::create_mkey_in::mkey_umem_valid) || in.get(prm::create_mkey_in::pg_access))
+  // pg_access (rdma-core's mlx5_vfio sets it on every MR): the MTT entries' rd_en/wr_en say which
+  // pages are present; a page with neither is refused here (this model has no page faults).
+  bool pg_access = in.get(prm::create_mkey_in::pg_access);
+  if (m.get(k::bsf_en) || in.get(prm::create_mkey_in::mkey_umem_valid))
     return fail(S::BAD_PARAM_ERR, synd::BAD_FIELD_SELECT);
   if (!pds_.count(mk.pd)) return fail(S::BAD_RES_ERR, synd::UNKNOWN_PD);
   if (mk.access_mode == prm::mkc_access_mode::MTT) {
@@ -47,6 +50,8 @@ CmdStatus Hca::create_mkey(Cmd& c) {
       const uint8_t* e = in.elem(prm::create_mkey_in::klm_pas_mtt, uint32_t(i * 2));
       uint64_t pa = prm::mtt_pa(e);
       if (pa % pg) return fail(S::BAD_PARAM_ERR, synd::PAGE_NOT_ALIGNED);
+      if (pg_access && !prm::get(e, prm::mtt::rd_en) && !prm::get(e, prm::mtt::wr_en))
+        return fail(S::BAD_PARAM_ERR, synd::BAD_FIELD_SELECT);
       mk.mtt[i] = pa;
     }
   } else if (!mk.len64 && mk.start + mk.len < mk.start) {
@@ -68,7 +73,7 @@ CmdStatus Hca::create_mkey(Cmd& c) {
     idx = 1 + uint32_t(mkey_rng_ % (space - 1));
   } while (mkeys_.count(idx));
   uint64_t icm = icm_alloc(prm::mkc::size_bytes);
-  if (!icm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
+  if (icm == kNoIcm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
   if (!icm_write(icm, m.data(), prm::mkc::size_bytes)) return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);
   mk.index = idx;
   icm_keep(IcmObj::mkey, idx, icm);

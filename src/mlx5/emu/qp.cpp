@@ -70,7 +70,7 @@ CmdStatus Hca::create_qp(Cmd& c) {
   if (qps_.size() >= (1u << prm::get(cur_caps_, prm::cmd_hca_cap::log_max_qp)))
     return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
   uint64_t icm = icm_alloc(prm::qpc::size_bytes);
-  if (!icm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
+  if (icm == kNoIcm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
   if (!icm_write(icm, ctx.data(), prm::qpc::size_bytes)) return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);
   memcpy(qp.qpc, ctx.data(), sizeof qp.qpc);
   prm::set(qp.qpc, q::state, st::RST);

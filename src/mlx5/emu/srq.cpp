@@ -23,7 +23,7 @@ CmdStatus Hca::add_srq(Srq& s, const uint8_t* pas, uint32_t npas, const uint8_t*
   if (srqs_.size() >= (1u << prm::get(cur_caps_, prm::cmd_hca_cap::log_max_srq)))
     return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
   uint64_t icm = icm_alloc(ctx_len);
-  if (!icm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
+  if (icm == kNoIcm) return fail(S::NO_RES_ERR, synd::NO_FREE_INDEX);
   if (!icm_write(icm, ctx, ctx_len)) return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);
   uint32_t srqn = srq_cursor_;
   while (srqs_.count(srqn)) srqn = (srqn + 1) & 0xffffff ? (srqn + 1) & 0xffffff : 1;

@@ -68,6 +68,8 @@ namespace melon::mlx5::emu {
   V(BAD_ROCE_ADDRESS, 0xe0000082)        \
   V(BAD_FIELD_SELECT, 0xe0000083)        \
   V(BAD_VPORT, 0xe0000084)               \
+  V(UNKNOWN_UMEM, 0xe0000085)            \
+  V(BAD_UMEM, 0xe0000086)                \
   V(INJECTED, 0xe00000ff)
 MELON_PRM_VALUES(synd, uint32_t, MELON_EMU_SYNDROMES)
 

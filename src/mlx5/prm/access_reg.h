@@ -111,11 +111,18 @@ MELON_PRM_STRUCT(eth_802_3_cntrs_grp_data_layout, 1984, MELON_PRM_ETH_802_3_CNTR
   F(counter_set, 64, 1984)
 MELON_PRM_STRUCT(ppcnt_reg, 2048, MELON_PRM_PPCNT_REG)
 
+// HOST_ENDIANNESS (driver.h MLX5_REG_HOST_ENDIANNESS): written once after the boot pages by Linux's
+// set_hca_ctrl and rdma-core's mlx5_vfio_set_hca_ctrl; he = 0 for a little-endian host
+// (device.h MLX5_SET_HOST_ENDIANNESS). mlx5_ifc.h: register_host_endianness.
+#define MELON_PRM_REGISTER_HOST_ENDIANNESS(F, S, A) F(he, 0, 1)
+MELON_PRM_STRUCT(register_host_endianness, 128, MELON_PRM_REGISTER_HOST_ENDIANNESS)
+
 #define MELON_PRM_REG_ID(V) \
   V(PMTU, 0x5003)           \
   V(PTYS, 0x5004)           \
   V(PAOS, 0x5006)           \
-  V(PPCNT, 0x5008)
+  V(PPCNT, 0x5008)          \
+  V(HOST_ENDIANNESS, 0x7004)
 MELON_PRM_VALUES(reg_id, uint16_t, MELON_PRM_REG_ID)
 #define MELON_PRM_ACCESS_REG_OP_MOD(V) \
   V(WRITE, 0)                          \

@@ -162,6 +162,7 @@ MELON_PRM_STRUCT(manage_pages_out, 128, MELON_PRM_MANAGE_PAGES_OUT)
   F(rc, 575, 1)                         \
   F(uar_4k, 576, 1)                     \
   F(uar_sz, 586, 6)                     \
+  F(umem_uid_0, 594, 1)                 \
   F(log_pg_sz, 600, 8)                  \
   F(bf, 608, 1)                         \
   F(driver_version, 609, 1)             \

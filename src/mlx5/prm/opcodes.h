@@ -63,7 +63,9 @@ namespace melon::mlx5::prm {
   V(CREATE_RMP, 0x90c)               \
   V(MODIFY_RMP, 0x90d)               \
   V(DESTROY_RMP, 0x90e)              \
-  V(QUERY_RMP, 0x90f)
+  V(QUERY_RMP, 0x90f)                \
+  V(CREATE_UMEM, 0xa08)              \
+  V(DESTROY_UMEM, 0xa0a)
 MELON_PRM_VALUES(opcode, uint16_t, MELON_PRM_OPCODES)
 
 }  // namespace melon::mlx5::prm

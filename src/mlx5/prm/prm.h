@@ -18,5 +18,6 @@
 #include "mlx5/prm/registry.h"
 #include "mlx5/prm/resources.h"
 #include "mlx5/prm/srq.h"
+#include "mlx5/prm/umem.h"
 #include "mlx5/prm/vport.h"
 #include "mlx5/prm/wqe.h"

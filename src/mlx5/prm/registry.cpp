@@ -15,6 +15,12 @@ const Layout* const kLayouts[] = {
     &pmtu_reg::layout,
     &eth_802_3_cntrs_grp_data_layout::layout,
     &ppcnt_reg::layout,
+    &register_host_endianness::layout,
+    &umem::layout,
+    &create_umem_in::layout,
+    &create_umem_out::layout,
+    &destroy_umem_in::layout,
+    &destroy_umem_out::layout,
     &cmd_queue_entry::layout,
     &cmd_if_box::layout,
     &cmd_in::layout,
@@ -266,7 +272,9 @@ const ConstantSet* const kConstantSets[] = {
   C(ACCESS_REG, access_register)                        \
   C(ALLOC_Q_COUNTER, alloc_q_counter)                   \
   C(DEALLOC_Q_COUNTER, dealloc_q_counter)               \
-  C(QUERY_Q_COUNTER, query_q_counter)
+  C(QUERY_Q_COUNTER, query_q_counter)                   \
+  C(CREATE_UMEM, create_umem)                           \
+  C(DESTROY_UMEM, destroy_umem)
 
 #define MELON_PRM_COMMAND_ROW(op, s) {opcode::op, #op, &s##_in::layout, &s##_out::layout},
 const Command kCommands[] = {MELON_PRM_COMMAND_LIST(MELON_PRM_COMMAND_ROW)};

@@ -114,10 +114,11 @@ INSTANTIATE_TEST_SUITE_P(
     EveryStage, CoreBringUpFailure,
     ::testing::Values(
         StageCase{p::opcode::ENABLE_HCA, Stage::enable_hca}, StageCase{p::opcode::SET_ISSI, Stage::issi},
-        StageCase{p::opcode::MANAGE_PAGES, Stage::boot_pages}, StageCase{p::opcode::SET_HCA_CAP, Stage::set_hca_cap},
-        StageCase{p::opcode::INIT_HCA, Stage::init_hca}, StageCase{p::opcode::QUERY_HCA_CAP, Stage::set_hca_cap},
-        StageCase{p::opcode::ALLOC_UAR, Stage::uar}, StageCase{p::opcode::CREATE_EQ, Stage::eqs},
-        StageCase{p::opcode::ALLOC_PD, Stage::pd_td}, StageCase{p::opcode::ALLOC_TRANSPORT_DOMAIN, Stage::pd_td},
+        StageCase{p::opcode::MANAGE_PAGES, Stage::boot_pages}, StageCase{p::opcode::ACCESS_REG, Stage::hca_ctrl},
+        StageCase{p::opcode::SET_HCA_CAP, Stage::set_hca_cap}, StageCase{p::opcode::INIT_HCA, Stage::init_hca},
+        StageCase{p::opcode::QUERY_HCA_CAP, Stage::set_hca_cap}, StageCase{p::opcode::ALLOC_UAR, Stage::uar},
+        StageCase{p::opcode::CREATE_EQ, Stage::eqs}, StageCase{p::opcode::ALLOC_PD, Stage::pd_td},
+        StageCase{p::opcode::ALLOC_TRANSPORT_DOMAIN, Stage::pd_td},
         StageCase{p::opcode::MODIFY_NIC_VPORT_CONTEXT, Stage::roce_en},
         StageCase{p::opcode::QUERY_VPORT_STATE, Stage::port_query}),
     [](const ::testing::TestParamInfo<StageCase>& i) { return std::string(p::opcode::name_of(i.param.opcode)); });
