@@ -1,5 +1,5 @@
-// Reliable UC: when it is on, and the RC attributes its QPs run with (reliable_uc.h).
-#include "verbs/reliable_uc.h"
+// Reliable UC: when it is on, and the RC attributes its QPs run with (declared in provider.h).
+#include "verbs/provider.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -8,7 +8,6 @@
 
 #include "providers/mlx5/mlx5.h"
 #include "providers/mlx5/tables.h"
-#include "verbs/reliable_uc.h"
 
 namespace melon::mlx5prov {
 

@@ -10,7 +10,7 @@
 // gid1=ipv4 (also "/gid1=ipv4" in MELON_SOFT_DEVICES): GID index 1 is the device's first IPv4
 // address, which is then also the first IPv4-mapped GID in the table (MLX's JACCL publishes the
 // first IPv4-mapped GID and connects with sgid_index 1; docs/verbs.md).
-// uc=reliable (also "/uc=reliable"): the device's UC QPs run as RC on the wire (src/verbs/reliable_uc.h).
+// uc=reliable (also "/uc=reliable"): the device's UC QPs run as RC on the wire (src/verbs/provider.h, reliable_uc_wanted).
 //   auto on|off
 #pragma once
 

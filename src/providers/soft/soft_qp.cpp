@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "roce/ip_udp.h"
-#include "verbs/reliable_uc.h"
 
 namespace melon::soft {
 
