@@ -8,6 +8,11 @@
 //          mistaken for one of the kernel's own errors (kIOReturnNotPermitted, ...).
 //   map:   IOConnectMapMemory64(conn, map_type(kind, handle), ...) -> CopyClientMemoryForType.
 //   open:  IOServiceOpen(service, task, kUserClientType, &conn) on the service named kServiceName.
+//   wake:  IOConnectCallAsyncStructMethod(conn, kSelectorEventWake, port, ref, kOSAsyncRef64Count,
+//          nothing in, nothing out) once after open: the driver keeps the call's completion and
+//          answers it (AsyncCompletion: one mach message to `port`) whenever an event is queued
+//          for this client while its wake-up is armed; a get_event that finds no event arms it
+//          again (docs/uapi.md "Events"). Not a uapi selector: the server never sees it.
 //
 // Freestanding: <stdint.h> only.
 #pragma once
@@ -20,6 +25,10 @@ namespace melon::uapi::iokit {
 
 inline constexpr uint32_t kUserClientType = 0;  // IOServiceOpen's type argument
 inline constexpr const char* kServiceName = "MlxPCIDriver";  // the personality's IOUserClass
+inline constexpr uint32_t kSelectorEventWake = 0x1f00;
+#define MELON_IOKIT_NOT_WAKE(name, value, req, resp) static_assert(value != kSelectorEventWake);
+MELON_UAPI_SELECTORS(MELON_IOKIT_NOT_WAKE)
+#undef MELON_IOKIT_NOT_WAKE
 // The largest request or response the call carries inline (IOKit passes structures above 4096 bytes
 // as memory descriptors; the uapi has none that large).
 inline constexpr uint32_t kMaxInline = 4096;

@@ -127,6 +127,7 @@ Status Server::attach(Client* c, void* host, uint32_t uid) {
     memset(c, 0, sizeof(*c));
     for (Entry& e : c->entries) e.gen = 1;
     c->attached = true;
+    c->wake_armed = true;
     c->id = i + 1;
     c->host = host;
     c->uid = uid;
@@ -672,7 +673,10 @@ void Server::push_event(Client& c, const EventResp& e) {
   }
   c.events[(c.ev_head + c.ev_count) % Client::kEvents] = e;
   c.ev_count++;
-  if (notify_) notify_->event_queued(c);
+  if (c.wake_armed && notify_) {
+    c.wake_armed = false;
+    notify_->event_queued(c);
+  }
 }
 
 Client* Server::client_of(uint64_t tag) {
@@ -707,7 +711,10 @@ void Server::deliver_device(uint32_t ibv_event_type) {
 }
 
 Status Server::get_event(Client& c, EventResp* rp) {
-  if (!c.ev_count) return Status::no_event;
+  if (!c.ev_count) {
+    c.wake_armed = true;
+    return Status::no_event;
+  }
   *rp = c.events[c.ev_head];
   rp->dropped = c.ev_dropped;
   c.ev_dropped = 0;

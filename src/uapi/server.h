@@ -99,12 +99,17 @@ struct Client {
   static constexpr uint32_t kEvents = 64;
   EventResp events[kEvents];
   uint32_t ev_head = 0, ev_count = 0, ev_dropped = 0;
+  // The host is told of a queued event only while this is set; a get_event that finds the queue
+  // empty sets it again. So one wake-up is outstanding at a time, and none is lost: the reader
+  // drains until no_event, and an event queued after that finds the flag set.
+  bool wake_armed = true;
 };
 
 struct ServerStats {
   uint64_t requests = 0, refused = 0, backend_calls = 0, cleanup_failures = 0, events_dropped = 0;
 };
 
+// Told when an event is queued for a client whose wake-up is armed (Client::wake_armed).
 class EventNotify {
  public:
   virtual void event_queued(Client&) {}
@@ -141,7 +146,8 @@ class Server {
   // A device event (port active/down, fatal): to every open client, with handle 0.
   void deliver_device(uint32_t ibv_event_type);
 
-  // Told when an event is queued for a client (the daemon wakes the client's event fd).
+  // Told when an event is queued for an armed client (the daemon wakes the client's event fd, the
+  // DEXT sends its notification port a message).
   void set_notify(EventNotify* n) { notify_ = n; }
 
   // Objects of a type across all clients / for one client.

@@ -1,10 +1,15 @@
 // The mlx5 provider's IOKit transport (src/providers/mlx5/transport_iokit.cpp) against the stand-in
 // IOKit user side, which reaches MlxUserClient over the emulated card in this process: open with and
-// without the entitlement, one RC QP pair taken to RTS through the transport's calls, mappings,
-// and what the transport reports once the driver is gone.
+// without the entitlement, the wake-ups through its notification port, one RC QP pair taken to RTS
+// through the transport's calls, mappings, and what the transport reports once the driver is gone.
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "dext/driverkit/dext_device.h"
 #include "dext/driverkit/driver_parts.h"
@@ -84,6 +89,65 @@ void connect(mlx5prov::Transport& t, const Qp& q, uint32_t remote_qpn, const uap
   ASSERT_EQ(t.call(Selector::modify_qp, m, &e), Status::ok);
 }
 
+// The wake-up path (docs/macos.md "Events"): open makes the asynchronous wake call, whose first
+// answer comes at once (events queued before it are read); draining to no_event arms the next; a
+// waiter makes no call into the driver; the stop descriptor ends the wait.
+TEST_F(IokitTransport, WakesThroughItsNotificationPortAndWaitsWithoutCalling) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    long sent = dkfake::async_messages_sent();
+    int err = 0;
+    auto t = mlx5prov::open_transport(nullptr, &err);
+    ASSERT_NE(t, nullptr) << strerror(err);
+    EXPECT_EQ(dkfake::async_messages_sent(), sent + 1);
+    int stop[2];
+    ASSERT_EQ(pipe(stop), 0);
+    EXPECT_EQ(t->wait_event(stop[0]), mlx5prov::Transport::Wake::event);
+    uapi::EventResp ev{};
+    EXPECT_EQ(t->call(Selector::get_event, uapi::EmptyReq{}, &ev), Status::no_event);
+    // Nothing queued: the waiter blocks in kevent, calling nothing, until the stop descriptor.
+    long calls = dkfake::external_method_calls();
+    std::atomic<bool> returned{false};
+    mlx5prov::Transport::Wake got = mlx5prov::Transport::Wake::event;
+    std::thread waiter([&] {
+      got = t->wait_event(stop[0]);
+      returned = true;
+    });
+    usleep(100 * 1000);
+    EXPECT_FALSE(returned.load());
+    EXPECT_EQ(dkfake::external_method_calls(), calls);
+    ASSERT_EQ(write(stop[1], "x", 1), 1);
+    waiter.join();
+    EXPECT_EQ(got, mlx5prov::Transport::Wake::stop);
+    EXPECT_EQ(dkfake::async_messages_sent(), sent + 1) << "a wake-up with no event queued";
+    close(stop[0]);
+    close(stop[1]);
+  }
+  expect_same(before, Ledger{});
+}
+
+// A driver without the wake call (refused): the transport asks on a timer instead.
+TEST_F(IokitTransport, ADriverThatCannotWakeIsAskedOnATimer) {
+  Driver d;
+  ASSERT_EQ(d.start_result, kIOReturnSuccess);
+  dkfake::refuse_async_calls(true);
+  int err = 0;
+  auto t = mlx5prov::open_transport(nullptr, &err);
+  dkfake::refuse_async_calls(false);
+  ASSERT_NE(t, nullptr) << strerror(err);
+  int stop[2];
+  ASSERT_EQ(pipe(stop), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(t->wait_event(stop[0]), mlx5prov::Transport::Wake::event);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(4));  // the 5 ms timer
+  ASSERT_EQ(write(stop[1], "x", 1), 1);
+  EXPECT_EQ(t->wait_event(stop[0]), mlx5prov::Transport::Wake::stop);
+  close(stop[0]);
+  close(stop[1]);
+}
+
 TEST_F(IokitTransport, OpensAndTakesAQpPairToRts) {
   Ledger before;
   {
@@ -92,7 +156,6 @@ TEST_F(IokitTransport, OpensAndTakesAQpPairToRts) {
     int err = 0;
     auto t = mlx5prov::open_transport(nullptr, &err);
     ASSERT_NE(t, nullptr) << strerror(err);
-    EXPECT_EQ(t->event_fd(), -1);  // no event fd on macOS yet (docs/macos.md)
     EXPECT_EQ(t->kick(0, 0x800, 0), 0);  // doorbells reach the card through the mapped BAR
     uapi::DeviceAttr attr{};
     ASSERT_EQ(t->call(Selector::query_device, uapi::EmptyReq{}, &attr), Status::ok);

@@ -711,6 +711,36 @@ TEST_F(Uapi, EventsGoToTheOwnerOnly) {
   refused(a, Selector::get_event, EmptyReq{}, &e, Status::no_event);
 }
 
+// The host is told once per drain: a burst of events wakes the client once, a get_event that finds
+// the queue empty arms the next wake-up, and an event after that wakes it again.
+TEST_F(Uapi, AWakeUpIsOutstandingOncePerDrain) {
+  struct Count final : EventNotify {
+    std::vector<uint32_t> woken;  // client ids
+    void event_queued(Client& c) override { woken.push_back(c.id); }
+  } n;
+  srv->set_notify(&n);
+  Client& a = open_client();
+  Client& b = open_client();
+  uint32_t qa = cq(a, uar(a));
+  uint64_t ta = be.last_cq.event_tag;
+  cq(b, uar(b));
+  uint64_t tb = be.last_cq.event_tag;
+  for (int i = 0; i < 3; i++) srv->deliver_completion(ta);
+  srv->deliver_completion(tb);
+  EXPECT_EQ(n.woken, (std::vector<uint32_t>{a.id, b.id}));
+  EventResp e{};
+  ASSERT_EQ(call(a, Selector::get_event, EmptyReq{}, &e), Status::ok);
+  EXPECT_EQ(e.handle, qa);
+  srv->deliver_completion(ta);  // not drained yet: the first wake-up still stands
+  EXPECT_EQ(n.woken.size(), 2u);
+  for (int i = 0; i < 3; i++) ASSERT_EQ(call(a, Selector::get_event, EmptyReq{}, &e), Status::ok);
+  refused(a, Selector::get_event, EmptyReq{}, &e, Status::no_event);  // drained: armed again
+  srv->deliver_completion(ta);
+  srv->deliver_device(1 /* IBV_EVENT_QP_FATAL */);
+  EXPECT_EQ(n.woken, (std::vector<uint32_t>{a.id, b.id, a.id}));  // b has not drained
+  srv->set_notify(nullptr);
+}
+
 // An event posted for a client that has left is not delivered to the next client in its slot,
 // whose first CQ has the same slot and generation the old one had.
 TEST_F(Uapi, AnEventOfALeftClientDoesNotReachTheNextClientInItsSlot) {

@@ -245,6 +245,7 @@ static kern_return_t start_device(MlxPCIDriver* self, IOService* provider) {
   if (iv->hal) iv->queues = make<QueueMemory>(*iv->hal, iv->bar_md, kick, static_cast<void*>(self));
   if (iv->queues) iv->dev = make<DextDevice>(*iv->hal, *iv->queues);
   if (!iv->dev) return kIOReturnNoMemory;
+  iv->dev->set_wake(melon::dext::user_client_wake());
   iv->hal->set_vectors(iv->irq, iv->nvec);
   OwnedParts* o = make<OwnedParts>();
   if (!o) return kIOReturnNoMemory;

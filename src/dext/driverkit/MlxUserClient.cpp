@@ -44,6 +44,7 @@ struct MlxUserClient_IVars {
   uint32_t qps, mrs;
   uint32_t nmaps;
   MapEntry maps[kMaxMaps];
+  void* wake;  // OSAction*: the client's asynchronous wake call (kSelectorEventWake), retained; set and read under the device lock
 };
 
 // The descriptors of a destroyed object's memory types go with it (map_type's low 24 bits are its
@@ -126,6 +127,9 @@ static void release_client(MlxUserClient_IVars* iv) {
       uint32_t failed = iv->parts->dev->detach(*iv->client);
       if (failed) os_log_error(OS_LOG_DEFAULT, "MlxUserClient: %u objects did not release cleanly", failed);
     }
+    OSAction* wake = static_cast<OSAction*>(iv->wake);  // detached: the device no longer wakes this client
+    iv->wake = nullptr;
+    OSSafeReleaseNULL(wake);
     iv->attached = false;
     iv->client->~Client();
     IOFree(iv->client, sizeof(uapi::Client));
@@ -172,11 +176,43 @@ kern_return_t IMPL(MlxUserClient, Stop) {
   return Stop(provider, SUPERDISPATCH);
 }
 
+// DextDevice's wake target (driver_parts.h), under the device lock: one message to the port the
+// client's wake call named. AsyncCompletion sends without waiting; a full port drops it, and one
+// queued message is all a waiting client needs (docs/macos.md "Events").
+namespace {
+struct UserClientWake final : DextDevice::WakeTarget {
+  void wake(void* host) override {
+    MlxUserClient* self = static_cast<MlxUserClient*>(host);
+    if (OSAction* a = static_cast<OSAction*>(self->ivars->wake)) {
+      IOUserClientAsyncArgumentsArray none = {};
+      self->AsyncCompletion(a, kIOReturnSuccess, none, 0);
+    }
+  }
+};
+UserClientWake g_wake;
+}  // namespace
+DextDevice::WakeTarget* melon::dext::user_client_wake() { return &g_wake; }
+
+// kSelectorEventWake: keep the call's completion to answer whenever an event is queued; a second
+// call replaces the first. Nothing in, nothing out.
+static kern_return_t arm_wake(MlxUserClient* self, IOUserClientMethodArguments* args) {
+  if (!args || !args->completion || args->scalarInputCount || args->structureInput ||
+      args->structureInputDescriptor || args->structureOutputDescriptor)
+    return kIOReturnBadArgument;
+  args->completion->retain();
+  void* old = self->ivars->parts->dev->install_wake(*self->ivars->client, &self->ivars->wake, args->completion);
+  OSAction* replaced = static_cast<OSAction*>(old);
+  OSSafeReleaseNULL(replaced);
+  return kIOReturnSuccess;
+}
+
 kern_return_t MlxUserClient::ExternalMethod(uint64_t selector, IOUserClientMethodArguments* args,
                                             const IOUserClientMethodDispatch*, OSObject*, void*) {
   MlxUserClient_IVars* iv = ivars;
   if (!iv->attached) return kIOReturnNotOpen;
-  // The uapi is structures in, structures out, synchronous, inline (uapi/iokit.h).
+  if (selector == uapi::iokit::kSelectorEventWake) return arm_wake(this, args);
+  // The uapi is structures in, structures out, synchronous, inline (uapi/iokit.h); only the wake
+  // call above is asynchronous.
   if (!args || args->completion || args->scalarInputCount || args->structureInputDescriptor ||
       args->structureOutputDescriptor)
     return kIOReturnBadArgument;

@@ -63,6 +63,7 @@ core::Err DextDevice::start() {
   uapi::Limits lim;
   backend_->fill_limits(&lim);
   srv_ = new (server_mem_) uapi::Server(*backend_, lim);
+  srv_->set_notify(&notify_);
   state_ = DextState::ready;
   return core::Err::ok;
 }
@@ -125,6 +126,17 @@ uapi::Reply DextDevice::call(uapi::Client& c, uint32_t selector, const void* in,
   uapi::Reply r = srv_->handle(c, selector, in, in_len, out, out_cap);
   backend_->drain_events(*srv_);  // what the call caused (or what was waiting) reaches the queue now
   return r;
+}
+
+void* DextDevice::install_wake(uapi::Client& c, void** slot, void* value) {
+  core::HalLock l(hal_, lock_);
+  void* old = *slot;
+  *slot = value;
+  if (srv_ && c.attached && notify_.target) {
+    c.wake_armed = false;  // this wake-up stands until the client drains to no_event
+    notify_.target->wake(c.host);
+  }
+  return old;
 }
 
 uapi::Status DextDevice::mapping(uapi::Client& c, uint64_t memory_type, uapi::MapRegion* out) {

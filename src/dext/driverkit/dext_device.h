@@ -59,6 +59,23 @@ class DextDevice {
   // What a client holds, for the registry (MelonQPCount, MelonMRCount).
   static uint32_t held(const uapi::Client& c, uapi::ObjType t) { return c.count[uint8_t(t)]; }
 
+  // Told, under the device lock, when an event is queued for a client whose wake-up is armed
+  // (uapi::Client::wake_armed): `host` is what attach() was given. MlxUserClient sends the
+  // client's notification port a message (docs/macos.md "Events").
+  // (An interface, not a function pointer: UBSan checks indirect calls against RTTI the
+  // freestanding build has not got.)
+  class WakeTarget {
+   public:
+    virtual void wake(void* host) = 0;
+
+   protected:
+    ~WakeTarget() = default;
+  };
+  void set_wake(WakeTarget* t) { notify_.target = t; }
+  // Under the device lock: `*slot = value` (what the wake target reads; the old value is returned),
+  // then the client is woken once, so events queued before it could be woken are read.
+  void* install_wake(uapi::Client& c, void** slot, void* value);
+
   // Deferred work (the service timer): the core's page requests and health poll, then queued
   // events handed to the clients.
   void service();
@@ -72,6 +89,13 @@ class DextDevice {
  private:
   void release_server();
 
+  struct Notify final : uapi::EventNotify {
+    WakeTarget* target = nullptr;
+    void event_queued(uapi::Client& c) override {
+      if (target) target->wake(c.host);
+    }
+  };
+
   mlx5::core::Hal& hal_;
   mlx5::core::QueuePlatform& plat_;
   mlx5::core::Hca hca_;
@@ -80,6 +104,7 @@ class DextDevice {
   mlx5::core::Failure failure_;  // start()'s, kept across the teardown that follows it
   mlx5::core::UapiBackend* backend_ = nullptr;
   uapi::Server* srv_ = nullptr;
+  Notify notify_;
   uapi::Client* attached_[uapi::kMaxClients] = {};  // the clients attach() took, for stop()
   alignas(16) unsigned char backend_mem_[sizeof(mlx5::core::UapiBackend)];
   alignas(16) unsigned char server_mem_[sizeof(uapi::Server)];

@@ -8,9 +8,10 @@
 
 #include <stdint.h>
 
+#include "dext/driverkit/dext_device.h"
+
 namespace melon::dext {
 
-class DextDevice;
 class QueueMemory;
 
 struct DriverParts {
@@ -19,6 +20,10 @@ struct DriverParts {
   void (*free_all)(DriverParts*);  // the device, the queues, the HAL and this
   uint32_t refs;
 };
+
+// MlxUserClient's answer to its clients' wake calls (DextDevice::set_wake; `host` is the
+// MlxUserClient a client was attached with). MlxPCIDriver installs it when it makes the device.
+DextDevice::WakeTarget* user_client_wake();
 
 inline void retain_parts(DriverParts* p) { __atomic_add_fetch(&p->refs, 1, __ATOMIC_ACQ_REL); }
 inline void release_parts(DriverParts* p) {

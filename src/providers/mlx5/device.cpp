@@ -161,23 +161,10 @@ void Mlx5Context::close() {
 
 // ---- events -------------------------------------------------------------------------------------
 
-// A transport without an event fd (IOKit, for now: docs/macos.md "Events") is asked for events
-// every kEventPollMs instead.
-constexpr int kEventPollMs = 5;
-
+// The transport says when the driver has queued events (Transport::wait_event); each wake-up is
+// drained to no_event, which arms the next one.
 void Mlx5Context::event_loop() {
-  const int efd = t_->event_fd();
-  pollfd fds[2] = {{stop_pipe_[0], POLLIN, 0}, {efd, POLLIN, 0}};
-  for (;;) {
-    int n = efd >= 0 ? poll(fds, 2, -1) : poll(fds, 1, kEventPollMs);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 || (fds[0].revents & POLLIN)) return;
-    if (efd >= 0) {
-      if (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL)) return;
-      if (!(fds[1].revents & POLLIN)) continue;
-      uint64_t v;
-      (void)!read(efd, &v, sizeof v);  // eventfd: the count of wake-ups
-    }
+  while (t_->wait_event(stop_pipe_[0]) == Transport::Wake::event) {
     for (;;) {
       uapi::EventResp ev{};
       if (t_->call(uapi::Selector::get_event, uapi::EmptyReq{}, &ev) != uapi::Status::ok) break;

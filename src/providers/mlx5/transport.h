@@ -9,6 +9,8 @@
 // write from it.
 #pragma once
 
+#include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 
 #include <memory>
@@ -28,8 +30,12 @@ class Transport {
   // unmap() undoes it.
   virtual void* map(uapi::MapKind kind, uint32_t handle, uint64_t* len, uapi::Status* st) = 0;
   virtual void unmap(void* addr, uint64_t len) = 0;
-  // Readable whenever the driver has queued an event for this client (read it with get_event).
-  virtual int event_fd() const = 0;
+  // Blocks until the driver has queued an event for this client (Wake::event) or `stop_fd` is
+  // readable or the wait fails (Wake::stop). After an event the caller drains get_event until
+  // no_event, which arms the driver's next wake-up (docs/uapi.md "Events"). Linux: melon-emud's
+  // eventfd; macOS: a mach message on the context's notification port (docs/macos.md "Events").
+  enum class Wake { event, stop };
+  virtual Wake wait_event(int stop_fd) = 0;
   // A doorbell was written to UAR `uar` (a handle) at byte `offset` (0x20 CQ arm, the UAR's
   // db_offset for send doorbells / BlueFlame); `value` is the 64-bit doorbell as written (bytes in
   // the order they sit in memory). Returns 0 or an errno value.
@@ -41,9 +47,27 @@ class Transport {
   }
 };
 
+// poll() for `fd` (none if -1) or `stop_fd`: event when `fd` is readable or `timeout_ms` passed
+// (a transport that cannot be woken asks on a timer), stop when `stop_fd` is readable or on error.
+inline Transport::Wake wait_readable(int stop_fd, int fd, int timeout_ms) {
+  pollfd fds[2] = {{stop_fd, POLLIN, 0}, {fd, POLLIN, 0}};
+  for (;;) {
+    int n = poll(fds, fd >= 0 ? 2 : 1, timeout_ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || fds[0].revents) return Transport::Wake::stop;
+    if (n == 0) return Transport::Wake::event;
+    if (fds[1].revents & (POLLERR | POLLHUP | POLLNVAL)) return Transport::Wake::stop;
+    return Transport::Wake::event;
+  }
+}
+
 // The platform's transport to the device behind `where` (Linux: melon-emud's socket path), opened
 // (uapi Open done). nullptr with *err (an errno value) when it cannot be reached.
 std::unique_ptr<Transport> open_transport(const char* where, int* err);
+
+// The IOKit transport (macOS; on Linux against the stand-in of tests/driverkit), whichever
+// open_transport the build uses.
+std::unique_ptr<Transport> open_iokit_transport(const char* where, int* err);
 
 // Discovery, per platform: where the device is (Linux: $MELON_EMUD_SOCKET, else melon-emud's
 // default socket), and whether something answers there now, cheaply (no Open).

@@ -80,7 +80,13 @@ class EmudTransport : public Transport {
     }
     munmap(addr, len);
   }
-  int event_fd() const override { return client_.event_fd(); }
+  // melon-emud writes the client's eventfd for each armed wake-up.
+  Wake wait_event(int stop_fd) override {
+    Wake w = wait_readable(stop_fd, client_.event_fd(), -1);
+    uint64_t n;
+    if (w == Wake::event) (void)!read(client_.event_fd(), &n, sizeof n);
+    return w;
+  }
   // The daemon watches the UAR page (uapi/doorbell.h): wake its watcher if it sleeps.
   int kick(uint32_t uar, uint32_t, uint64_t) override {
     uapi::UarWatch* w = watch_of(uar);

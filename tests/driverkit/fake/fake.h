@@ -8,6 +8,7 @@
 #include <PCIDriverKit/IOPCIDevice.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <memory>
@@ -107,6 +108,16 @@ long long device_offset_of(uint32_t connection, uint64_t address);
 // maps (anywhere in the mapped pages, not only the descriptor's range). Returns false if
 // `address` is not inside such a mapping of `connection`.
 bool mmio_store64(uint32_t connection, void* address, const void* bytes8);
+// ExternalMethod calls the fake kernel has made (all connections): what a client costs the driver.
+long external_method_calls();
+// While on, IOConnectCallAsyncStructMethod answers kIOReturnUnsupported without calling the driver.
+void refuse_async_calls(bool on);
+// Messages AsyncCompletion has put on the fake's mach ports, and those it dropped because the
+// port's queue was full (kMachPortQueueLimit) or the port was gone.
+long async_messages_sent();
+long async_messages_dropped();
+std::chrono::steady_clock::time_point last_async_message_time();
+inline constexpr size_t kMachPortQueueLimit = 5;  // MACH_PORT_QLIMIT_DEFAULT
 // The io_service_t of a started driver (to open one of several).
 uint32_t service_port(IOService* driver);
 

@@ -32,4 +32,10 @@ struct QueueImpl {
 };
 std::recursive_mutex& queue_lock(IODispatchQueue* q);
 
+// The reference of the action an asynchronous ExternalMethod call carries (fake_mach.cpp answers it).
+struct AsyncReference {
+  uint32_t wake_port;
+  uint64_t words[8];  // the caller's reference (kOSAsyncRef64Count)
+};
+
 }  // namespace melon::dkfake

@@ -50,6 +50,8 @@ std::map<uint32_t, Connection>& connections() {
   return m;
 }
 uint32_t g_next_port = 0x1000;
+std::atomic<long> g_external_method_calls{0};
+std::atomic<bool> g_refuse_async{false};
 std::vector<std::string> g_task_ids;
 bool g_task_array = true;
 }  // namespace
@@ -428,19 +430,25 @@ kern_return_t IOServiceClose(io_connect_t connect) {
   return kIOReturnSuccess;
 }
 
-kern_return_t IOConnectCallStructMethod(mach_port_t connection, uint32_t selector, const void* in, size_t in_len,
-                                        void* out, size_t* out_len) {
+}  // extern "C"
+
+// One ExternalMethod call on the user client's queue, as the kernel makes it: `completion` is the
+// action of an asynchronous call (nullptr for a synchronous one).
+static kern_return_t call_method(mach_port_t connection, uint32_t selector, OSAction* completion, const void* in,
+                                 size_t in_len, void* out, size_t* out_len) {
   IOUserClient* uc = user_client_of(connection);
   if (!uc) return kIOReturnBadArgument;
   IOUserClientMethodArguments args{};
   args.version = 2;
   args.selector = selector;
+  args.completion = completion;
   OSData* input = in_len ? OSData::withBytes(in, in_len) : nullptr;
   args.structureInput = input;
   args.structureOutputMaximumSize = out_len ? *out_len : 0;
   kern_return_t r;
   {
     std::lock_guard<std::recursive_mutex> q(queue_lock(service_impl(uc)->queue));
+    g_external_method_calls++;
     r = uc->ExternalMethod(selector, &args, nullptr, nullptr, nullptr);
   }
   OSSafeReleaseNULL(input);
@@ -451,6 +459,30 @@ kern_return_t IOConnectCallStructMethod(mach_port_t connection, uint32_t selecto
     *out_len = got;
   }
   OSSafeReleaseNULL(args.structureOutput);
+  return r;
+}
+
+extern "C" {
+kern_return_t IOConnectCallStructMethod(mach_port_t connection, uint32_t selector, const void* in, size_t in_len,
+                                        void* out, size_t* out_len) {
+  return call_method(connection, selector, nullptr, in, in_len, out, out_len);
+}
+
+// The kernel makes an action for the call whose reference names the wake port (AsyncCompletion
+// sends there); the driver retains it if it answers later. The kernel's own reference goes when the
+// call returns.
+kern_return_t IOConnectCallAsyncStructMethod(mach_port_t connection, uint32_t selector, mach_port_t wake_port,
+                                             uint64_t* reference, uint32_t reference_count, const void* in,
+                                             size_t in_len, void* out, size_t* out_len) {
+  if (!wake_port || !reference || reference_count < 1 || reference_count > kOSAsyncRef64Count)
+    return kIOReturnBadArgument;
+  if (g_refuse_async) return kIOReturnUnsupported;  // as a driver that has no asynchronous selector
+  OSAction* a = OSAction::make(nullptr, nullptr, sizeof(AsyncReference));
+  auto* ref = static_cast<AsyncReference*>(a->GetReference());
+  ref->wake_port = wake_port;
+  memcpy(ref->words, reference, reference_count * sizeof(uint64_t));
+  kern_return_t r = call_method(connection, selector, a, in, in_len, out, out_len);
+  a->release();
   return r;
 }
 
@@ -542,6 +574,9 @@ bool mmio_store64(uint32_t connect, void* address, const void* bytes8) {
   card->device().write64(off, v);
   return true;
 }
+
+long external_method_calls() { return g_external_method_calls; }
+void refuse_async_calls(bool on) { g_refuse_async = on; }
 
 uint32_t service_port(IOService* driver) {
   std::lock_guard<std::mutex> l(g_reg_mu);

@@ -287,6 +287,9 @@ class IOService : public OSObject {
 
 struct IOUserClientMethodDispatch;
 
+enum { kIOUserClientAsyncArgumentsCountMax = 16 };
+typedef uint64_t IOUserClientAsyncArgumentsArray[kIOUserClientAsyncArgumentsCountMax];
+
 struct IOUserClientMethodArguments {
   uint64_t version;
   uint64_t selector;
@@ -312,6 +315,10 @@ class IOUserClient : public IOService {
   }
   kern_return_t CopyClientMemoryForType_Impl(uint64_t type, uint64_t* options, IOMemoryDescriptor** memory);
   kern_return_t CopyClientEntitlements(OSDictionary** entitlements);
+  // Answers an asynchronous ExternalMethod call (its `completion`): one message to the wake port
+  // the caller gave, carrying `status` and the arguments (the fake queues it on its mach port).
+  void AsyncCompletion(OSAction* action, IOReturn status, const IOUserClientAsyncArgumentsArray asyncData,
+                       uint32_t asyncDataCount);
   kern_return_t CreateMemoryDescriptorFromClient(uint64_t memoryDescriptorCreateOptions, uint32_t segmentsCount,
                                                  const IOAddressSegment segments[32], IOMemoryDescriptor** memory);
 };
