@@ -302,6 +302,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   ho.echo_log = true;  // warnings and errors to stderr; everything with --verbose
   ho.echo_level = opt.verbose ? mlx5::core::LogLevel::debug : mlx5::core::LogLevel::warn;
   EmuHal hal(*dev, host, nullptr, ho);
+  dev->set_host_services(true);  // the watcher and wire_rx below run what they bring
   dev->start_worker();
   wire.attach(dev.get());
   std::atomic<bool> wire_stop{false};

@@ -127,7 +127,9 @@ void Hca::mmio_write(uint64_t off, const uint8_t* b, size_t len) {
     return;
   }
   doorbells_.push_back(db);
-  kick_ = true;
+  // A host that services its own client doorbells (send, CQ arm) still leaves the driver's EQ
+  // doorbells to the worker.
+  if (!host_services_ || db.kind == DbKind::kEqArm || db.kind == DbKind::kEqUpdate) kick_ = true;
 }
 
 }  // namespace melon::mlx5::emu

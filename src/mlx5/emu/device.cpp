@@ -25,7 +25,8 @@ class Locked {
     Hca::Outbox out;
     out.irqs.swap(h_.out_.irqs);
     out.frames.swap(h_.out_.frames);
-    bool kick = h_.kick_;
+    // The worker is woken for queued work, and when a timer now falls before it meant to look.
+    bool kick = h_.kick_ || (h_.worker_wake_at_ && h_.next_deadline() < h_.worker_wake_at_);
     g_.unlock();
     if (kick) h_.wake_.notify_all();
     for (uint16_t v : out.irqs)
@@ -110,14 +111,17 @@ void Device::start_worker() {
         if (!h->kick_) {
           uint64_t due = h->next_deadline();
           uint64_t now = h->now();
+          if (h->manual_clock_ && due > now + 1'000'000) due = now + 1'000'000;
           if (due > now) {
-            // Never sleep longer than 1 ms: a manual clock may be advanced without a kick.
-            uint64_t wait = due - now < 1'000'000 ? due - now : 1'000'000;
-            h->wake_.wait_for(g, std::chrono::nanoseconds(wait));
+            h->worker_wake_at_ = due;
+            if (due == UINT64_MAX)
+              h->wake_.wait(g);
+            else
+              h->wake_.wait_for(g, std::chrono::nanoseconds(due - now));
           }
+          h->worker_wake_at_ = 0;
         }
         if (h->worker_stop_) return;
-        h->kick_ = false;
       }
       while (service()) {}
     }
@@ -138,7 +142,12 @@ void Device::receive_frame(const uint8_t* frame, size_t len) {
   Locked l(*hca_);
   if (hca_->state_ == FwState::kRemoved) return;
   hca_->rx_.emplace_back(frame, frame + len);
-  hca_->kick_ = true;
+  if (!hca_->host_services_) hca_->kick_ = true;
+}
+
+void Device::set_host_services(bool on) {
+  Locked l(*hca_);
+  hca_->host_services_ = on;
 }
 
 void Device::set_faults(const Faults& f) {

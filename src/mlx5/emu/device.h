@@ -193,6 +193,11 @@ class Device {
   void start_worker();
   void stop_worker();
 
+  // The host promises to call service() itself after each send or CQ arm doorbell it writes and each
+  // receive_frame (melon-emud: its doorbell watcher and wire threads run the work they bring, one
+  // thread hand-off less per packet). The worker then wakes for commands and timers only.
+  void set_host_services(bool on);
+
   // An inbound frame from the wire (same format as FramePort::transmit). Queued; handled in service().
   void receive_frame(const uint8_t* frame, size_t len);
 

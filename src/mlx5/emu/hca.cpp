@@ -92,6 +92,7 @@ uint64_t Hca::next_deadline() {
 }
 
 bool Hca::service() {
+  kick_ = false;  // everything queued is taken below
   update_fw_state();
   if (!alive()) {
     doorbells_.clear(), rx_.clear();  // a dead device does nothing

@@ -451,7 +451,14 @@ class Hca {
   std::thread worker_;
   std::condition_variable wake_;
   bool worker_stop_ = false;
-  bool kick_ = false;
+  bool kick_ = false;  // work queued for the worker: service() takes it all and clears it
+  // The host calls service() after its own doorbell writes and receive_frame calls
+  // (Device::set_host_services): those do not wake the worker, which keeps commands and timers.
+  bool host_services_ = false;
+  // Only a host's own clock (a test's manual one) can move without a kick: the worker then
+  // never sleeps more than 1 ms. On the steady clock it sleeps until the next deadline.
+  bool manual_clock_ = false;
+  uint64_t worker_wake_at_ = 0;  // when the sleeping worker will look again (0: awake, or no worker)
 };
 
 }  // namespace melon::mlx5::emu

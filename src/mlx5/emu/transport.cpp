@@ -338,6 +338,7 @@ void Hca::tp_destroy_srq(Srq& s) {
 namespace melon::mlx5::emu {
 // Here, where EngineHost is complete.
 Hca::Hca(const HostPorts& ports, const DeviceConfig& config) : ports_(ports), cfg_(config) {
+  manual_clock_ = ports_.clock != nullptr;
   if (!ports_.clock) ports_.clock = &own_clock_;
   engine_reset();
   reset(true);

@@ -5,6 +5,7 @@
 // UAR's CQ doorbell.
 #include "providers/mlx5/byte_order.h"
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "mlx5/prm/cqe.h"
@@ -174,6 +175,7 @@ int mlx5_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     if (r > 0) got++;
   }
   if (got || cq->ci != from_be32(cq->dbrec[0])) update_ci(cq);
+  if (!got && n > 0 && cq->ctx->yield_when_idle()) sched_yield();  // let melon-emud run (Transport)
   return got;
 }
 
@@ -226,7 +228,10 @@ int advance(ibv_cq_ex* c) {
   ibv_wc wc;
   while ((r = poll_one(cq, &wc)) < 0) {}
   update_ci(cq);
-  if (r == 0) return ENOENT;
+  if (r == 0) {
+    if (cq->ctx->yield_when_idle()) sched_yield();  // as mlx5_poll_cq
+    return ENOENT;
+  }
   cq->position_on(wc);
   return 0;
 }

@@ -153,6 +153,8 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   Mlx5Qp* qp_by_qpn(uint32_t qpn);
 
   const uapi::DeviceAttr& dev_attr() const { return attr_; }
+  // An empty poll gives the CPU away (Transport::device_needs_host_cpu): melon-emud.
+  bool yield_when_idle() const { return yield_when_idle_; }
   bool owns(const ibv_pd* pd) const { return pd && pd->context == &vctx.context; }
   bool owns(const ibv_cq* cq) const { return cq && cq->context == &vctx.context; }
 
@@ -165,6 +167,7 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
 
   Mlx5Device* dev_;
   std::unique_ptr<Transport> t_;
+  const bool yield_when_idle_ = t_->device_needs_host_cpu();
   uapi::DeviceAttr attr_{};
   uapi::UarResp uar_{};
   Mapping uar_map_;

@@ -40,6 +40,10 @@ class Transport {
   // db_offset for send doorbells / BlueFlame); `value` is the 64-bit doorbell as written (bytes in
   // the order they sit in memory). Returns 0 or an errno value.
   virtual int kick(uint32_t uar, uint32_t offset, uint64_t value) = 0;
+  // True when the device is emulated by threads on this host's CPUs (melon-emud): an application
+  // spinning on an empty CQ then starves the very device it waits for on a small machine, so the
+  // provider yields the CPU on an empty poll. A real card needs no CPU of ours.
+  virtual bool device_needs_host_cpu() const { return false; }
 
   template <class Req, class Resp>
   uapi::Status call(uapi::Selector s, const Req& rq, Resp* rp) {

@@ -80,6 +80,7 @@ class EmudTransport : public Transport {
     }
     munmap(addr, len);
   }
+  bool device_needs_host_cpu() const override { return true; }
   // melon-emud writes the client's eventfd for each armed wake-up.
   Wake wait_event(int stop_fd) override {
     Wake w = wait_readable(stop_fd, client_.event_fd(), -1);
