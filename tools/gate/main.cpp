@@ -138,6 +138,7 @@ int main(int argc, char** argv) {
   o.capture = !no_capture;
   if (!o.min_gbps && getenv("MELON_GATE_MIN_GBPS")) o.min_gbps = atof(getenv("MELON_GATE_MIN_GBPS"));
   if (o.quick && !app.count("--duration")) o.duration = 5;
+  if (o.quick && !app.count("--cycles") && !getenv("STABLE_INIT_CYCLES")) o.cycles = 3;
   std::vector<const GateSpec*> gates;
   if (name == "all") {
     for (const GateSpec& g : gate_table()) gates.push_back(&g);

@@ -112,6 +112,7 @@ def plot_bulk(rows, out):
     pts = sorted((int(r), float(g)) for gate, r, s, g in rows)
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.bar([p[0] for p in pts], [p[1] for p in pts])
+    ax.set_xticks([p[0] for p in pts])
     ax.set_xlabel("run (fresh QP and MR)")
     ax.set_ylabel("1 MiB WRITE bandwidth (Gbit/s)")
     ax.set_title("Bulk write stability")

@@ -90,6 +90,12 @@ bool Target::up(std::string* why) {
     ours["MELON_SOFT_CONFIG"] = dir_ + "/ours.conf";
     ours_ = std::make_unique<LocalSide>("ours", "soft0", 0, ours, "MelonDMA soft provider, soft0 on " + our_ip,
                                         is_ssh() ? our_ip : "127.0.0.1");
+    if (!is_ssh()) {
+      Env o2 = base;
+      write_file(dir_ + "/ours2.conf", "device soft2 " + o_.our2_addr + "\n");
+      o2["MELON_SOFT_CONFIG"] = dir_ + "/ours2.conf";
+      ours2_ = std::make_unique<LocalSide>("ours", "soft2", 0, o2, "soft2 on " + o_.our2_addr);
+    }
   } else if (o_.provider == "mlx5") {
     std::string emud = o_.build + "/src/dext/emuhost/melon-emud";
     if (access(emud.c_str(), X_OK) != 0) return *why = "no melon-emud at " + emud, false;
@@ -120,6 +126,10 @@ bool Target::up(std::string* why) {
     peer["MELON_SOFT_CONFIG"] = dir_ + "/peer.conf";
     peer_ = std::make_unique<LocalSide>("peer", "soft1", 0, peer,
                                         "second process on this host: MelonDMA soft provider, soft1 on " + o_.peer_addr);
+    Env p2 = base;
+    write_file(dir_ + "/peer2.conf", "device soft3 " + o_.peer2_addr + "\n");
+    p2["MELON_SOFT_CONFIG"] = dir_ + "/peer2.conf";
+    peer2_ = std::make_unique<LocalSide>("peer", "soft3", 0, p2, "soft3 on " + o_.peer2_addr);
   } else if (is_ssh()) {
     std::string t = o_.peer.substr(6), port;
     size_t colon = t.rfind(':');

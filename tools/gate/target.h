@@ -29,6 +29,7 @@ struct Options {
   std::string ssh_cmd = "ssh";  // the client (MELON_GATE_SSH: a stub in tests)
   // Local addresses (loopback, each gate run its own).
   std::string our_addr = "127.0.0.50", peer_addr = "127.0.0.51", emud_addr = "127.0.0.52";
+  std::string our2_addr = "127.0.0.53", peer2_addr = "127.0.0.54";
 };
 
 class Target {
@@ -40,6 +41,11 @@ class Target {
   void down();
   Side& ours() { return *ours_; }
   Side& peer() { return *peer_; }
+  // A second client on each side at the same time (isolation): mlx5_0 and a real peer device take
+  // any number of processes; a soft device is one process's UDP socket, so local soft sides get
+  // a device of their own on another address.
+  Side& ours2() { return ours2_ ? *ours2_ : *ours_; }
+  Side& peer2() { return peer2_ ? *peer2_ : *peer_; }
   bool has_peer() const { return peer_ != nullptr; }
   bool is_mlx5() const { return o_.provider == "mlx5"; }
   bool is_ssh() const { return o_.peer.rfind("ssh://", 0) == 0; }
@@ -60,7 +66,7 @@ class Target {
 
  private:
   Options o_;
-  std::unique_ptr<Side> ours_, peer_;
+  std::unique_ptr<Side> ours_, peer_, ours2_, peer2_;
   Proc emud_;
   std::string emud_sock_, dir_;
 };
