@@ -361,7 +361,7 @@ std::vector<Step> plan_quota(Ctx& c, const GateSpec&) {
 
 std::vector<Step> plan_abi_fuzz(Ctx& c, const GateSpec& g) {
   auto base = std::make_shared<uapi::UsageResp>();
-  int runs = c.iters(g);
+  int runs = g.fig.iters[c.q];  // MLX_MAX_ROUNDS caps exchanges, not fuzz runs
   return {step_take_baseline(base),
           step_live_refusals(),
           step_no_leak("the refused requests left nothing behind", base),
@@ -450,6 +450,8 @@ const GateSpec* find_gate(const std::string& n) {
 std::string unsupported_reason(const GateSpec& g, const Target& t) {
   if ((g.needs & kMlx5) && !t.is_mlx5()) return "mlx5 provider only (the user-client boundary / device re-init)";
   if ((g.needs & kPeer) && t.is_linux_peer() && !*g.peer_only) return "not in the rxe guest gate (tests/peer/gate.sh)";
+  // Two of our clients at once need two soft devices, i.e. two addresses; over ssh we have one.
+  if (g.plan == plan_isolation && t.is_ssh() && !t.is_mlx5()) return "soft provider over ssh: one address, one client";
   return "";
 }
 
