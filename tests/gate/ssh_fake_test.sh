@@ -28,10 +28,10 @@ echo "---- $(wc -l < "$log") ssh calls; the first few:"; head -5 "$log"
 awk -F'\t' -v k="$work/id_gat" '$1 != "gat-user@gat-peer.invalid" || $2 != k || $3 != 2222 || $4 !~ /BatchMode=yes/ { bad++ }
   END { exit bad > 0 }' "$log" || fail "an ssh call without the login, key, port or BatchMode"
 # The tools ran on the peer with its device and GID, as server and as client (to our control address).
-grep -qP '\tibv_rc_pingpong -d soft9 -g 0 -p \d+ -s 1 -n 40 -c -m 1024$' "$log" || fail "no pingpong server on the peer"
-grep -qP '\tibv_rc_pingpong -d soft9 -g 0 -p \d+ -s 1 -n 40 -c -m 1024 127\.0\.0\.56$' "$log" || fail "no pingpong client on the peer towards MAC_ROCE_IP"
-grep -qP '\tib_write_bw -d soft9 -x 0 -p \d+ -F ' "$log" || fail "no ib_write_bw on the peer"
-grep -qP '\tib_read_bw -d soft9 -x 0 -p \d+ -F .* -o 16 -m 1024 127\.0\.0\.56$' "$log" || fail "no ib_read_bw client (with -o 16) on the peer"
+grep -qP '\ttimeout \d+ ibv_rc_pingpong -d soft9 -g 0 -p \d+ -s 4096 -n 40 -c -m 1024$' "$log" || fail "no pingpong server on the peer"
+grep -qP '\ttimeout \d+ ibv_rc_pingpong -d soft9 -g 0 -p \d+ -s 4096 -n 40 -c -m 1024 127\.0\.0\.56$' "$log" || fail "no pingpong client on the peer towards MAC_ROCE_IP"
+grep -qP '\ttimeout \d+ ib_write_bw -d soft9 -x 0 -p \d+ -F ' "$log" || fail "no ib_write_bw on the peer"
+grep -qP '\ttimeout \d+ ib_read_bw -d soft9 -x 0 -p \d+ -F .* -o 16 -m 1024 127\.0\.0\.56$' "$log" || fail "no ib_read_bw client (with -o 16) on the peer"
 grep -qP "\tss -Hltn 'sport = :\d+'$" "$log" || fail "the peer's listening socket was not checked over ssh"
 # Artifacts: the peer's identity, device and counters, before and after, in the report.
 for w in before after; do
@@ -43,7 +43,7 @@ done
 grep -q "^peer: ssh://gat-user@gat-peer.invalid:2222 (ssh gat-user@gat-peer.invalid (soft9, GID 0))" "$rep/metadata.txt" ||
   fail "metadata.txt does not name the peer"
 n=$(grep -c $'\tPASS\t' "$rep/gate.txt")
-[ "$n" -ge 9 ] || fail "gate.txt has $n passing steps"
+[ "$n" -ge 7 ] && ! grep -q $'\tFAIL\t' "$rep/gate.txt" || fail "gate.txt: $n passing steps, or a failed one"
 ls "$rep"/logs/p0-*-ibv_rc_pingpong.log >/dev/null || fail "no tool logs"
 grep -q '^## peer (server): ibv_rc_pingpong -d soft9' "$rep"/logs/p0-001-ibv_rc_pingpong.log || fail "the step log lacks the peer's side"
 echo "PASS: $(wc -l < "$log") ssh calls, all with the login, key and port; artifacts collected"
