@@ -59,7 +59,7 @@ enum Feature : uint64_t {
   V(map, 0x1090, MapReq, MapResp)                    \
   V(get_event, 0x1093, EmptyReq, EventResp)          \
   V(query_usage, 0x10b6, EmptyReq, UsageResp)        \
-  V(stable_cycle, 0x10a6, StableCycleReq, StableCycleResp) \
+  V(stable_cycle, 0x10a6, CycleReq, CycleResp)       \
   V(create_srq, 0x10b8, CreateSrqReq, CreateSrqResp) \
   V(destroy_srq, 0x10b9, HandleReq, EmptyResp)       \
   V(modify_srq, 0x10bc, ModifySrqReq, EmptyResp)
@@ -434,12 +434,12 @@ static_assert(sizeof(UsageResp) == 104);
 enum : uint32_t {
   kCycleInjectRoceEnQuirk = 1u << 0,  // emulated device: firmware 14.22's roce_en quirk for this cycle
 };
-struct StableCycleReq {
+struct CycleReq {
   uint32_t flags;  // kCycle*
   uint32_t reserved;
 };
-static_assert(sizeof(StableCycleReq) == 8);
-struct StableCycleResp {
+static_assert(sizeof(CycleReq) == 8);
+struct CycleResp {
   uint32_t used_reset;  // 1: the no-FLR path failed and a function reset (FLR) brought the device up
   uint32_t ok;  // 1: the device is up (by either path)
   // The no-FLR path's failure when used_reset: stage (its name below), error, firmware command.
@@ -454,7 +454,7 @@ struct StableCycleResp {
   uint32_t dma_buffers, reserved;  // the driver's DMA buffers
   uint64_t iova_bytes;  // bytes mapped in the IOMMU (0: the host cannot tell)
 };
-static_assert(sizeof(StableCycleResp) == 128);
+static_assert(sizeof(CycleResp) == 128);
 
 // A struct's size on the wire (the empty ones are 0 bytes, not C++'s 1).
 template <class T>

@@ -24,8 +24,8 @@ bool is_perftest(const std::string& tool) { return tool.rfind("ib_", 0) == 0; }
 
 std::string command(const Side& s, const std::string& tool, const std::string& args, int port,
                     const std::string& connect_to) {
-  std::string c = tool + " -d " + s.dev() + (is_perftest(tool) ? " -x " : " -g ") + std::to_string(s.gid()) +
-                  " -p " + std::to_string(port);
+  std::string c = tool + " -d " + s.dev() + (is_perftest(tool) ? " -x " : " -g ") + std::to_string(s.gid()) + " -p " +
+                  std::to_string(port);
   if (is_perftest(tool)) c += " -F";
   c += " " + args;
   if (!connect_to.empty()) c += " " + connect_to;
@@ -41,7 +41,8 @@ struct Capture {
     if (!c.o.capture || filter.empty() || access("/usr/bin/tcpdump", X_OK) != 0 || geteuid() != 0) return false;
     file = rel;
     std::string log = c.rep.path("logs/tcpdump.log");
-    p = spawn({"tcpdump", "-i", c.t.capture_iface(), "-U", "-s", "0", "-w", c.rep.path(rel), filter}, {}, log, "tcpdump");
+    p = spawn({"tcpdump", "-i", c.t.capture_iface(), "-U", "-s", "0", "-w", c.rep.path(rel), filter}, {}, log,
+              "tcpdump");
     double t0 = now_s();
     while (now_s() - t0 < 3 && alive(p) && read_file(log).find("listening on") == std::string::npos) usleep(20000);
     return alive(p);
@@ -95,8 +96,9 @@ Exchange exchange(Ctx& c, const std::string& tool, const std::string& args, bool
   cap.finish(c, !x.ok);
   x.pcap = cap.file;
   std::ostringstream l;
-  l << "## " << srv.name() << " (server): " << scmd << "\n" << x.server.out << "\n## " << cli.name()
-    << " (client): " << ccmd << "\n" << x.client.out;
+  l << "## " << srv.name() << " (server): " << scmd << "\n"
+    << x.server.out << "\n## " << cli.name() << " (client): " << ccmd << "\n"
+    << x.client.out;
   write_file(c.rep.path(x.log), l.str());
   unlink(slog.c_str());
   unlink(clog.c_str());

@@ -53,7 +53,8 @@ Step bandwidth(const std::string& name, const std::string& tool, long size, int 
             Exchange x = exchange(c, tool, fmt("-s %ld -n %d --report_gbits %s", size, iters, ex.c_str()), ours_serves);
             double g = perftest_gbps(x.client.out + "\n" + x.server.out, size);
             bool fast = min_gbps > 0 ? g >= min_gbps : g > 0;
-            if (x.ok && !kind.empty()) c.rep.figure(fmt("%s\t%s\t%s\t%ld\t%.4f", kind.c_str(), c.gate.c_str(), key.c_str(), size, g));
+            if (x.ok && !kind.empty())
+              c.rep.figure(fmt("%s\t%s\t%s\t%ld\t%.4f", kind.c_str(), c.gate.c_str(), key.c_str(), size, g));
             StepRecord r = record(c, name, x, opcode_of(tool), fast,
                                   fmt("%d x %ld B, %.3f Gbit/s%s", iters, size, g,
                                       min_gbps > 0 ? fmt(" (at least %.1f)", min_gbps).c_str() : ""));
@@ -70,8 +71,8 @@ Step latency(const std::string& name, const std::string& tool, long size, int it
             bool have = perftest_lat(x.client.out + "\n" + x.server.out, size, v);
             bool sane = have && v[0] > 0 && v[0] <= v[2] && v[2] <= v[1];
             if (x.ok && have)
-              c.rep.figure(fmt("lat\t%s\t%s\t%ld\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f", c.gate.c_str(), tool.c_str(), size,
-                               v[0], v[2], v[3], v[5], v[6], v[1]));
+              c.rep.figure(fmt("lat\t%s\t%s\t%ld\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f", c.gate.c_str(), tool.c_str(),
+                               size, v[0], v[2], v[3], v[5], v[6], v[1]));
             return record(c, name, x, opcode_of(tool), sane,
                           fmt("%ld B: min %.2f, typical %.2f, 99%% %.2f, 99.9%% %.2f, max %.2f usec", size, v[0], v[2],
                               v[5], v[6], v[1]));
@@ -137,8 +138,10 @@ Step linux_peer(const std::string& name, const std::string& only, int mtu, bool 
             size_t p = d.out.rfind("gate: ");
             r.detail = p != std::string::npos ? d.out.substr(p, d.out.find('\n', p) - p) : fmt("exit %d", d.rc);
             if (d.rc == 77) r.detail = "this machine cannot run the guest (tests/peer)";
-            if (d.rc == 0 || d.rc == 77) unlink(c.rep.path(fmt("pcap/linux-peer-%d.pcap", mtu)).c_str());
-            else r.pcap = fmt("pcap/linux-peer-%d.pcap", mtu);
+            if (d.rc == 0 || d.rc == 77)
+              unlink(c.rep.path(fmt("pcap/linux-peer-%d.pcap", mtu)).c_str());
+            else
+              r.pcap = fmt("pcap/linux-peer-%d.pcap", mtu);
             return r;
           }};
 }
@@ -156,8 +159,8 @@ std::vector<Step> plan_p0(Ctx& c, const GateSpec& g) {
   std::vector<int> sizes = c.q ? std::vector<int>{1, 64, 256, 4096} : std::vector<int>{4096};
   for (bool back : {false, true})
     for (int z : sizes)
-      s.push_back(pingpong(fmt("SEND/RECV %d B, %s", z, dir_name(back)), "ibv_rc_pingpong", z, n,
-                           fmt("-m %d", c.o.mtu), back));
+      s.push_back(
+          pingpong(fmt("SEND/RECV %d B, %s", z, dir_name(back)), "ibv_rc_pingpong", z, n, fmt("-m %d", c.o.mtu), back));
   for (bool back : {false, true})
     s.push_back(bandwidth(fmt("WRITE 1 MiB window 16, %s", dir_name(back)), "ib_write_bw", 1 << 20, c.q ? 1024 : 20,
                           fmt("-t 16 -m %d", c.o.mtu), back));
@@ -220,7 +223,7 @@ std::vector<Step> plan_speed(Ctx& c, const GateSpec& g) {
       for (long z : sizes)
         if (c.q || mtu == 4096 || w == windows[0])  // quick: the second MTU at the first window only
           s.push_back(bandwidth(fmt("WRITE %ld B, window %d, MTU %d", z, w, mtu), "ib_write_bw", z, c.iters(g),
-                              fmt("-t %d -m %d", w, mtu), false, "sweep", fmt("%d\t%d", mtu, w)));
+                                fmt("-t %d -m %d", w, mtu), false, "sweep", fmt("%d\t%d", mtu, w)));
   for (const char* t : {"ib_write_lat", "ib_send_lat", "ib_read_lat"})
     if (c.q || strcmp(t, "ib_read_lat") != 0)
       s.push_back(latency(fmt("%s 8 B percentiles", t), t, 8, c.q ? 10000 : 500, false));
@@ -230,8 +233,9 @@ std::vector<Step> plan_speed(Ctx& c, const GateSpec& g) {
 std::vector<Step> plan_bulk(Ctx& c, const GateSpec& g) {
   std::vector<Step> s;
   for (int i = 1; i <= c.repeats(g); i++)
-    s.push_back(bandwidth(fmt("run %d: fresh QP/MR, WRITE 1 MiB x %d, window 16", i, c.iters(g)), "ib_write_bw", 1 << 20,
-                          c.iters(g), fmt("-t 16 -m %d", c.o.mtu), false, "bulk", std::to_string(i), c.o.min_gbps));
+    s.push_back(bandwidth(fmt("run %d: fresh QP/MR, WRITE 1 MiB x %d, window 16", i, c.iters(g)), "ib_write_bw",
+                          1 << 20, c.iters(g), fmt("-t 16 -m %d", c.o.mtu), false, "bulk", std::to_string(i),
+                          c.o.min_gbps));
   return s;
 }
 
@@ -249,10 +253,13 @@ std::vector<Step> plan_soak(Ctx& c, const GateSpec&) {
                  while (now_s() - t0 < dur && bad.empty()) {
                    Exchange a = exchange(c, "ibv_rc_pingpong", fmt("-s 4096 -n 200 -c -m %d", c.o.mtu), rounds % 2);
                    Exchange b = exchange(c, "ib_write_bw", fmt("-s 65536 -n 100 -m %d", c.o.mtu), rounds % 2 == 0);
-                   Exchange d = exchange(c, "ib_read_bw", fmt("-s 4096 -n 100 -m %d%s", c.o.mtu, reads(c).c_str()), false);
+                   Exchange d =
+                       exchange(c, "ib_read_bw", fmt("-s 4096 -n 100 -m %d%s", c.o.mtu, reads(c).c_str()), false);
                    for (Exchange* x : {&a, &b, &d})
-                     if (!x->ok && bad.empty()) bad = fmt("round %d: ", rounds + 1) + x->why, r.log = x->log, r.pcap = x->pcap;
-                     else if (x->ok) unlink(c.rep.path(x->log).c_str());
+                     if (!x->ok && bad.empty())
+                       bad = fmt("round %d: ", rounds + 1) + x->why, r.log = x->log, r.pcap = x->pcap;
+                     else if (x->ok)
+                       unlink(c.rep.path(x->log).c_str());
                    rounds++;
                  }
                  r.seconds = now_s() - t0;
@@ -292,8 +299,9 @@ Step kill_one_of_two() {
             stop(as, SIGKILL);
             Done b_client = wait(bc, 120), b_server = wait(bs, 30);
             stop(ac, SIGKILL);
-            std::string text = "## victim ours\n" + read_file(dir + ".a-ours") + "\n## victim peer\n" + read_file(dir + ".a-peer") +
-                               "\n## survivor ours\n" + b_server.out + "\n## survivor peer\n" + b_client.out;
+            std::string text = "## victim ours\n" + read_file(dir + ".a-ours") + "\n## victim peer\n" +
+                               read_file(dir + ".a-peer") + "\n## survivor ours\n" + b_server.out +
+                               "\n## survivor peer\n" + b_client.out;
             write_file(dir, text);
             for (const char* e : {".a-ours", ".a-peer", ".b-ours", ".b-peer"}) unlink((dir + e).c_str());
             bool ok = victim_ran && b_client.rc == 0 && b_server.rc == 0 && pingpong_usec(b_client.out, 500) > 0;
@@ -316,10 +324,12 @@ std::vector<Step> plan_isolation(Ctx& c, const GateSpec& g) {
                         "tests/uapi/uapi_server_test",
                         {"--gtest_filter=Uapi.AnotherClientsHandleNamesNothingOfIts:Uapi.EventsGoToTheOwnerOnly:"
                          "Uapi.AnEventOfALeftClientDoesNotReachTheNextClientInItsSlot"}));
-    std::string f = "Emud.BadRequestsGetExactErrorsWhileAnotherClientWorks:Emud.AClientThatTruncatesItsMemfdsHarmsNoOne";
+    std::string f =
+        "Emud.BadRequestsGetExactErrorsWhileAnotherClientWorks:Emud.AClientThatTruncatesItsMemfdsHarmsNoOne";
     if (c.q) f += ":Emud.AHostileClientGetsCleanErrorsAndAWellBehavedOneWorksOn";
-    s.push_back(program(c.q ? "melon-emud: a hostile client, bad requests and truncated memfds beside a working client" : "melon-emud: bad requests and truncated memfds beside a working client (uapi_emud_test)", "tests/uapi/uapi_emud_test",
-                        {"--gtest_filter=" + f}));
+    s.push_back(program(c.q ? "melon-emud: a hostile client, bad requests and truncated memfds beside a working client"
+                            : "melon-emud: bad requests and truncated memfds beside a working client (uapi_emud_test)",
+                        "tests/uapi/uapi_emud_test", {"--gtest_filter=" + f}));
   }
   (void)g;
   return s;
@@ -353,7 +363,9 @@ std::vector<Step> plan_quota(Ctx& c, const GateSpec&) {
                        "Uapi.ClientConnectionsAreLimitedPerUser:Uapi.FirmwareRefusalConsumesNoQuotaOrHandle:"
                        "Uapi.*IsLimitedPer*"}));
   std::string f = "Emud.QueueAndPinnedMemoryAreLimitedInBytes:Emud.OneUserCannotTakeEveryConnection";
-  if (c.q) f += ":EmudOneUser.SixteenClientsAtOnceAndTheSeventeenthIsRefused:Emud.RequestsAreCheckedAgainstTheLimitsTheDeviceAdvertises";
+  if (c.q)
+    f += ":EmudOneUser.SixteenClientsAtOnceAndTheSeventeenthIsRefused:Emud."
+         "RequestsAreCheckedAgainstTheLimitsTheDeviceAdvertises";
   s.push_back(program("melon-emud: byte limits and connections (uapi_emud_test)", "tests/uapi/uapi_emud_test",
                       {"--gtest_filter=" + f}));
   return s;
@@ -362,16 +374,17 @@ std::vector<Step> plan_quota(Ctx& c, const GateSpec&) {
 std::vector<Step> plan_abi_fuzz(Ctx& c, const GateSpec& g) {
   auto base = std::make_shared<uapi::UsageResp>();
   int runs = g.fig.iters[c.q];  // MLX_MAX_ROUNDS caps exchanges, not fuzz runs
-  return {step_take_baseline(base),
-          step_live_refusals(),
-          step_no_leak("the refused requests left nothing behind", base),
-          program("server: each refusal's exact status, no backend call", "tests/uapi/uapi_server_test",
-                  {"--gtest_filter=Uapi.EverySelectorButOpenIsRefusedBeforeOpen:Uapi.UnknownSelector:"
-                   "Uapi.TruncatedRequestIsRefused:Uapi.LongerRequestNeedsZeroTail:"
-                   "Uapi.ShortResponseBufferIsRefusedBeforeAnythingIsCreated:Uapi.ReservedFieldsMustBeZero:"
-                   "Uapi.*FieldsAreChecked:Uapi.WrongStateTransitionsNeverReachTheFirmware"}),
-          fuzzer(fmt("fuzz_uapi_request: %d random request sequences from three clients", runs), "fuzz_uapi_request", runs),
-          fuzzer(fmt("fuzz_emud_socket: %d datagrams on melon-emud's socket protocol", runs), "fuzz_emud_socket", runs)};
+  return {
+      step_take_baseline(base),
+      step_live_refusals(),
+      step_no_leak("the refused requests left nothing behind", base),
+      program("server: each refusal's exact status, no backend call", "tests/uapi/uapi_server_test",
+              {"--gtest_filter=Uapi.EverySelectorButOpenIsRefusedBeforeOpen:Uapi.UnknownSelector:"
+               "Uapi.TruncatedRequestIsRefused:Uapi.LongerRequestNeedsZeroTail:"
+               "Uapi.ShortResponseBufferIsRefusedBeforeAnythingIsCreated:Uapi.ReservedFieldsMustBeZero:"
+               "Uapi.*FieldsAreChecked:Uapi.WrongStateTransitionsNeverReachTheFirmware"}),
+      fuzzer(fmt("fuzz_uapi_request: %d random request sequences from three clients", runs), "fuzz_uapi_request", runs),
+      fuzzer(fmt("fuzz_emud_socket: %d datagrams on melon-emud's socket protocol", runs), "fuzz_emud_socket", runs)};
 }
 
 std::vector<Step> plan_stable(Ctx& c, const GateSpec& g) { return plan_stable_driver(c, g); }
@@ -381,59 +394,121 @@ std::vector<Step> plan_stable(Ctx& c, const GateSpec& g) { return plan_stable_dr
 // The table. Figures: {quick iterations, full iterations}, {quick repeats, full repeats}.
 const std::vector<GateSpec>& gate_table() {
   static const std::vector<GateSpec> t = {
-      {"p0", "datapath,p0.1", "P0.1 datapath matrix (run_p0_gate.sh)",
+      {"p0",
+       "datapath,p0.1",
+       "P0.1 datapath matrix (run_p0_gate.sh)",
        "RC SEND/RECV, RDMA WRITE and RDMA READ move the right bytes both ways, at every size and window",
        "every exchange: both ends exit 0; SEND/RECV payload checked (-c) with nonzero usec/iter; WRITE/READ rows "
        "with nonzero Gbit/s",
-       kPeer, {{100, 10000}, {1, 1}}, "ibv_rc_pingpong [14]|ib_write_bw|ib_read_bw", plan_p0},
-      {"phase2", "send-recv,p2", "Phase 2 SEND/RECV (run_phase2_gate.sh)",
+       kPeer,
+       {{100, 10000}, {1, 1}},
+       "ibv_rc_pingpong [14]|ib_write_bw|ib_read_bw",
+       plan_p0},
+      {"phase2",
+       "send-recv,p2",
+       "Phase 2 SEND/RECV (run_phase2_gate.sh)",
        "SEND/RECV against the peer at 1/64/256 B and the MTU, then fresh QP/CQ/MR/PD recreate cycles",
-       "each size: N exchanges, payload checked, nonzero usec/iter; each recreate cycle passes", kPeer,
-       {{200, 250000}, {1, 10}}, "ibv_rc_pingpong", plan_phase2},
-      {"p3", "inline-atomics-sl", "P3 inline + atomics + SL (run_p3_gate.sh)",
+       "each size: N exchanges, payload checked, nonzero usec/iter; each recreate cycle passes",
+       kPeer,
+       {{200, 250000}, {1, 10}},
+       "ibv_rc_pingpong",
+       plan_phase2},
+      {"p3",
+       "inline-atomics-sl",
+       "P3 inline + atomics + SL (run_p3_gate.sh)",
        "inline SEND/WRITE, 64-bit FETCH_AND_ADD and CMP_AND_SWAP, SL 3, completion-event arming",
-       "every exchange passes with nonzero figures; atomic latency min <= typical <= max", kPeer,
-       {{100, 10000}, {1, 1}}, "ib_atomic_bw|ib_send_lat", plan_p3},
-      {"multi-qp", "phase3,qp-scaling", "Phase 3 multi-QP 1/2/4/8 (run_phase3_multi_qp_gate.sh)",
+       "every exchange passes with nonzero figures; atomic latency min <= typical <= max",
+       kPeer,
+       {{100, 10000}, {1, 1}},
+       "ib_atomic_bw|ib_send_lat",
+       plan_p3},
+      {"multi-qp",
+       "phase3,qp-scaling",
+       "Phase 3 multi-QP 1/2/4/8 (run_phase3_multi_qp_gate.sh)",
        "1, 2, 4 and 8 QPs at once, each WRITE window 16; aggregate Gbit/s per QP count (plot)",
        "every QP count passes with nonzero aggregate Gbit/s (scaling reported, not asserted: the anchor's hardware "
        "baseline is 1.95/3.58/4.19x)",
-       kPeer, {{50, 1024}, {1, 1}}, "-q 4", plan_multi_qp},
-      {"speed", "phase5,sweep", "Phase 5 outstanding-WR speed sweep (run_phase5 speed gate)",
+       kPeer,
+       {{50, 1024}, {1, 1}},
+       "-q 4",
+       plan_multi_qp},
+      {"speed",
+       "phase5,sweep",
+       "Phase 5 outstanding-WR speed sweep (run_phase5 speed gate)",
        "WRITE bandwidth over message size x outstanding-WR window x path MTU; WRITE/SEND/READ latency percentiles "
        "(plots)",
-       "every point passes with nonzero Gbit/s; latency rows min <= typical <= max", kPeer,
-       {{100, 5000}, {1, 1}}, "ib_write_bw|ib_write_lat|ib_send_lat|ib_read_lat", plan_speed},
-      {"bulk-write", "phase5-bulk,stability", "Phase 5 bulk write / stability (run_phase5_stability_gate.sh)",
+       "every point passes with nonzero Gbit/s; latency rows min <= typical <= max",
+       kPeer,
+       {{100, 5000}, {1, 1}},
+       "ib_write_bw|ib_write_lat|ib_send_lat|ib_read_lat",
+       plan_speed},
+      {"bulk-write",
+       "phase5-bulk,stability",
+       "Phase 5 bulk write / stability (run_phase5_stability_gate.sh)",
        "repeated fresh-QP 1 MiB WRITE runs hold their bandwidth",
-       "every run passes at >= --min-gbps (0: nonzero; the anchor's hardware threshold is 19.0 Gbit/s)", kPeer,
-       {{50, 1024}, {2, 10}}, "ib_write_bw", plan_bulk},
-      {"stable-driver", "stable,stable-init", "stable-driver (run_stable_driver_gate.sh, mlx_stable_gate)",
+       "every run passes at >= --min-gbps (0: nonzero; the anchor's hardware threshold is 19.0 Gbit/s)",
+       kPeer,
+       {{50, 1024}, {2, 10}},
+       "ib_write_bw",
+       plan_bulk},
+      {"stable-driver",
+       "stable,stable-init",
+       "stable-driver (run_stable_driver_gate.sh, mlx_stable_gate)",
        "no-FLR re-init cycles (TEARDOWN_HCA, pages, DISABLE/ENABLE_HCA, pages, SET_HCA_CAP, INIT_HCA) with traffic "
        "between, no leak, and the firmware 14.22 roce_en quirk recovered by FLR with its stage named",
        "STABLE_INIT_CYCLES (1..100) cycles with recovered_flr=0, roce_en 1, port up, same firmware revision and "
        "command-queue IOVA, driver pages = device pages, no ambiguous pages, no object/byte/DMA/IOVA left; the quirk "
        "cycle falls back to FLR naming 'vport roce_en'; traffic passes after every cycle",
-       kMlx5, {{50, 1000}, {1, 1}}, "", plan_stable},
-      {"soak", "p1.4", "P1.4 soak (mlx_soak_gate)", "rounds of SEND/RECV, WRITE and READ with fresh objects for --duration",
-       "every round passes; the device holds nothing afterwards (mlx5)", kPeer, {{1, 1}, {1, 1}}, "", plan_soak},
-      {"isolation", "p0.2", "P0.2 isolation (mlx_isolation_gate)",
+       kMlx5,
+       {{50, 1000}, {1, 1}},
+       "",
+       plan_stable},
+      {"soak",
+       "p1.4",
+       "P1.4 soak (mlx_soak_gate)",
+       "rounds of SEND/RECV, WRITE and READ with fresh objects for --duration",
+       "every round passes; the device holds nothing afterwards (mlx5)",
+       kPeer,
+       {{1, 1}, {1, 1}},
+       "",
+       plan_soak},
+      {"isolation",
+       "p0.2",
+       "P0.2 isolation (mlx_isolation_gate)",
        "one client cannot reach another's objects; a client killed mid-traffic harms no other",
        "the survivor completes with its payload checked; (mlx5) nothing of the killed client remains, and the uapi "
        "isolation tests pass",
-       kPeer, {{1, 1}, {1, 1}}, "", plan_isolation},
-      {"lifetime", "p0.3", "P0.3 lifetime (mlx_lifetime_gate)",
+       kPeer,
+       {{1, 1}, {1, 1}},
+       "",
+       plan_isolation},
+      {"lifetime",
+       "p0.3",
+       "P0.3 lifetime (mlx_lifetime_gate)",
        "objects are created, used and destroyed cleanly; stale, forged and reused tokens are refused",
-       "every create/use/destroy round passes; (mlx5) nothing held afterwards and the token tests pass", kPeer,
-       {{1, 1}, {2, 10}}, "", plan_lifetime},
-      {"quota", "p1.1", "P1.1 quota (mlx_quota_gate)",
+       "every create/use/destroy round passes; (mlx5) nothing held afterwards and the token tests pass",
+       kPeer,
+       {{1, 1}, {2, 10}},
+       "",
+       plan_lifetime},
+      {"quota",
+       "p1.1",
+       "P1.1 quota (mlx_quota_gate)",
        "per-client and per-device quotas are exact, refused before the firmware, and released",
-       "exactly max_pd PDs then quota_client, released again; nothing left; the quota tests pass", kMlx5 | kLocalOnly,
-       {{1, 1}, {1, 1}}, "", plan_quota},
-      {"abi-fuzz", "p2.2,fuzz", "P2.2 ABI fuzz (mlx_abi_fuzz_gate)",
+       "exactly max_pd PDs then quota_client, released again; nothing left; the quota tests pass",
+       kMlx5 | kLocalOnly,
+       {{1, 1}, {1, 1}},
+       "",
+       plan_quota},
+      {"abi-fuzz",
+       "p2.2,fuzz",
+       "P2.2 ABI fuzz (mlx_abi_fuzz_gate)",
        "every malformed, forged or stale request gets its exact refusal; random request streams break nothing",
-       "13/13 live refusals exact; nothing left; the refusal tests pass; the fuzzers run clean", kMlx5 | kLocalOnly,
-       {{2000, 1000000}, {1, 1}}, "", plan_abi_fuzz},
+       "13/13 live refusals exact; nothing left; the refusal tests pass; the fuzzers run clean",
+       kMlx5 | kLocalOnly,
+       {{2000, 1000000}, {1, 1}},
+       "",
+       plan_abi_fuzz},
   };
   return t;
 }
@@ -457,8 +532,6 @@ std::string unsupported_reason(const GateSpec& g, const Target& t) {
 
 // Used by main for --peer linux-peer.
 std::vector<Step> linux_peer_plan(Ctx& c, const GateSpec& g) { return via_linux_peer(c, g); }
-Step linux_peer_full(int mtu) {
-  return linux_peer(fmt("the whole rxe guest gate, MTU %d", mtu), "", mtu, false);
-}
+Step linux_peer_full(int mtu) { return linux_peer(fmt("the whole rxe guest gate, MTU %d", mtu), "", mtu, false); }
 
 }  // namespace melon::gate

@@ -31,7 +31,8 @@ void print_list() {
     printf("%-46s figures:  quick %d iterations x %d, full %d x %d\n", "", g.fig.iters[0], g.fig.repeats[0],
            g.fig.iters[1], g.fig.repeats[1]);
   }
-  printf("\nall: every gate the target supports; linux-peer: tests/peer/gate.sh (stock tools against rxe in a guest)\n");
+  printf(
+      "\nall: every gate the target supports; linux-peer: tests/peer/gate.sh (stock tools against rxe in a guest)\n");
 }
 
 std::string capture(const std::vector<std::string>& argv, const Env& env = {}) {
@@ -55,9 +56,11 @@ std::string metadata(Target& t, const Options& o, const std::string& cmdline, co
   m << "os: " << u.sysname << " " << u.release << " " << u.version << " " << u.machine << "\n";
   m << "os release: " << capture({"sh", "-c", ". /etc/os-release 2>/dev/null && echo \"$PRETTY_NAME\""}) << "\n";
   m << "build: " << o.build << " ("
-    << capture({"sh", "-c", "sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' " + shell_quote(o.build + "/CMakeCache.txt")}) << ")\n";
+    << capture({"sh", "-c", "sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' " + shell_quote(o.build + "/CMakeCache.txt")})
+    << ")\n";
   std::string rev = capture({"git", "-C", o.source, "rev-parse", "HEAD"});
-  std::string dirty = capture({"sh", "-c", "git -C " + shell_quote(o.source) + " status --porcelain --untracked-files=no | head -1"});
+  std::string dirty =
+      capture({"sh", "-c", "git -C " + shell_quote(o.source) + " status --porcelain --untracked-files=no | head -1"});
   m << "git revision: " << rev << (dirty.empty() ? "" : " (modified)") << "\n";
   m << "mode: " << (o.quick ? "quick" : "full") << "\n";
   m << t.metadata();
@@ -68,9 +71,12 @@ std::string metadata(Target& t, const Options& o, const std::string& cmdline, co
     std::istringstream s(d.out);
     std::string line;
     while (std::getline(s, line))
-      for (const char* k : {"hca_id", "fw_ver", "vendor_id", "vendor_part_id", "board_id", "node_guid", "active_mtu", "state"})
-        if (line.find(std::string(k) + ":") != std::string::npos) m << "device " << line.substr(line.find_first_not_of(" \t")) << "\n";
-    m << "firmware: " << capture({"sh", "-c", "sed -n 's/^[[:space:]]*fw_ver:[[:space:]]*//p' " + shell_quote(log) + " | head -1"})
+      for (const char* k :
+           {"hca_id", "fw_ver", "vendor_id", "vendor_part_id", "board_id", "node_guid", "active_mtu", "state"})
+        if (line.find(std::string(k) + ":") != std::string::npos)
+          m << "device " << line.substr(line.find_first_not_of(" \t")) << "\n";
+    m << "firmware: "
+      << capture({"sh", "-c", "sed -n 's/^[[:space:]]*fw_ver:[[:space:]]*//p' " + shell_quote(log) + " | head -1"})
       << "\n";
   }
   return m.str();
@@ -80,12 +86,15 @@ std::string metadata(Target& t, const Options& o, const std::string& cmdline, co
 void collect_peer(Target& t, const Options& o, Report& rep, const std::string& when) {
   if (!t.has_peer() || !t.is_ssh()) return;
   std::string dev = t.peer().dev();
-  std::string cmd = "echo '## uname'; uname -a; echo '## os-release'; cat /etc/os-release; echo '## rdma-core';"
-                    " (dpkg-query -W rdma-core ibverbs-providers perftest 2>/dev/null || rpm -q rdma-core perftest 2>/dev/null);"
-                    " echo '## ibv_devinfo'; ibv_devinfo -v -d " + dev +
-                    "; echo '## counters'; for f in /sys/class/infiniband/" + dev + "/ports/1/counters/* /sys/class/infiniband/" +
-                    dev + "/ports/1/hw_counters/*; do [ -r \"$f\" ] && echo \"$(basename \"$f\") $(cat \"$f\")\"; done;"
-                    " echo '## neighbour'; ip neigh show " + o.our_ip;
+  std::string cmd =
+      "echo '## uname'; uname -a; echo '## os-release'; cat /etc/os-release; echo '## rdma-core';"
+      " (dpkg-query -W rdma-core ibverbs-providers perftest 2>/dev/null || rpm -q rdma-core perftest 2>/dev/null);"
+      " echo '## ibv_devinfo'; ibv_devinfo -v -d " +
+      dev + "; echo '## counters'; for f in /sys/class/infiniband/" + dev +
+      "/ports/1/counters/* /sys/class/infiniband/" + dev +
+      "/ports/1/hw_counters/*; do [ -r \"$f\" ] && echo \"$(basename \"$f\") $(cat \"$f\")\"; done;"
+      " echo '## neighbour'; ip neigh show " +
+      o.our_ip;
   mkdir(rep.path("peer").c_str(), 0755);
   t.peer_shell(cmd, rep.path("peer/" + when + ".txt"), 60);
 }
@@ -109,17 +118,25 @@ int main(int argc, char** argv) {
   app.add_option("--build", o.build, "the build tree to test (lib/, melon-emud, test programs)");
   app.add_option("--report", o.report, "the run's folder (default: <build>/gate-reports/<gate>-<time>)");
   app.add_flag("--quick", o.quick, "the short figures (CI)");
-  app.add_option("--mtu", o.mtu, "path MTU for the tools")->envname("PHASE2_MTU")->check(CLI::IsMember({256, 512, 1024, 2048, 4096}));
-  app.add_option("--cycles", o.cycles, "stable-driver: no-FLR cycles")->envname("STABLE_INIT_CYCLES")->check(CLI::Range(1, 100));
+  app.add_option("--mtu", o.mtu, "path MTU for the tools")
+      ->envname("PHASE2_MTU")
+      ->check(CLI::IsMember({256, 512, 1024, 2048, 4096}));
+  app.add_option("--cycles", o.cycles, "stable-driver: no-FLR cycles")
+      ->envname("STABLE_INIT_CYCLES")
+      ->check(CLI::Range(1, 100));
   app.add_option("--duration", o.duration, "soak: seconds")->check(CLI::PositiveNumber);
-  app.add_option("--max-rounds", o.max_rounds, "caps every gate's iteration count")->envname("MLX_MAX_ROUNDS")->check(CLI::NonNegativeNumber);
+  app.add_option("--max-rounds", o.max_rounds, "caps every gate's iteration count")
+      ->envname("MLX_MAX_ROUNDS")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--min-gbps", o.min_gbps, "bulk-write: each run at least this many Gbit/s");
   app.add_flag("--no-capture", no_capture, "no pcap of failing steps");
   app.add_option("--ssh", o.ssh, "ssh: the peer login (user@host) when --peer ssh:// names none")->envname("SPARK_SSH");
   app.add_option("--ssh-key", o.ssh_key, "ssh: identity file")->envname("SPARK_SSH_KEY");
-  app.add_option("--control-host", o.control_host, "ssh: the peer's address for the tools' TCP rendezvous")->envname("SPARK_CONTROL_HOST");
+  app.add_option("--control-host", o.control_host, "ssh: the peer's address for the tools' TCP rendezvous")
+      ->envname("SPARK_CONTROL_HOST");
   app.add_option("--our-ip", o.our_ip, "ssh: our RoCE address")->envname("MAC_ROCE_IP");
-  app.add_option("--our-mac", o.our_mac, "ssh: our RoCE MAC (the peer's static neighbour entry is checked)")->envname("MAC_ROCE_MAC");
+  app.add_option("--our-mac", o.our_mac, "ssh: our RoCE MAC (the peer's static neighbour entry is checked)")
+      ->envname("MAC_ROCE_MAC");
   app.add_option("--peer-dev", o.peer_dev, "ssh: the peer's verbs device")->envname("SPARK_IB_DEV");
   app.add_option("--peer-gid", o.peer_gid, "ssh: the peer's GID index (RoCEv2)")->envname("SPARK_GID_INDEX");
   try {
@@ -188,8 +205,10 @@ int main(int argc, char** argv) {
     Planned p{g, unsupported_reason(*g, t), {}};
     if (p.skip.empty()) {
       if (t.is_linux_peer() && (g->needs & kPeer)) {
-        if (!whole_linux_peer) p.steps = linux_peer_plan(c, *g);
-        else p.skip = "in the whole rxe guest gate (linux-peer, below)";
+        if (!whole_linux_peer)
+          p.steps = linux_peer_plan(c, *g);
+        else
+          p.skip = "in the whole rxe guest gate (linux-peer, below)";
       } else {
         p.steps = g->plan(c, *g);
       }
@@ -198,8 +217,8 @@ int main(int argc, char** argv) {
     plan.push_back(std::move(p));
   }
   if (whole_linux_peer) {
-    static const GateSpec lp{"linux-peer", "", "the interop gate (tests/peer/gate.sh)", "", "", kPeer, {{1, 1}, {1, 1}},
-                             "", nullptr};
+    static const GateSpec lp{
+        "linux-peer", "", "the interop gate (tests/peer/gate.sh)", "", "", kPeer, {{1, 1}, {1, 1}}, "", nullptr};
     Planned p{&lp, "", {}};
     for (int mtu : {1500, 4200}) p.steps.push_back(linux_peer_full(mtu));
     total += int(p.steps.size());
@@ -250,15 +269,16 @@ int main(int argc, char** argv) {
   sum << fmt("%-14s %-6s %5s %5s %5s %8s  %s\n", "gate", "result", "pass", "fail", "skip", "seconds", "anchor gate");
   int failed = 0, passed = 0;
   for (const Row& r : rows) {
-    sum << fmt("%-14s %-6s %5d %5d %5d %8.1f  %s\n", r.gate.c_str(), r.result.c_str(), r.pass, r.fail, r.skip, r.seconds,
-               r.anchor.c_str());
+    sum << fmt("%-14s %-6s %5d %5d %5d %8.1f  %s\n", r.gate.c_str(), r.result.c_str(), r.pass, r.fail, r.skip,
+               r.seconds, r.anchor.c_str());
     if (r.result == "FAIL") failed++;
     if (r.result == "PASS") passed++;
   }
   for (const StepRecord& s : rep.steps())
     if (s.result == "FAIL")
       sum << fmt("FAIL %s: %s: %s (stage %s, opcode %s, status %s, syndrome %s; %s)\n", s.gate.c_str(), s.step.c_str(),
-                 s.detail.c_str(), s.stage.c_str(), s.opcode.c_str(), s.status.c_str(), s.syndrome.c_str(), s.log.c_str());
+                 s.detail.c_str(), s.stage.c_str(), s.opcode.c_str(), s.status.c_str(), s.syndrome.c_str(),
+                 s.log.c_str());
   std::string verdict = failed ? "FAIL" : passed ? "PASS" : "SKIP";
   sum << "melon-gate " << name << ": " << verdict << " (" << passed << " passed, " << failed << " failed); report "
       << o.report << "\n";

@@ -64,7 +64,8 @@ void Report::end_step(const StepRecord& r) {
   done_++;
   if (tty_) {
     fprintf(stderr, "\r\033[K");
-    if (r.result != "PASS") fprintf(stderr, "%s %s: %s  %s\n", r.result.c_str(), r.gate.c_str(), r.step.c_str(), r.detail.c_str());
+    if (r.result != "PASS")
+      fprintf(stderr, "%s %s: %s  %s\n", r.result.c_str(), r.gate.c_str(), r.step.c_str(), r.detail.c_str());
     redraw("");
   } else {
     printf("[%d/%d] %s %s: %s (%.1f s)%s%s\n", done_, total_, r.result.c_str(), r.gate.c_str(), r.step.c_str(),
@@ -81,7 +82,8 @@ void Report::redraw(const std::string& what) {
   std::string bar(size_t(fill), '#');
   bar += std::string(size_t(width - fill), '.');
   if (eta >= 0)
-    fprintf(stderr, "\r\033[K[%s] %d/%d  ETA %d:%02d  %.60s", bar.c_str(), done_, total, eta / 60, eta % 60, what.c_str());
+    fprintf(stderr, "\r\033[K[%s] %d/%d  ETA %d:%02d  %.60s", bar.c_str(), done_, total, eta / 60, eta % 60,
+            what.c_str());
   else
     fprintf(stderr, "\r\033[K[%s] %d/%d  ETA --:--  %.60s", bar.c_str(), done_, total, what.c_str());
   if (done_ == total) fprintf(stderr, "\r\033[K");

@@ -14,7 +14,11 @@ namespace {
 class LocalSide final : public Side {
  public:
   LocalSide(std::string name, std::string dev, int gid, Env env, std::string what, std::string control = "127.0.0.1")
-      : name_(std::move(name)), dev_(std::move(dev)), gid_(gid), env_(std::move(env)), what_(std::move(what)),
+      : name_(std::move(name)),
+        dev_(std::move(dev)),
+        gid_(gid),
+        env_(std::move(env)),
+        what_(std::move(what)),
         control_(std::move(control)) {}
   std::string name() const override { return name_; }
   std::string dev() const override { return dev_; }
@@ -67,7 +71,9 @@ class SshSide final : public Side {
     unlink(tmp.c_str());
     return yes;
   }
-  std::string describe() const override { return "ssh " + target_ + " (" + o_.peer_dev + ", GID " + std::to_string(o_.peer_gid) + ")"; }
+  std::string describe() const override {
+    return "ssh " + target_ + " (" + o_.peer_dev + ", GID " + std::to_string(o_.peer_gid) + ")";
+  }
 
  private:
   const Options& o_;
@@ -124,8 +130,8 @@ bool Target::up(std::string* why) {
     Env peer = base;
     write_file(dir_ + "/peer.conf", "device soft1 " + o_.peer_addr + "\n");
     peer["MELON_SOFT_CONFIG"] = dir_ + "/peer.conf";
-    peer_ = std::make_unique<LocalSide>("peer", "soft1", 0, peer,
-                                        "second process on this host: MelonDMA soft provider, soft1 on " + o_.peer_addr);
+    peer_ = std::make_unique<LocalSide>(
+        "peer", "soft1", 0, peer, "second process on this host: MelonDMA soft provider, soft1 on " + o_.peer_addr);
     Env p2 = base;
     write_file(dir_ + "/peer2.conf", "device soft3 " + o_.peer2_addr + "\n");
     p2["MELON_SOFT_CONFIG"] = dir_ + "/peer2.conf";
@@ -133,10 +139,12 @@ bool Target::up(std::string* why) {
   } else if (is_ssh()) {
     std::string t = o_.peer.substr(6), port;
     size_t colon = t.rfind(':');
-    if (colon != std::string::npos && t.find(']') == std::string::npos) port = t.substr(colon + 1), t = t.substr(0, colon);
+    if (colon != std::string::npos && t.find(']') == std::string::npos)
+      port = t.substr(colon + 1), t = t.substr(0, colon);
     if (t.empty()) t = o_.ssh;
     if (t.empty()) return *why = "--peer ssh:// names no host (or set SPARK_SSH)", false;
-    if (o_.control_host.empty()) return *why = "--control-host (SPARK_CONTROL_HOST): the peer's address for the tools' TCP rendezvous", false;
+    if (o_.control_host.empty())
+      return *why = "--control-host (SPARK_CONTROL_HOST): the peer's address for the tools' TCP rendezvous", false;
     if (o_.our_ip.empty()) return *why = "--our-ip (MAC_ROCE_IP): our RoCE address", false;
     peer_ = std::make_unique<SshSide>(o_, t, port);
   } else if (!is_linux_peer()) {

@@ -44,13 +44,18 @@ bool query_usage(const std::string& sock, u::UsageResp* out, std::string* why) {
 std::string leaks(const u::UsageResp& b, const u::UsageResp& n) {
   std::string w;
   for (uint32_t t = 1; t < u::kObjTypes; t++)
-    if (n.server_live[t] != b.server_live[t]) w += fmt(" server %s %u->%u", kObjNames[t], b.server_live[t], n.server_live[t]);
+    if (n.server_live[t] != b.server_live[t])
+      w += fmt(" server %s %u->%u", kObjNames[t], b.server_live[t], n.server_live[t]);
   for (uint32_t k = 0; k < 8; k++)
     if (n.core_live[k] != b.core_live[k]) w += fmt(" core object kind %u %u->%u", k, b.core_live[k], n.core_live[k]);
-  if (n.queue_bytes != b.queue_bytes) w += fmt(" queue bytes %llu->%llu", (unsigned long long)b.queue_bytes, (unsigned long long)n.queue_bytes);
-  if (n.pinned_bytes != b.pinned_bytes) w += fmt(" pinned bytes %llu->%llu", (unsigned long long)b.pinned_bytes, (unsigned long long)n.pinned_bytes);
-  if (n.dma_buffers != b.dma_buffers) w += fmt(" DMA buffers %llu->%llu", (unsigned long long)b.dma_buffers, (unsigned long long)n.dma_buffers);
-  if (n.fw_pages != b.fw_pages) w += fmt(" firmware pages %llu->%llu", (unsigned long long)b.fw_pages, (unsigned long long)n.fw_pages);
+  if (n.queue_bytes != b.queue_bytes)
+    w += fmt(" queue bytes %llu->%llu", (unsigned long long)b.queue_bytes, (unsigned long long)n.queue_bytes);
+  if (n.pinned_bytes != b.pinned_bytes)
+    w += fmt(" pinned bytes %llu->%llu", (unsigned long long)b.pinned_bytes, (unsigned long long)n.pinned_bytes);
+  if (n.dma_buffers != b.dma_buffers)
+    w += fmt(" DMA buffers %llu->%llu", (unsigned long long)b.dma_buffers, (unsigned long long)n.dma_buffers);
+  if (n.fw_pages != b.fw_pages)
+    w += fmt(" firmware pages %llu->%llu", (unsigned long long)b.fw_pages, (unsigned long long)n.fw_pages);
   return w;
 }
 
@@ -90,9 +95,10 @@ Step step_no_leak(const std::string& name, std::shared_ptr<u::UsageResp> base) {
             std::string l = leaks(*base, now);
             r.result = l.empty() ? "PASS" : "FAIL";
             r.stage = l.empty() ? "-" : "leak accounting";
-            r.detail = l.empty() ? fmt("nothing left: objects 0, queue/pinned bytes 0, DMA buffers %llu, firmware pages %llu",
-                                       (unsigned long long)now.dma_buffers, (unsigned long long)now.fw_pages)
-                                 : "left behind:" + l;
+            r.detail = l.empty()
+                           ? fmt("nothing left: objects 0, queue/pinned bytes 0, DMA buffers %llu, firmware pages %llu",
+                                 (unsigned long long)now.dma_buffers, (unsigned long long)now.fw_pages)
+                           : "left behind:" + l;
             return r;
           }};
 }
@@ -103,19 +109,19 @@ namespace {
 
 struct CycleState {
   u::UsageResp base{};
-  u::StableCycleResp first{};  // the first no-FLR cycle: the reference for pages, DMA and IOVA
+  u::CycleResp first{};  // the first no-FLR cycle: the reference for pages, DMA and IOVA
   bool have_first = false;
   uint64_t cmdq_ref = 0;  // the command queue page since the last FLR
   uint32_t fallbacks = 0, resets = 0;
 };
 
-std::string fw_rev(const u::StableCycleResp& r) { return fmt("%u.%u.%u", r.fw_rev[0], r.fw_rev[1], r.fw_rev[2]); }
+std::string fw_rev(const u::CycleResp& r) { return fmt("%u.%u.%u", r.fw_rev[0], r.fw_rev[1], r.fw_rev[2]); }
 
 // One cycle through the ABI; busy (a client that just exited not yet released) is retried.
-u::Status call_cycle(const std::string& sock, uint32_t flags, u::StableCycleResp* rp, std::string* why) {
+u::Status call_cycle(const std::string& sock, uint32_t flags, u::CycleResp* rp, std::string* why) {
   u::SocketClient cl;
   if (!connect_open(cl, sock, why)) return u::Status::device_dead;
-  u::StableCycleReq rq{flags, 0};
+  u::CycleReq rq{flags, 0};
   double t0 = now_s();
   for (;;) {
     *rp = {};
@@ -125,7 +131,7 @@ u::Status call_cycle(const std::string& sock, uint32_t flags, u::StableCycleResp
   }
 }
 
-void fill_failure(StepRecord& r, const u::StableCycleResp& rp) {
+void fill_failure(StepRecord& r, const u::CycleResp& rp) {
   if (!rp.used_reset) return;
   r.stage = rp.fail_stage[0] ? std::string(rp.fail_stage, strnlen(rp.fail_stage, sizeof rp.fail_stage)) : "?";
   r.opcode = fmt("0x%x", rp.fail_opcode);
@@ -134,11 +140,12 @@ void fill_failure(StepRecord& r, const u::StableCycleResp& rp) {
 }
 
 Step cycle_step(std::shared_ptr<CycleState> st, int i, bool quirk) {
-  std::string name = quirk ? "quirk: a no-FLR cycle meets firmware 14.22's roce_en loss -> FLR recovery"
-                           : fmt("cycle %d: TEARDOWN_HCA, pages, DISABLE/ENABLE_HCA, pages, SET_HCA_CAP, INIT_HCA (no FLR)", i);
+  std::string name =
+      quirk ? "quirk: a no-FLR cycle meets firmware 14.22's roce_en loss -> FLR recovery"
+            : fmt("cycle %d: TEARDOWN_HCA, pages, DISABLE/ENABLE_HCA, pages, SET_HCA_CAP, INIT_HCA (no FLR)", i);
   return {name, [st, name, quirk](Ctx& c) {
             StepRecord r = base_record(c, name);
-            u::StableCycleResp rp{};
+            u::CycleResp rp{};
             std::string why;
             u::Status s = call_cycle(c.t.emud_socket(), quirk ? u::kCycleInjectRoceEnQuirk : 0, &rp, &why);
             fill_failure(r, rp);
@@ -151,20 +158,23 @@ Step cycle_step(std::shared_ptr<CycleState> st, int i, bool quirk) {
             if (bad.empty() && quirk && r.stage != "vport roce_en")
               bad = "the fallback names stage '" + r.stage + "', not 'vport roce_en'";
             if (bad.empty() && quirk && (rp.fallbacks != st->fallbacks + 1 || rp.resets != st->resets + 1))
-              bad = fmt("fallbacks %u->%u, resets %u->%u: expected one each", st->fallbacks, rp.fallbacks, st->resets, rp.resets);
+              bad = fmt("fallbacks %u->%u, resets %u->%u: expected one each", st->fallbacks, rp.fallbacks, st->resets,
+                        rp.resets);
             if (bad.empty() && !quirk && (rp.fallbacks != st->fallbacks || rp.resets != st->resets))
               bad = fmt("recovered_flr: resets %u->%u", st->resets, rp.resets);
-            if (bad.empty() && (!rp.roce_en || rp.port_state != 1)) bad = fmt("roce_en %u, vport state %u", rp.roce_en, rp.port_state);
+            if (bad.empty() && (!rp.roce_en || rp.port_state != 1))
+              bad = fmt("roce_en %u, vport state %u", rp.roce_en, rp.port_state);
             if (bad.empty() && st->have_first && memcmp(rp.fw_rev, st->first.fw_rev, sizeof rp.fw_rev))
               bad = "firmware revision changed: " + fw_rev(st->first) + " -> " + fw_rev(rp);
             if (bad.empty() && st->cmdq_ref && !quirk && rp.cmdq_iova != st->cmdq_ref)
               bad = fmt("command queue IOVA moved: 0x%llx -> 0x%llx", (unsigned long long)st->cmdq_ref,
                         (unsigned long long)rp.cmdq_iova);
             if (bad.empty() && rp.pages_device && rp.pages_given != rp.pages_device)
-              bad = fmt("firmware pages: driver counts %llu given, device holds %llu", (unsigned long long)rp.pages_given,
-                        (unsigned long long)rp.pages_device);
+              bad = fmt("firmware pages: driver counts %llu given, device holds %llu",
+                        (unsigned long long)rp.pages_given, (unsigned long long)rp.pages_device);
             if (bad.empty() && (rp.pages_quarantined || rp.unknown_returns))
-              bad = fmt("ambiguous pages: %u quarantined, %u returned unknown", rp.pages_quarantined, rp.unknown_returns);
+              bad =
+                  fmt("ambiguous pages: %u quarantined, %u returned unknown", rp.pages_quarantined, rp.unknown_returns);
             u::UsageResp now{};
             if (bad.empty() && !settled_usage(c.t.emud_socket(), st->base, &now, &why)) bad = why;
             std::string l = bad.empty() ? leaks(st->base, now) : "";
@@ -186,17 +196,17 @@ Step cycle_step(std::shared_ptr<CycleState> st, int i, bool quirk) {
             }
             r.result = bad.empty() ? "PASS" : "FAIL";
             if (bad.empty() && r.stage == "-") r.stage = "INIT_HCA";
-            r.detail = bad.empty() ? fmt("%s; fw %s, cmdq 0x%llx, pages %llu (device %llu), DMA buffers %u, IOVA %llu B, "
-                                         "objects 0%s",
-                                         rp.used_reset ? "FLR fallback reported" : "recovered_flr=0", fw_rev(rp).c_str(),
-                                         (unsigned long long)rp.cmdq_iova, (unsigned long long)rp.pages_given,
-                                         (unsigned long long)rp.pages_device, rp.dma_buffers,
-                                         (unsigned long long)rp.iova_bytes,
-                                         rp.used_reset ? (", failed stage '" + r.stage + "' opcode " + r.opcode + " status " +
-                                                          r.status + " syndrome " + r.syndrome)
-                                                             .c_str()
-                                                       : "")
-                                   : bad;
+            r.detail = bad.empty()
+                           ? fmt("%s; fw %s, cmdq 0x%llx, pages %llu (device %llu), DMA buffers %u, IOVA %llu B, "
+                                 "objects 0%s",
+                                 rp.used_reset ? "FLR fallback reported" : "recovered_flr=0", fw_rev(rp).c_str(),
+                                 (unsigned long long)rp.cmdq_iova, (unsigned long long)rp.pages_given,
+                                 (unsigned long long)rp.pages_device, rp.dma_buffers, (unsigned long long)rp.iova_bytes,
+                                 rp.used_reset ? (", failed stage '" + r.stage + "' opcode " + r.opcode + " status " +
+                                                  r.status + " syndrome " + r.syndrome)
+                                                     .c_str()
+                                               : "")
+                           : bad;
             return r;
           }};
 }
@@ -205,7 +215,8 @@ Step traffic_step(const std::string& name, int iters) {
   return {name, [name, iters](Ctx& c) {
             Exchange x = exchange(c, "ibv_rc_pingpong", fmt("-s 4096 -n %d -m %d -c", iters, c.o.mtu), false);
             double us = pingpong_usec(x.client.out, iters);
-            return record(c, name, x, "SEND/RECV", us > 0, fmt("%d x 4 KiB SEND/RECV, %.1f usec/iter, payload checked", iters, us));
+            return record(c, name, x, "SEND/RECV", us > 0,
+                          fmt("%d x 4 KiB SEND/RECV, %.1f usec/iter, payload checked", iters, us));
           }};
 }
 
@@ -249,17 +260,21 @@ Step step_live_quota() {
               pds.push_back(h.handle);
             }
             std::string bad;
-            if (pds.size() != op.max_pd) bad = fmt("%zu PDs allocated, quota says %u", pds.size(), op.max_pd);
-            else if (s != u::Status::quota_client) bad = std::string("the refusal was ") + u::status_name(s) + ", not quota_client";
-            for (uint32_t h : pds) cl.call(u::Selector::dealloc_pd, u::HandleReq{h, 0}, static_cast<u::EmptyResp*>(nullptr));
+            if (pds.size() != op.max_pd)
+              bad = fmt("%zu PDs allocated, quota says %u", pds.size(), op.max_pd);
+            else if (s != u::Status::quota_client)
+              bad = std::string("the refusal was ") + u::status_name(s) + ", not quota_client";
+            for (uint32_t h : pds)
+              cl.call(u::Selector::dealloc_pd, u::HandleReq{h, 0}, static_cast<u::EmptyResp*>(nullptr));
             u::HandleResp h{};
             if (bad.empty() && cl.call(u::Selector::alloc_pd, u::EmptyReq{}, &h) != u::Status::ok)
               bad = "no PD after releasing the quota";
             r.result = bad.empty() ? "PASS" : "FAIL";
             r.status = bad.empty() ? "quota_client" : u::status_name(s);
-            r.detail = bad.empty() ? fmt("%u PDs, the %uth refused with quota_client (EDQUOT/ENOMEM at verbs), all released",
-                                         op.max_pd, op.max_pd + 1)
-                                   : bad;
+            r.detail = bad.empty()
+                           ? fmt("%u PDs, the %uth refused with quota_client (EDQUOT/ENOMEM at verbs), all released",
+                                 op.max_pd, op.max_pd + 1)
+                           : bad;
             return r;
           }};
 }
@@ -289,10 +304,22 @@ Step step_live_refusals() {
             std::vector<Case> cases = {
                 {"unknown selector", &cl, 0x1fff, {}, 0, 64, S::unknown_selector},
                 {"truncated request", &cl, sel(u::Selector::dealloc_pd), {pd.handle}, 4, 0, S::truncated},
-                {"longer request with nonzero tail", &cl, sel(u::Selector::dealloc_pd), {pd.handle, 0, 7, 0}, 16, 0, S::trailing_nonzero},
+                {"longer request with nonzero tail",
+                 &cl,
+                 sel(u::Selector::dealloc_pd),
+                 {pd.handle, 0, 7, 0},
+                 16,
+                 0,
+                 S::trailing_nonzero},
                 {"response buffer too small", &cl, sel(u::Selector::alloc_pd), {}, 0, 4, S::out_too_small},
                 {"forged token", &cl, sel(u::Selector::dealloc_pd), {0x00ffffffu, 0}, 8, 0, S::bad_handle},
-                {"token bits above 24", &cl, sel(u::Selector::dealloc_pd), {pd.handle | 0x01000000u, 0}, 8, 0, S::bad_handle},
+                {"token bits above 24",
+                 &cl,
+                 sel(u::Selector::dealloc_pd),
+                 {pd.handle | 0x01000000u, 0},
+                 8,
+                 0,
+                 S::bad_handle},
                 {"a PD's token as a CQ", &cl, sel(u::Selector::destroy_cq), {pd.handle, 0}, 8, 0, S::bad_handle},
                 {"stale token (freed PD)", &cl, sel(u::Selector::dealloc_pd), {gone.handle, 0}, 8, 0, S::bad_handle},
                 {"reserved field nonzero", &cl, sel(u::Selector::dealloc_pd), {pd.handle, 1}, 8, 0, S::invalid},
@@ -307,12 +334,15 @@ Step step_live_refusals() {
             for (const Case& k : cases) {
               uint8_t out[256] = {};
               S got = k.who->call(k.sel, k.words.data(), k.in_len, out, k.out_cap);
-              if (got == k.want) good++;
-              else bad += fmt(" %s: %s (want %s);", k.what, u::status_name(got), u::status_name(k.want));
+              if (got == k.want)
+                good++;
+              else
+                bad += fmt(" %s: %s (want %s);", k.what, u::status_name(got), u::status_name(k.want));
             }
             cl.call(u::Selector::dealloc_pd, u::HandleReq{pd.handle, 0}, static_cast<u::EmptyResp*>(nullptr));
             r.result = bad.empty() ? "PASS" : "FAIL";
-            r.detail = fmt("%d/%zu refusals with the exact status", good, cases.size()) + (bad.empty() ? "" : ":" + bad);
+            r.detail =
+                fmt("%d/%zu refusals with the exact status", good, cases.size()) + (bad.empty() ? "" : ":" + bad);
             return r;
           }};
 }

@@ -645,7 +645,7 @@ void UapiBackend::usage(UsageResp* u) {
 
 namespace {
 // What the gate compares across a cycle, read from the device: firmware revision, command queue page.
-void read_identity(c::Hal& hal, StableCycleResp* r) {
+void read_identity(c::Hal& hal, CycleResp* r) {
   r->fw_rev[0] = c::bar_field(hal, p::initial_seg::fw_rev_major);
   r->fw_rev[1] = c::bar_field(hal, p::initial_seg::fw_rev_minor);
   r->fw_rev[2] = c::bar_field(hal, p::initial_seg::fw_rev_subminor);
@@ -654,7 +654,7 @@ void read_identity(c::Hal& hal, StableCycleResp* r) {
 }
 }  // namespace
 
-Status UapiBackend::stable_cycle(const StableCycleReq& rq, StableCycleResp* r) {
+Status UapiBackend::stable_cycle(const CycleReq& rq, CycleResp* r) {
   if (hca_.state() != c::HcaState::up) return Status::device_dead;
   bool quirk = rq.flags & kCycleInjectRoceEnQuirk;
   if (quirk && plat_.set_roce_en_quirk(true) != 0) return Status::unsupported;

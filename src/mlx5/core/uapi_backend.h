@@ -99,7 +99,7 @@ class UapiBackend final : public uapi::Backend, private EventSink {
   uapi::Status destroy_qp(void*) override;
   uapi::Status make_av(const uapi::AddressReq&, uint8_t*) override;
   void usage(uapi::UsageResp*) override;
-  uapi::Status stable_cycle(const uapi::StableCycleReq&, uapi::StableCycleResp*) override;
+  uapi::Status stable_cycle(const uapi::CycleReq&, uapi::CycleResp*) override;
   uint64_t queue_cost(uint64_t ring) override;
 
  private:
