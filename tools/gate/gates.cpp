@@ -258,8 +258,10 @@ std::vector<Step> plan_soak(Ctx& c, const GateSpec&) {
                    for (Exchange* x : {&a, &b, &d})
                      if (!x->ok && bad.empty())
                        bad = fmt("round %d: ", rounds + 1) + x->why, r.log = x->log, r.pcap = x->pcap;
-                     else if (x->ok)
+                     else if (x->ok) {
                        unlink(c.rep.path(x->log).c_str());
+                       if (!x->pcap.empty()) unlink(c.rep.path(x->pcap).c_str());
+                     }
                    rounds++;
                  }
                  r.seconds = now_s() - t0;
