@@ -153,6 +153,13 @@ bool Target::up(std::string* why) {
   return true;
 }
 
+int Target::stop_emud() {
+  if (emud_.pid <= 0) return -1;
+  kill(emud_.pid, SIGTERM);
+  Done d = wait(emud_, 30);
+  return d.rc;
+}
+
 void Target::down() {
   if (emud_.pid > 0) stop(emud_, SIGTERM);
   if (!dir_.empty()) {

@@ -39,6 +39,9 @@ class Target {
   // Starts what our side needs (melon-emud for mlx5); false with `why`.
   bool up(std::string* why);
   void down();
+  // SIGTERM to our melon-emud and its exit status (0: it released everything and the core found no
+  // leak at teardown); -1 when none ran.
+  int stop_emud();
   Side& ours() { return *ours_; }
   Side& peer() { return *peer_; }
   // A second client on each side at the same time (isolation): mlx5_0 and a real peer device take
