@@ -59,6 +59,7 @@ enum Feature : uint64_t {
   V(map, 0x1090, MapReq, MapResp)                    \
   V(get_event, 0x1093, EmptyReq, EventResp)          \
   V(query_usage, 0x10b6, EmptyReq, UsageResp)        \
+  V(stable_cycle, 0x10a6, CycleReq, CycleResp)       \
   V(create_srq, 0x10b8, CreateSrqReq, CreateSrqResp) \
   V(destroy_srq, 0x10b9, HandleReq, EmptyResp)       \
   V(modify_srq, 0x10bc, ModifySrqReq, EmptyResp)
@@ -96,7 +97,8 @@ enum class Selector : uint32_t { MELON_UAPI_SELECTORS(MELON_UAPI_SEL_ENUM) };
   V(quota_pinned_user, 23, "the user's pinned memory limit is used up (pinned_bytes.user)")       \
   V(quota_pinned_device, 24, "the device's pinned memory limit is used up (pinned_bytes.device)") \
   V(quota_user_clients, 25, "the user's client connections are used up (clients_per_user)")       \
-  V(bad_address, 26, "the range is not the client's memory with the access asked")
+  V(bad_address, 26, "the range is not the client's memory with the access asked")                \
+  V(not_permitted, 27, "a diagnostic selector this host does not allow (melon-emud --diagnostics)")
 
 #define MELON_UAPI_STATUS_ENUM(name, value, text) name = value,
 enum class Status : uint32_t { MELON_UAPI_STATUSES(MELON_UAPI_STATUS_ENUM) };
@@ -424,6 +426,35 @@ struct UsageResp {
   uint64_t queue_bytes, pinned_bytes, dma_buffers, fw_pages;
 };
 static_assert(sizeof(UsageResp) == 104);
+
+// The stable-driver gate (docs/gates.md): one no-FLR re-init of the whole function (TEARDOWN_HCA,
+// pages taken, DISABLE_HCA, ENABLE_HCA, pages, SET_HCA_CAP, INIT_HCA, ... roce_en), refused with
+// `busy` while any client holds an object and with `not_permitted` unless the host allows
+// diagnostics. The anchor's StableInitCycle has the same number.
+enum : uint32_t {
+  kCycleInjectRoceEnQuirk = 1u << 0,  // emulated device: firmware 14.22's roce_en quirk for this cycle
+};
+struct CycleReq {
+  uint32_t flags;  // kCycle*
+  uint32_t reserved;
+};
+static_assert(sizeof(CycleReq) == 8);
+struct CycleResp {
+  uint32_t used_reset;  // 1: the no-FLR path failed and a function reset (FLR) brought the device up
+  uint32_t ok;  // 1: the device is up (by either path)
+  // The no-FLR path's failure when used_reset: stage (its name below), error, firmware command.
+  uint32_t fail_opcode, fail_status, fail_syndrome, fail_err;
+  char fail_stage[24];  // NUL-terminated stage name ("vport roce_en"), empty when none
+  uint32_t roce_en, port_state;  // after the cycle
+  uint32_t fw_rev[3];  // major, minor, subminor: the same before and after
+  uint32_t reinits, fallbacks, resets;  // the core's counts since it started
+  uint64_t cmdq_iova;  // the command queue's page: the same before and after
+  uint64_t pages_given, pages_device;  // firmware pages the driver counts given, and the device holds
+  uint32_t pages_quarantined, unknown_returns;
+  uint32_t dma_buffers, reserved;  // the driver's DMA buffers
+  uint64_t iova_bytes;  // bytes mapped in the IOMMU (0: the host cannot tell)
+};
+static_assert(sizeof(CycleResp) == 128);
 
 // A struct's size on the wire (the empty ones are 0 bytes, not C++'s 1).
 template <class T>

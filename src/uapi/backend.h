@@ -92,6 +92,8 @@ class Backend {
   virtual void usage(UsageResp*) {}
   // UD address vectors are built in software (no firmware command).
   virtual Status make_av(const AddressReq&, uint8_t*) { return Status::unsupported; }
+  // The stable-driver gate's no-FLR re-init (CycleReq); called only with no object alive.
+  virtual Status stable_cycle(const CycleReq&, CycleResp*) { return Status::unsupported; }
 
  protected:
   ~Backend() = default;

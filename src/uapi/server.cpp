@@ -358,6 +358,15 @@ Reply Server::dispatch(Client& c, Selector s, const void* in, void* out) {
       be_.usage(u);
       return ok(Status::ok);
     }
+    case Selector::stable_cycle: {
+      if (!lim_.diagnostics) return ok(Status::not_permitted);
+      const CycleReq& rq = *static_cast<const CycleReq*>(in);
+      if ((rq.flags & ~kCycleInjectRoceEnQuirk) || rq.reserved) return ok(Status::invalid);
+      // A re-init destroys every firmware object: refused while any client holds one.
+      for (uint32_t t = 0; t < kObjTypes; t++)
+        if (dev_count_[t]) return ok(Status::busy);
+      return ok(be_.stable_cycle(rq, static_cast<CycleResp*>(out)));
+    }
   }
   return ok(Status::unknown_selector);  // unreachable: sel_info() admitted only listed selectors
 }

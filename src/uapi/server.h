@@ -49,6 +49,8 @@ struct Limits {
   ByteQuota queue_bytes{64ull << 20, 256ull << 20, 1ull << 30};
   ByteQuota pinned_bytes{256ull << 20, 1ull << 30, 4ull << 30};
   uint32_t clients_per_user = 12;  // of the device's 16: one user cannot lock the others out
+  // Diagnostic selectors (stable_cycle) answer not_permitted unless the host allows them.
+  bool diagnostics = false;
   uint64_t features = kFeatRc | kFeatRoceV2 | kFeatDirectPath | kFeatAsyncEvents | kFeatImmediate | kFeatInline |
                       kFeatAtomic | kFeatBlueFlame | kFeatCqEvents | kFeatUc | kFeatUd | kFeatSrq;
 };

@@ -871,6 +871,26 @@ TEST_F(Uapi, CleanupCountsBackendFailuresAndStillFreesTheSlots) {
   EXPECT_EQ(srv->clients(), 0u);
 }
 
+// The stable-driver gate's re-init (docs/gates.md): only where the host allows diagnostics, only
+// with no object alive anywhere (it destroys every firmware object), flags checked.
+TEST_F(Uapi, StableCycleIsDiagnosticAndNeedsADeviceWithoutObjects) {
+  Client& a = open_client();
+  CycleResp rp{};
+  refused(a, Selector::stable_cycle, CycleReq{0, 0}, &rp, Status::not_permitted);
+  srv->detach(a);
+  lim.diagnostics = true;
+  restart();
+  Client& c = open_client();
+  Client& other = open_client(7);
+  uint32_t p = pd(other);
+  refused(c, Selector::stable_cycle, CycleReq{0, 0}, &rp, Status::busy);  // another client's PD
+  refused(c, Selector::stable_cycle, CycleReq{0x80, 0}, &rp, Status::invalid);
+  refused(c, Selector::stable_cycle, CycleReq{0, 1}, &rp, Status::invalid);
+  EXPECT_EQ(call0(other, Selector::dealloc_pd, HandleReq{p, 0}), Status::ok);
+  // Now it reaches the backend (this one has no re-init).
+  EXPECT_EQ(call(c, Selector::stable_cycle, CycleReq{kCycleInjectRoceEnQuirk, 0}, &rp), Status::unsupported);
+}
+
 TEST_F(Uapi, RequestsFromADetachedClientAreRefused) {
   Client& c = open_client();
   srv->detach(c);

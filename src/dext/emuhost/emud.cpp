@@ -138,6 +138,23 @@ class Platform final : public mlx5::core::QueuePlatform {
 
   size_t memfds() const { return mems_.size(); }
 
+  // The stable-driver gate (docs/gates.md): the emulated firmware's roce_en quirk on demand, and
+  // the device's own page and IOMMU counts.
+  void set_device(mlx5::emu::Device* d) { dev_ = d; }
+  int set_roce_en_quirk(bool on) override {
+    if (!dev_) return mlx5::core::kHalUnsupported;
+    mlx5::emu::Faults f = dev_->faults();
+    f.fw_14_22_roce_en_lost = on;
+    dev_->set_faults(f);
+    return 0;
+  }
+  bool device_counts(uint64_t* pages_held, uint64_t* iova_bytes) override {
+    if (!dev_) return false;
+    *pages_held = dev_->stats().fw_pages_held;
+    *iova_bytes = host_.mapped_bytes();
+    return true;
+  }
+
  private:
   struct M {
     void* va;
@@ -157,6 +174,7 @@ class Platform final : public mlx5::core::QueuePlatform {
   int wake_fd_;
   std::map<int, M> mems_;
   std::map<uint32_t, int> uars_;
+  mlx5::emu::Device* dev_ = nullptr;
 };
 
 // One request datagram, and the descriptor it carries (if any: the first; more are closed).
@@ -343,6 +361,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   UarWatcher watcher(*dev, uint64_t(opt.spin_us) * 1000);
   watcher.start();
   Platform plat(host, dma, watcher, wake_fd);
+  plat.set_device(dev.get());
   mlx5::core::UapiBackend backend(hca, plat);
   // The node GUID beside the socket (<socket>.guid, written whole by a rename): the mlx5 provider
   // lists the device with it and connects only when a context is opened.
@@ -362,6 +381,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   backend.fill_limits(&lim);
   lim.clients = opt.clients < uapi::kMaxClients ? opt.clients : uapi::kMaxClients;
   if (opt.clients_per_user) lim.clients_per_user = opt.clients_per_user;
+  lim.diagnostics = opt.diagnostics;
   for (auto [mib, q] : {std::pair{opt.queue_mib, &lim.queue_bytes}, {opt.pinned_mib, &lim.pinned_bytes}}) {
     if (mib[0]) q->client = mib[0] << 20;
     if (mib[1]) q->user = mib[1] << 20;

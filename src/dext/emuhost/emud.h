@@ -27,6 +27,7 @@ struct EmudOptions {
   uint64_t queue_mib[3] = {}, pinned_mib[3] = {};
   uint32_t socket_mode = 0660;  // the socket's permission bits (docs/uapi.md: who may connect)
   bool verbose = false;
+  bool diagnostics = false;  // serve diagnostic selectors (stable_cycle: re-init the device)
 };
 
 // Exit codes of run().

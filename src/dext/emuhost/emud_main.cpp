@@ -1,4 +1,4 @@
-// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose]
+// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose] [--diagnostics]
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,10 +34,12 @@ int main(int argc, char** argv) {
       opt.spin_us = uint32_t(atoi(argv[++i]));
     else if (!strcmp(argv[i], "--verbose"))
       opt.verbose = true;
+    else if (!strcmp(argv[i], "--diagnostics"))
+      opt.diagnostics = true;
     else {
       fprintf(stderr,
               "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib "
-              "C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose]\n");
+              "C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose] [--diagnostics]\n");
       return melon::dext::kEmudUsage;
     }
   }

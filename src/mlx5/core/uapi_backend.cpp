@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "mlx5/core/bar.h"
 #include "mlx5/prm/prm.h"
 
 namespace melon::mlx5::core {
@@ -638,6 +639,61 @@ void UapiBackend::usage(UsageResp* u) {
   u->pinned_bytes = pinned_;
   u->dma_buffers = hca_.dma().live_buffers();
   u->fw_pages = hca_.pages().given();
+}
+
+// ---- The stable-driver gate ----------------------------------------------------------------------
+
+namespace {
+// What the gate compares across a cycle, read from the device: firmware revision, command queue page.
+void read_identity(c::Hal& hal, CycleResp* r) {
+  r->fw_rev[0] = c::bar_field(hal, p::initial_seg::fw_rev_major);
+  r->fw_rev[1] = c::bar_field(hal, p::initial_seg::fw_rev_minor);
+  r->fw_rev[2] = c::bar_field(hal, p::initial_seg::fw_rev_subminor);
+  r->cmdq_iova = uint64_t(c::bar_field(hal, p::initial_seg::cmdq_phy_addr_63_32)) << 32 |
+                 uint64_t(c::bar_field(hal, p::initial_seg::cmdq_phy_addr_31_12)) << 12;
+}
+}  // namespace
+
+Status UapiBackend::stable_cycle(const CycleReq& rq, CycleResp* r) {
+  if (hca_.state() != c::HcaState::up) return Status::device_dead;
+  bool quirk = rq.flags & kCycleInjectRoceEnQuirk;
+  if (quirk && plat_.set_roce_en_quirk(true) != 0) return Status::unsupported;
+  // The GID table is the host's configuration (the wire address), not an object of a client: put
+  // back after the cycle what was there before.
+  constexpr uint32_t kKeep = 16;
+  c::GidEntry gids[kKeep];
+  bool had[kKeep] = {};
+  static const uint8_t zero[16] = {};
+  uint32_t n = hca_.caps().gid_table_size < kKeep ? hca_.caps().gid_table_size : kKeep;
+  for (uint32_t i = 0; i < n; i++)
+    had[i] = hca_.query_gid(i, &gids[i]) == c::Err::ok && memcmp(gids[i].gid, zero, 16) != 0;
+  bool used_reset = false;
+  c::Err e = hca_.reinit(&used_reset);
+  if (quirk) plat_.set_roce_en_quirk(false);
+  r->used_reset = used_reset;
+  if (used_reset) {
+    const c::Failure& f = hca_.last_reinit_fallback();
+    r->fail_opcode = f.cmd.opcode, r->fail_status = f.cmd.status, r->fail_syndrome = f.cmd.syndrome;
+    r->fail_err = uint32_t(f.err);
+    const char* sn = c::stage_name(f.stage);
+    size_t len = strlen(sn) < sizeof r->fail_stage - 1 ? strlen(sn) : sizeof r->fail_stage - 1;
+    memcpy(r->fail_stage, sn, len);
+  }
+  for (uint32_t i = 0; e == c::Err::ok && i < n; i++)
+    if (had[i]) e = hca_.set_gid(i, gids[i]);
+  r->ok = e == c::Err::ok && hca_.state() == c::HcaState::up;
+  r->roce_en = hca_.port().roce_en;
+  r->port_state = hca_.port().vport_state;
+  read_identity(hca_.hal(), r);
+  const c::HcaStats& st = hca_.stats();
+  r->reinits = uint32_t(st.reinits), r->fallbacks = uint32_t(st.reinit_fallbacks), r->resets = uint32_t(st.resets);
+  r->pages_given = hca_.pages().given();
+  r->pages_quarantined = hca_.pages().count(c::PageState::quarantined);
+  r->unknown_returns = hca_.pages().unknown_returns();
+  r->dma_buffers = uint32_t(hca_.dma().live_buffers());
+  if (!plat_.device_counts(&r->pages_device, &r->iova_bytes)) r->pages_device = r->iova_bytes = 0;
+  // Answered ok whenever the cycle ran, so the caller gets the report; r->ok says how it ended.
+  return Status::ok;
 }
 
 // ---- Events ------------------------------------------------------------------------------------

@@ -43,6 +43,11 @@ class QueuePlatform {
   // The QP went to RESET: its counters (and its doorbell record, which the client clears) start
   // over at 0.
   virtual void doorbell_rewind(uint8_t, uint32_t) {}
+  // The stable-driver gate (UapiBackend::stable_cycle): arm or clear an emulated device's firmware
+  // 14.22 roce_en quirk (a real card has it or not: kHalUnsupported), and what the device itself
+  // counts (firmware pages it holds, bytes its IOMMU maps); false when the host cannot tell.
+  virtual int set_roce_en_quirk(bool) { return kHalUnsupported; }
+  virtual bool device_counts(uint64_t* /*pages_held*/, uint64_t* /*iova_bytes*/) { return false; }
 
  protected:
   ~QueuePlatform() = default;
@@ -94,6 +99,7 @@ class UapiBackend final : public uapi::Backend, private EventSink {
   uapi::Status destroy_qp(void*) override;
   uapi::Status make_av(const uapi::AddressReq&, uint8_t*) override;
   void usage(uapi::UsageResp*) override;
+  uapi::Status stable_cycle(const uapi::CycleReq&, uapi::CycleResp*) override;
   uint64_t queue_cost(uint64_t ring) override;
 
  private:

@@ -88,6 +88,7 @@ int errno_of(uapi::Status st) {
     case S::bad_address: return EFAULT;  // as ibv_reg_mr's pinning fails on Linux
     case S::busy: return EBUSY;
     case S::unsupported: return EOPNOTSUPP;
+    case S::not_permitted: return EPERM;
     case S::device_dead:
     case S::firmware: return EIO;
     case S::no_event: return EAGAIN;
