@@ -28,7 +28,14 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   if (e.nqps_ >= kMaxQp) return ENOMEM;
   auto qp = std::make_unique<Qp>();
   uint32_t slot = 0;
-  uint32_t n = e.choose_qpn(&slot);
+  uint32_t n = 0;
+  if (init.fixed_qpn) {
+    n = init.fixed_qpn & kPsnMask;
+    slot = n & EngineImpl::kQpnSlotMask;
+    if (slot < e.slots_.size() && e.slots_[slot]) return EBUSY;
+  } else {
+    n = e.choose_qpn(&slot);
+  }
   qp->qpn = n;
   qp->init = init;
   qp->attr.cap = c;

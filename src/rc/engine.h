@@ -70,6 +70,9 @@ struct QpInit {
   QpCaps cap;
   bool sq_sig_all = false;
   bool uc_verbs = false;  // an RC QP the verbs see as UC (reliable UC): UC's opcodes only
+  // Nonzero: exactly this QPN, EBUSY if its slot is taken. Only the provider asks, for the GSI
+  // (QP1, a UD QP carrying the CM's MADs: IBA 13.4); verbs QPNs are never 0 or 1.
+  uint32_t fixed_qpn = 0;
 };
 
 // ibv_qp_attr, the parts a RoCEv2 engine uses.
