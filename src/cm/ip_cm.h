@@ -17,7 +17,7 @@ inline uint64_t ip_service_id(uint16_t port_space, uint16_t port) { return uint6
 inline uint16_t service_port_space(uint64_t sid) { return uint16_t(sid >> 16); }
 inline uint16_t service_port(uint64_t sid) { return uint16_t(sid); }
 // A service ID in the IP range (as opposed to an RDMA_PS_IB one chosen by the application).
-inline bool is_ip_service(uint64_t sid) { return (sid & ~0xffffffull) == 0 && (sid >> 24) == 1; }
+inline bool is_ip_service(uint64_t sid) { return (sid >> 24) == 1; }
 
 struct IpCmHeader {
   uint8_t major = 0, minor = 0;  // version 0.0

@@ -134,17 +134,7 @@ Id* find_listener(Device* d, uint64_t sid, const uint8_t dst_ip[16], int ip_vers
 // addresses from the request's IP header, the path from the REQ or the MAD's source.
 Id* child_of(Id* l, Device* d, const cm::IpCmHeader& h, const MadAddress& from) {
   Channel* ch = l->chan;
-  if (ch->sync) {
-    ch = new Channel;
-    int p[2];
-    if (pipe(p)) {
-      delete ch;
-      return nullptr;
-    }
-    ch->ch.fd = p[0];
-    ch->write_fd = p[1];
-    ch->sync = true;
-  }
+  if (ch->sync && !(ch = make_channel(true))) return nullptr;
   Id* c = new_id(ch, l->id.context, l->id.ps, l->id.qp_type);
   c->listener = l;
   c->dev = d;

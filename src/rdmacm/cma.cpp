@@ -7,10 +7,14 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <sys/random.h>
+#ifdef __linux__
+#include <sys/eventfd.h>
+#endif
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 
@@ -90,7 +94,12 @@ int open_mad_port(Device* d) {
   if (d->mad) return 0;
   if (d->mad_err) return d->mad_err;
   d->mad = open_gsi_port(d->ctx);
-  if (!d->mad) return d->mad_err = errno ? errno : EOPNOTSUPP;
+  if (!d->mad) {
+    d->mad_err = errno ? errno : EOPNOTSUPP;
+    if (std::getenv("MELON_CM_DEBUG"))
+      fprintf(stderr, "librdmacm: %s: no QP1 (%s)\n", ibv_get_device_name(d->ctx->device), strerror(d->mad_err));
+    return d->mad_err;
+  }
   wake_agent();  // the agent polls the new port
   return 0;
 }
@@ -112,8 +121,60 @@ void queue_event(Id* id, rdma_cm_event_type type, int status, const void* pdata,
   if (listen) id->unacked++;
   Channel* ch = id->chan;
   ch->queue.push_back(e);
-  char c = 1;
-  (void)!write(ch->write_fd, &c, 1);
+  channel_signal(ch);
+}
+
+Channel* make_channel(bool sync) {
+  auto* ch = new Channel;
+#ifdef __linux__
+  ch->ch.fd = ch->write_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (ch->ch.fd < 0) {
+    delete ch;
+    return nullptr;
+  }
+#else
+  int p[2];
+  if (pipe(p)) {
+    delete ch;
+    return nullptr;
+  }
+  fcntl(p[0], F_SETFD, FD_CLOEXEC);
+  fcntl(p[1], F_SETFD, FD_CLOEXEC);
+  ch->ch.fd = p[0];
+  ch->write_fd = p[1];
+#endif
+  ch->sync = sync;
+  return ch;
+}
+
+void free_channel(Channel* ch) {
+  for (Event* e : ch->queue) delete e;
+  close(ch->ch.fd);
+  if (ch->write_fd != ch->ch.fd) close(ch->write_fd);
+  delete ch;
+}
+
+void channel_signal(Channel* ch) {
+#ifdef __linux__
+  const uint64_t one = 1;
+  (void)!write(ch->write_fd, &one, sizeof one);
+#else
+  const char one = 1;
+  (void)!write(ch->write_fd, &one, 1);
+#endif
+}
+
+int channel_wait(Channel* ch) {
+#ifdef __linux__
+  uint64_t v;
+#else
+  char v;
+#endif
+  ssize_t r;
+  do r = read(ch->ch.fd, &v, sizeof v);
+  while (r < 0 && errno == EINTR);
+  if (r == ssize_t(sizeof v)) return 0;
+  return r < 0 ? errno : EIO;
 }
 
 Id* new_id(Channel* chan, void* context, rdma_port_space ps, ibv_qp_type qpt) {
@@ -139,27 +200,11 @@ void free_id(Id* id) {
 
 namespace {
 
-Channel* make_channel(bool sync) {
-  auto* ch = new Channel;
-  int p[2];
-  if (pipe2(p, O_CLOEXEC)) {
-    delete ch;
-    return nullptr;
-  }
-  ch->ch.fd = p[0];
-  ch->write_fd = p[1];
-  ch->sync = sync;
-  return ch;
-}
-
-void free_channel(Channel* ch) {
-  for (Event* e : ch->queue) delete e;
-  close(ch->ch.fd);
-  close(ch->write_fd);
-  delete ch;
-}
-
-int fail(int e) {
+// MELON_CM_DEBUG=1: each failing call says where it failed (stderr).
+#define fail(e) fail_at(e, __func__, __LINE__)
+int fail_at(int e, const char* fn, int line) {
+  static const bool debug = std::getenv("MELON_CM_DEBUG") != nullptr;
+  if (debug) fprintf(stderr, "librdmacm: %s:%d: %s\n", fn, line, strerror(e));
   errno = e;
   return -1;
 }
@@ -262,12 +307,10 @@ int bind_to(Id* id, const sockaddr* sa) {
 int wait_sync(Id* id, std::unique_lock<std::mutex>& g, rdma_cm_event_type want, rdma_cm_event** out = nullptr) {
   Channel* ch = id->chan;
   g.unlock();
-  char c;
-  ssize_t r;
-  do r = read(ch->ch.fd, &c, 1);
-  while (r < 0 && errno == EINTR);
+  const int r = channel_wait(ch);
   g.lock();
-  if (r != 1 || ch->queue.empty()) return EIO;
+  if (r) return r;
+  if (ch->queue.empty()) return EIO;
   Event* e = ch->queue.front();
   ch->queue.pop_front();
   const bool ok = e->ev.event == want && e->ev.status == 0;
@@ -405,9 +448,7 @@ MELON_CM_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel* chann
 MELON_CM_EXPORT int rdma_get_cm_event(struct rdma_event_channel* channel, struct rdma_cm_event** event) {
   if (!channel || !event) return fail(EINVAL);
   Channel* ch = reinterpret_cast<Channel*>(channel);
-  char c;
-  ssize_t r = read(ch->ch.fd, &c, 1);  // blocks unless the application made the fd non-blocking
-  if (r != 1) return fail(r < 0 ? errno : EIO);
+  if (int r = channel_wait(ch)) return fail(r);  // blocks unless the application made the fd non-blocking
   std::lock_guard<std::mutex> g(lib().mu);
   if (ch->queue.empty()) return fail(EIO);
   Event* e = ch->queue.front();
@@ -787,6 +828,10 @@ MELON_CM_EXPORT int rdma_connect(struct rdma_cm_id* cid, struct rdma_conn_param*
   if (id->state != IdState::route_resolved || !id->dev) return fail(EINVAL);
   if (int e = open_mad_port(id->dev)) return fail(e);
   rdma_conn_param p = conn_param ? *conn_param : defaults(id->dev);
+  id->peer = MadAddress{};  // the peer's QP1, along the resolved path
+  id->peer.peer_gid = id->path.dgid;
+  id->peer.sgid_index = id->gid_index;
+  id->peer.traffic_class = id->tos;
   int err;
   if (id->id.qp_type == IBV_QPT_UD) {
     err = cm_send_sidr_req(id, p);

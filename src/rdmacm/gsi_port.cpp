@@ -3,6 +3,8 @@
 #include <fcntl.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -45,16 +47,20 @@ class GsiPort final : public MadPort {
     a.cap.max_send_sge = a.cap.max_recv_sge = 1;
     a.comp_mask = IBV_QP_INIT_ATTR_PD;
     a.pd = pd_;
+    step_ = 1;
     if (!(qp_ = ops->create_gsi_qp(&a))) return errno ? errno : EOPNOTSUPP;
     ibv_qp_attr m{};
     m.qp_state = IBV_QPS_INIT;
     m.pkey_index = 0;
     m.port_num = 1;
     m.qkey = cm::kGsiQkey;
+    step_ = 2;
     if (int e = ibv_modify_qp(qp_, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)) return e;
     m = {};
     m.qp_state = IBV_QPS_RTR;
+    step_ = 3;
     if (int e = ibv_modify_qp(qp_, &m, IBV_QP_STATE)) return e;
+    step_ = 4;
     m.qp_state = IBV_QPS_RTS;
     m.sq_psn = 0;
     if (int e = ibv_modify_qp(qp_, &m, IBV_QP_STATE | IBV_QP_SQ_PSN)) return e;
@@ -91,6 +97,7 @@ class GsiPort final : public MadPort {
   }
 
   int fd() const override { return ch_->fd; }
+  int step() const { return step_; }
 
   int receive(uint8_t* mad, MadAddress* from) override {
     // Take the channel's event (non-blocking) and re-arm before polling, so nothing is missed.
@@ -180,6 +187,7 @@ class GsiPort final : public MadPort {
   std::vector<uint8_t> buf_;
   std::vector<int> free_send_;
   std::vector<CachedAh> ahs_;
+  int step_ = 0;  // how far open() got (MELON_CM_DEBUG)
 };
 
 }  // namespace
@@ -187,6 +195,7 @@ class GsiPort final : public MadPort {
 std::unique_ptr<MadPort> open_gsi_port(ibv_context* ctx) {
   auto p = std::make_unique<GsiPort>();
   if (int e = p->open(ctx)) {
+    if (std::getenv("MELON_CM_DEBUG")) fprintf(stderr, "librdmacm: QP1: step %d: %s\n", p->step(), strerror(e));
     errno = e;
     return nullptr;
   }

@@ -25,12 +25,20 @@ struct Event {
   uint8_t private_data[256] = {};
 };
 
+// An event channel's descriptor counts queued events. Linux: one eventfd in semaphore mode, so a
+// thread blocked reading it when the application destroys the channel stays blocked, as on a
+// closed rdma_cm device file, instead of reading end-of-file (rping's CM thread does exactly
+// that). Elsewhere a pipe (one byte per event; its write end is kept until then).
 struct Channel {
-  rdma_event_channel ch{};  // first: the application's pointer; ch.fd is the read end of `pipe`
-  int write_fd = -1;
-  std::deque<Event*> queue;  // one byte in the pipe per queued event
+  rdma_event_channel ch{};  // first: the application's pointer
+  int write_fd = -1;  // == ch.fd with an eventfd
+  std::deque<Event*> queue;  // one count per queued event
   bool sync = false;  // the private channel of an id created without one
 };
+Channel* make_channel(bool sync);
+void free_channel(Channel* ch);
+void channel_signal(Channel* ch);
+int channel_wait(Channel* ch);  // takes one count: 0, or errno (EAGAIN on a non-blocking fd)
 
 struct Device {
   ibv_context* ctx = nullptr;
