@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "cm/ip_cm.h"
@@ -14,6 +16,12 @@
 
 namespace melon::rdmacm {
 namespace {
+
+// MELON_CM_DEBUG=1: every MAD in and out on stderr.
+bool debug() {
+  static const bool on = std::getenv("MELON_CM_DEBUG") != nullptr;
+  return on;
+}
 
 // rdma_cm's IP header bytes of an address: IPv4 in the last 4 of 16.
 void ip_bytes(const sockaddr* sa, uint8_t out[16]) {
@@ -61,6 +69,8 @@ int transmit(Id* id, cm::Message& m, bool keep) {
   uint8_t mad[cm::kMadSize];
   if (!cm::encode(m, mad)) return EINVAL;
   if (int e = open_mad_port(id->dev)) return e;
+  if (debug()) fprintf(stderr, "librdmacm: %llu ms: MAD out: %s tid %llx\n", (unsigned long long)(now_ns() / 1000000 % 100000),
+                       cm::attr_name(m.attr()), (unsigned long long)m.hdr.tid);
   if (keep) {
     std::memcpy(id->last_mad, mad, sizeof mad);
     id->has_last = true;
@@ -248,7 +258,7 @@ void on_req(Device* d, const cm::Message& m, const MadAddress& from) {
   ev.param.conn.qp_num = r.local_qpn;
   queue_event(c, RDMA_CM_EVENT_CONNECT_REQUEST, 0, r.private_data + cm::kIpCmHeaderSize,
               sizeof r.private_data - cm::kIpCmHeaderSize, l);
-  Event* e = c->chan->queue.back();
+  Event* e = l->chan->queue.back();
   uint8_t plen = e->ev.param.conn.private_data_len;
   const void* pdata = e->ev.param.conn.private_data;
   e->ev.param.conn = ev.param.conn;
@@ -400,7 +410,7 @@ void on_sidr_req(Device* d, const cm::Message& m, const MadAddress& from) {
   c->tid = m.hdr.tid;
   queue_event(c, RDMA_CM_EVENT_CONNECT_REQUEST, 0, r.private_data + cm::kIpCmHeaderSize,
               sizeof r.private_data - cm::kIpCmHeaderSize, l);
-  Event* e = c->chan->queue.back();
+  Event* e = l->chan->queue.back();
   rdma_ud_param& ud = e->ev.param.ud;
   ud.ah_attr.is_global = 1;
   ud.ah_attr.port_num = 1;
@@ -440,7 +450,11 @@ void on_sidr_rep(Device* d, const cm::Message& m) {
 
 void on_mad(Device* d, const uint8_t* mad, const MadAddress& from) {
   cm::Message m;
-  if (cm::decode(mad, cm::kMadSize, &m) != cm::DecodeStatus::ok) return;
+  const cm::DecodeStatus st = cm::decode(mad, cm::kMadSize, &m);
+  if (debug())
+    fprintf(stderr, "librdmacm: %llu ms: MAD in: %s (%s) tid %llx\n", (unsigned long long)(now_ns() / 1000000 % 100000),
+            cm::attr_name(m.attr()), cm::decode_status_name(st), (unsigned long long)m.hdr.tid);
+  if (st != cm::DecodeStatus::ok) return;
   if (m.hdr.method != cm::kMethodSend) return;
   switch (m.attr()) {
     case cm::Attr::req: on_req(d, m, from); break;
@@ -465,6 +479,7 @@ void on_timeout(Id* id) {
   }
   if (id->has_last && id->retries_left > 0) {
     --id->retries_left;
+    if (debug()) fprintf(stderr, "librdmacm: %llu ms: MAD resent\n", (unsigned long long)(now_ns() / 1000000 % 100000));
     id->dev->mad->send(id->last_mad, id->peer);
     id->deadline_ns = now_ns() + id->retry_ns;
     return;

@@ -119,7 +119,7 @@ void queue_event(Id* id, rdma_cm_event_type type, int status, const void* pdata,
   Id* owner = listen ? listen : id;
   owner->unacked++;
   if (listen) id->unacked++;
-  Channel* ch = id->chan;
+  Channel* ch = listen ? listen->chan : id->chan;  // a request is the listener's event
   ch->queue.push_back(e);
   channel_signal(ch);
 }
@@ -721,7 +721,8 @@ int create_qp_locked(Id* id, ibv_qp_init_attr_ex* attr) {
     if (!(id->own_recv_cq = ibv_create_cq(d->ctx, n, id->cm_id(), id->own_recv_ch, 0))) return errno;
     attr->recv_cq = id->own_recv_cq;
   }
-  attr->qp_type = id->id.qp_type == IBV_QPT_UD ? IBV_QPT_UD : attr->qp_type;
+  // The id's port space decides UD; an unset type (rdma_create_ep's callers leave it 0) is the id's.
+  if (id->id.qp_type == IBV_QPT_UD || attr->qp_type == 0) attr->qp_type = id->id.qp_type;
   ibv_qp* qp = ibv_create_qp_ex(d->ctx, attr);
   if (!qp) return errno;
   id->id.qp = qp;

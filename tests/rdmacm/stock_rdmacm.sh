@@ -116,9 +116,12 @@ for dir in ab ba; do
     ;;
   ucmatose)
     pair $dir "${S[@]}" "${C[@]}" ucmatose -c 2 -C 10 -S 1024 -- ucmatose -s "$sip" -c 2 -C 10 -S 1024
-    expect $dir-client.out "^completing sends"
-    expect $dir-client.out "^disconnecting"
-    expect $dir-server.out "^receiving data transfers"
+    # The server initiates (sends first) and disconnects; the client receives and replies.
+    expect $dir-server.out "^completing sends"
+    expect $dir-server.out "^data transfers complete"
+    expect $dir-server.out "^disconnected"
+    expect $dir-client.out "^sending replies"
+    expect $dir-client.out "^data transfers complete"
     expect $dir-server.out "^test complete"
     expect $dir-client.out "^test complete"
     ;;
