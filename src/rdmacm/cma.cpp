@@ -6,6 +6,7 @@
 #include <endian.h>
 #include <fcntl.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sys/random.h>
 #ifdef __linux__
 #include <sys/eventfd.h>
@@ -116,10 +117,11 @@ void queue_event(Id* id, rdma_cm_event_type type, int status, const void* pdata,
     e->ev.param.conn.private_data = e->private_data;
     e->ev.param.conn.private_data_len = uint8_t(plen);
   }
-  Id* owner = listen ? listen : id;
-  owner->unacked++;
-  if (listen) id->unacked++;
   Channel* ch = listen ? listen->chan : id->chan;  // a request is the listener's event
+  if (ch->closed) {
+    delete e;
+    return;
+  }
   ch->queue.push_back(e);
   channel_signal(ch);
 }
@@ -149,9 +151,15 @@ Channel* make_channel(bool sync) {
 
 void free_channel(Channel* ch) {
   for (Event* e : ch->queue) delete e;
+  ch->queue.clear();
   close(ch->ch.fd);
   if (ch->write_fd != ch->ch.fd) close(ch->write_fd);
   delete ch;
+}
+
+void channel_put(Channel* ch) {
+  if (--ch->users > 0 || (!ch->closed && !ch->sync)) return;
+  free_channel(ch);
 }
 
 void channel_signal(Channel* ch) {
@@ -180,6 +188,7 @@ int channel_wait(Channel* ch) {
 Id* new_id(Channel* chan, void* context, rdma_port_space ps, ibv_qp_type qpt) {
   Id* i = new Id;
   i->chan = chan;
+  chan->users++;
   i->id.channel = &chan->ch;
   i->id.context = context;
   i->id.ps = ps;
@@ -195,7 +204,47 @@ void free_id(Id* id) {
       v.erase(v.begin() + long(k));
       break;
     }
+  channel_put(id->chan);
   delete id;
+}
+
+// An event leaves its channel's queue for the application: it now counts against its ids until
+// acknowledged (rdma-core: rdma_destroy_id waits for exactly the events it has reported).
+Event* take_event(Channel* ch) {
+  if (ch->queue.empty()) return nullptr;
+  Event* e = ch->queue.front();
+  ch->queue.pop_front();
+  Id::from(e->ev.id)->unacked++;
+  if (e->ev.listen_id) Id::from(e->ev.listen_id)->unacked++;
+  return e;
+}
+
+void release_event(Event* e) {
+  Id::from(e->ev.id)->unacked--;
+  if (e->ev.listen_id) Id::from(e->ev.listen_id)->unacked--;
+  delete e;
+  lib().acked.notify_all();
+}
+
+// Drops the events of `id` still queued on `ch` (never reported, so never to be acknowledged),
+// taking their counts off the descriptor where they are still there.
+void purge_events(Channel* ch, Id* id) {
+  for (auto it = ch->queue.begin(); it != ch->queue.end();) {
+    Event* e = *it;
+    if (Id::from(e->ev.id) != id && Id::from(e->ev.listen_id) != id) {
+      ++it;
+      continue;
+    }
+    delete e;
+    it = ch->queue.erase(it);
+    pollfd p{ch->ch.fd, POLLIN, 0};
+    if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) {
+      const int fl = fcntl(ch->ch.fd, F_GETFL);
+      fcntl(ch->ch.fd, F_SETFL, fl | O_NONBLOCK);
+      channel_wait(ch);
+      fcntl(ch->ch.fd, F_SETFL, fl);
+    }
+  }
 }
 
 namespace {
@@ -310,9 +359,8 @@ int wait_sync(Id* id, std::unique_lock<std::mutex>& g, rdma_cm_event_type want, 
   const int r = channel_wait(ch);
   g.lock();
   if (r) return r;
-  if (ch->queue.empty()) return EIO;
-  Event* e = ch->queue.front();
-  ch->queue.pop_front();
+  Event* e = take_event(ch);
+  if (!e) return EIO;
   const bool ok = e->ev.event == want && e->ev.status == 0;
   const int status = e->ev.status;
   const rdma_cm_event_type type = e->ev.event;
@@ -320,10 +368,7 @@ int wait_sync(Id* id, std::unique_lock<std::mutex>& g, rdma_cm_event_type want, 
     *out = &e->ev;
     return 0;
   }
-  Id* owner = Id::from(e->ev.listen_id ? e->ev.listen_id : e->ev.id);
-  owner->unacked--;
-  if (e->ev.listen_id) Id::from(e->ev.id)->unacked--;
-  delete e;
+  release_event(e);
   if (ok) return 0;
   if (type == RDMA_CM_EVENT_REJECTED) return ECONNREFUSED;
   if (type == RDMA_CM_EVENT_UNREACHABLE) return ETIMEDOUT;
@@ -442,31 +487,35 @@ MELON_CM_EXPORT struct rdma_event_channel* rdma_create_event_channel(void) {
 MELON_CM_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel* channel) {
   if (!channel) return;
   std::lock_guard<std::mutex> g(lib().mu);
-  free_channel(reinterpret_cast<Channel*>(channel));
+  Channel* ch = reinterpret_cast<Channel*>(channel);
+  ch->closed = true;
+  if (ch->users > 0) {
+    for (Event* e : ch->queue) delete e;  // never to be reported
+    ch->queue.clear();
+    return;
+  }
+  free_channel(ch);
 }
 
 MELON_CM_EXPORT int rdma_get_cm_event(struct rdma_event_channel* channel, struct rdma_cm_event** event) {
   if (!channel || !event) return fail(EINVAL);
   Channel* ch = reinterpret_cast<Channel*>(channel);
-  if (int r = channel_wait(ch)) return fail(r);  // blocks unless the application made the fd non-blocking
-  std::lock_guard<std::mutex> g(lib().mu);
-  if (ch->queue.empty()) return fail(EIO);
-  Event* e = ch->queue.front();
-  ch->queue.pop_front();
-  *event = &e->ev;
-  return 0;
+  for (;;) {
+    // Blocks unless the application made the fd non-blocking. A count whose event was purged
+    // (its id destroyed meanwhile) is passed over.
+    if (int r = channel_wait(ch)) return fail(r);
+    std::lock_guard<std::mutex> g(lib().mu);
+    if (Event* e = take_event(ch)) {
+      *event = &e->ev;
+      return 0;
+    }
+  }
 }
 
 MELON_CM_EXPORT int rdma_ack_cm_event(struct rdma_cm_event* event) {
   if (!event) return fail(EINVAL);
-  Lib& L = lib();
-  std::lock_guard<std::mutex> g(L.mu);
-  Event* e = reinterpret_cast<Event*>(event);
-  Id* owner = Id::from(e->ev.listen_id ? e->ev.listen_id : e->ev.id);
-  owner->unacked--;
-  if (e->ev.listen_id) Id::from(e->ev.id)->unacked--;
-  delete e;
-  L.acked.notify_all();
+  std::lock_guard<std::mutex> g(lib().mu);
+  release_event(reinterpret_cast<Event*>(event));
   return 0;
 }
 
@@ -505,6 +554,13 @@ int create_id(rdma_event_channel* channel, rdma_cm_id** out, void* context, rdma
 }
 }  // namespace
 
+// The request rdma_get_request kept for a synchronous id, released by accept/reject/destroy.
+void drop_request_event(Id* id) {
+  if (!id->id.event) return;
+  release_event(reinterpret_cast<Event*>(id->id.event));
+  id->id.event = nullptr;
+}
+
 MELON_CM_EXPORT int rdma_create_id(struct rdma_event_channel* channel, struct rdma_cm_id** id, void* context,
                                    enum rdma_port_space ps) {
   const ibv_qp_type qpt = (ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB) ? IBV_QPT_UD : IBV_QPT_RC;
@@ -517,27 +573,15 @@ MELON_CM_EXPORT int rdma_destroy_id(struct rdma_cm_id* cid) {
   if (!valid_id(cid)) return fail(EINVAL);
   Id* id = Id::from(cid);
   id->destroying = true;
-  // rdma-core: wait until every event reported for this id has been acknowledged. Events still
-  // queued on a private channel are ours to drop.
-  if (id->chan->sync) {
-    for (auto it = id->chan->queue.begin(); it != id->chan->queue.end();) {
-      Event* e = *it;
-      if (Id::from(e->ev.id) == id || Id::from(e->ev.listen_id) == id) {
-        Id* owner = Id::from(e->ev.listen_id ? e->ev.listen_id : e->ev.id);
-        owner->unacked--;
-        if (e->ev.listen_id) Id::from(e->ev.id)->unacked--;
-        delete e;
-        it = id->chan->queue.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  // rdma-core: wait until every event reported for this id has been acknowledged; those not yet
+  // reported are dropped (a request still queued on the listener's channel too).
+  drop_request_event(id);
+  purge_events(id->chan, id);
+  if (id->listener) purge_events(id->listener->chan, id);
   L.acked.wait(g, [&] { return id->unacked <= 0; });
   if (id->dev && id->dev->mad) cm_teardown(id);
   for (Id* other : L.ids)
     if (other->listener == id) other->listener = nullptr;
-  if (id->chan->sync) free_channel(id->chan);
   free_id(id);
   return 0;
 }
@@ -552,8 +596,9 @@ MELON_CM_EXPORT int rdma_migrate_id(struct rdma_cm_id* cid, struct rdma_event_ch
   Channel* ch = channel ? reinterpret_cast<Channel*>(channel) : make_channel(true);
   if (!ch) return fail(errno);
   id->chan = ch;
+  ch->users++;
   id->id.channel = channel;
-  if (old->sync) free_channel(old);
+  channel_put(old);
   return 0;
 }
 
@@ -890,18 +935,6 @@ MELON_CM_EXPORT int rdma_get_request(struct rdma_cm_id* listen, struct rdma_cm_i
   return 0;
 }
 
-namespace {
-void drop_request_event(Id* id) {
-  if (!id->id.event) return;
-  Event* e = reinterpret_cast<Event*>(id->id.event);
-  Id* owner = Id::from(e->ev.listen_id ? e->ev.listen_id : e->ev.id);
-  owner->unacked--;
-  if (e->ev.listen_id) Id::from(e->ev.id)->unacked--;
-  delete e;
-  id->id.event = nullptr;
-  lib().acked.notify_all();
-}
-}  // namespace
 
 MELON_CM_EXPORT int rdma_accept(struct rdma_cm_id* cid, struct rdma_conn_param* conn_param) {
   std::unique_lock<std::mutex> g(lib().mu);

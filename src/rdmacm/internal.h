@@ -34,9 +34,13 @@ struct Channel {
   int write_fd = -1;  // == ch.fd with an eventfd
   std::deque<Event*> queue;  // one count per queued event
   bool sync = false;  // the private channel of an id created without one
+  // The ids using it. An application may destroy a channel its ids still use (perftest does on
+  // its error paths): it is then closed (their later events dropped) and freed with its last id.
+  int users = 0;
+  bool closed = false;
 };
 Channel* make_channel(bool sync);
-void free_channel(Channel* ch);
+void channel_put(Channel* ch);  // an id stops using it
 void channel_signal(Channel* ch);
 int channel_wait(Channel* ch);  // takes one count: 0, or errno (EAGAIN on a non-blocking fd)
 
