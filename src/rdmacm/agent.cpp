@@ -126,7 +126,11 @@ Id* find_listener(Device* d, uint64_t sid, const uint8_t dst_ip[16], int ip_vers
     const sockaddr* src = &i->id.route.addr.src_addr;
     if (port_of(src) != cm::service_port(sid)) continue;
     if (i->dev && i->dev != d) continue;
-    if (!is_any(src)) {
+    const bool loopback = (src->sa_family == AF_INET &&
+                           (ntohl(reinterpret_cast<const sockaddr_in*>(src)->sin_addr.s_addr) >> 24) == 127) ||
+                          (src->sa_family == AF_INET6 &&
+                           IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(src)->sin6_addr));
+    if (!is_any(src) && !loopback) {
       uint8_t mine[16];
       ip_bytes(src, mine);
       if (std::memcmp(mine, dst_ip, 16)) continue;

@@ -296,6 +296,11 @@ void gid_of(const sockaddr* sa, ibv_gid* gid) {
   }
 }
 
+bool is_loopback(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
+  return sa->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr);
+}
+
 // The device and RoCEv2 GID index that own IP address `sa` (IPv4 as its IPv4-mapped GID).
 Device* device_for(const sockaddr* sa, uint8_t* gid_index) {
   ibv_gid want;
@@ -341,6 +346,9 @@ int bind_to(Id* id, const sockaddr* sa) {
   if (!addr_is_any(sa)) {
     uint8_t gi = 0;
     Device* d = device_for(sa, &gi);
+    // Linux's rdma_cm binds a loopback address to the first device (libfabric's verbs provider
+    // probes with 127.0.0.1); a listener there hears requests to any of that device's addresses.
+    if (!d && is_loopback(sa) && !lib().devices.empty()) d = lib().devices.front().get();
     if (!d) return EADDRNOTAVAIL;
     id->dev = d;
     id->gid_index = gi;
@@ -637,7 +645,16 @@ MELON_CM_EXPORT int rdma_bind_addr(struct rdma_cm_id* cid, struct sockaddr* addr
   if (!valid_id(cid) || !addr) return fail(EINVAL);
   Id* id = Id::from(cid);
   if (id->bound) return fail(EINVAL);
-  if (int e = bind_to(id, addr)) return fail(e);
+  if (int e = bind_to(id, addr)) {
+    if (std::getenv("MELON_CM_DEBUG")) {
+      char text[INET6_ADDRSTRLEN] = "?";
+      const void* a = addr->sa_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(addr)->sin6_addr)
+                                                  : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(addr)->sin_addr);
+      inet_ntop(addr->sa_family, a, text, sizeof text);
+      fprintf(stderr, "librdmacm: bind to %s (family %d): no device has it\n", text, addr->sa_family);
+    }
+    return fail(e);
+  }
   return 0;
 }
 
