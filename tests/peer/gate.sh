@@ -164,7 +164,7 @@ exchange() {
   [ "${RXE_COUNTERS:-0}" = 1 ] && rxe_before=$(counters)
   if [ "$how" = guest-server ]; then
     local id; id=$(PEER_JOB_TIMEOUT=${EX_TIMEOUT:-60} peer_spawn 1 "echo \$\$ > /tmp/server.pid; exec $guest_args")
-    peer_wait_listen 1 18515 || echo "warning: guest server not listening"
+    ${GUEST_LISTENING:-peer_wait_listen 1 18515} || echo "warning: guest server not listening"
     # shellcheck disable=SC2086
     host_out=$(ours $our_args 10.77.0.2 2>&1); host_rc=$?
     local k
@@ -180,7 +180,7 @@ exchange() {
     # shellcheck disable=SC2086
     peer_host env "${OUR_ENV[@]}" timeout -k 3 "${EX_TIMEOUT:-60}" $our_args >"$out" 2>&1 &
     local hp=$!
-    host_listening || echo "warning: host server not listening"
+    ${HOST_LISTENING:-host_listening} || echo "warning: host server not listening"
     guest_out=$(PEER_JOB_TIMEOUT=${EX_TIMEOUT:-60} peer_run 1 "$guest_args 10.77.0.1" 2>&1); guest_rc=$?
     local k
     for ((k = 0; k < 150; k++)); do kill -0 "$hp" 2>/dev/null || break; sleep 0.1; done
@@ -330,6 +330,52 @@ lat_case() {
   check "$2: t_typical ${typ:-?} us < ${LAT_MAX_US:-10000} us (ACK timeout 67 ms)" \
     awk -v t="${typ:-x}" -v m="${LAT_MAX_US:-10000}" 'BEGIN { exit !(t + 0 > 0 && t + 0 < m) }'
 }
+
+# rdma_cm (docs/rdmacm.md): rping over the IB CM on QP1, our librdmacm against Linux's rdma_cm/ib_cm.
+# No TCP side channel: the server is listening once rxe's rdma_cm lists a LISTEN cm_id (guest) or
+# our librdmacm has bound UDP 4791 for its QP1 (host). The CM MADs (UD SEND_ONLY, BTH opcode 100)
+# are captured on tap1 and must be a REQ, REP, RTU, DREQ and DREP that tshark's CM dissector reads
+# without a warning or an error.
+guest_cm_listening() {
+  PEER_JOB_TIMEOUT=30 peer_run 1 "while ! rdma resource show cm_id 2>/dev/null | grep -q LISTEN; do sleep 0.1; done" >/dev/null
+}
+host_cm_listening() {
+  local k
+  for ((k = 0; k < 100; k++)); do
+    [ -n "$(peer_host ss -Hlun 'sport = :4791')" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+rping_case() {
+  local how=$1 n=10 pcap=$PEER_RUN/rping-$1.pcap
+  ip netns exec "$PEER_NS" tcpdump -q -n -i tap1 -s 512 -U -w "$pcap" 'udp port 4791 and udp[8] == 100' \
+    2>"$PEER_RUN/rping-capture.log" &
+  local cap=$! k
+  for ((k = 0; k < 50; k++)); do grep -q 'listening on' "$PEER_RUN/rping-capture.log" 2>/dev/null && break; sleep 0.1; done
+  if [ "$how" = guest-server ]; then
+    GUEST_LISTENING=guest_cm_listening exchange "$how" "rping -s -a 10.77.0.2 -C $n -S 100 -V -v" "rping -c -C $n -S 100 -V -v -a"
+  else
+    HOST_LISTENING=host_cm_listening exchange "$how" "rping -c -C $n -S 100 -V -v -a" "rping -s -a 10.77.0.1 -C $n -S 100 -V -v"
+  fi
+  sleep 0.5
+  kill "$cap" 2>/dev/null
+  wait "$cap" 2>/dev/null
+  common rping "$n"
+  local client=$host_out server=$guest_out
+  [ "$how" = host-server ] && client=$guest_out server=$host_out
+  check "rping: the client verified $n pings" [ "$(grep -Ec '^ping data: rdma-ping-[0-9]+: ' <<<"$client")" -ge "$n" ]
+  check "rping: the server verified $n pings" [ "$(grep -Ec '^server ping data: rdma-ping-[0-9]+: ' <<<"$server")" -ge "$n" ]
+  check "rping: no data mismatch" bash -c '! grep -qi mismatch <<<"$1"' _ "$client$server"
+  local ids; ids=$(tshark -n -r "$pcap" -Y infiniband.mad -T fields -e infiniband.mad.attributeid 2>/dev/null | tr '\n' ' ')
+  echo "CM MADs on the wire: $ids"
+  check "rping: REQ REP RTU DREQ DREP on the wire ($ids)" bash -c 'for a in 0x0010 0x0013 0x0014 0x0015 0x0016; do grep -q "$a" <<<"$1" || exit 1; done' _ "$ids"
+  local expert; expert=$(tshark -n -r "$pcap" -q -z expert,warn 2>/dev/null)
+  check "rping: tshark's CM dissector: no warning or error" bash -c '! grep -Eq "Errors|Warnings|Malformed" <<<"$1"' _ "$expert"
+}
+for how in guest-server host-server; do
+  run_case rping "$how" rping_case
+done
 
 for how in guest-server host-server; do
   run_case "ibv_rc_pingpong 1B" "$how" rc_case 1 50
