@@ -425,7 +425,10 @@ int fill_qp_attr(Id* id, ibv_qp_attr* a, int* mask) {
       if (!id->remote_qpn) return EINVAL;
       a->path_mtu = ibv_mtu(id->path_mtu);
       a->dest_qp_num = id->remote_qpn;
-      a->rq_psn = id->remote_psn;
+      // IBA 12.7.30: the Starting PSN a side puts in its REQ/REP is the PSN it expects to receive
+      // (the peer's first send PSN), as the rping capture shows: the client SENDs from the REP's
+      // PSN, the server READs from the REQ's.
+      a->rq_psn = id->local_psn;
       a->ah_attr.is_global = 1;
       a->ah_attr.port_num = 1;
       a->ah_attr.grh.dgid = id->path.dgid;
@@ -441,7 +444,7 @@ int fill_qp_attr(Id* id, ibv_qp_attr* a, int* mask) {
       }
       return 0;
     case IBV_QPS_RTS:
-      a->sq_psn = ud ? 0 : id->local_psn;
+      a->sq_psn = ud ? 0 : id->remote_psn;
       *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
       if (id->id.qp_type == IBV_QPT_RC) {
         a->timeout = id->ack_timeout ? id->ack_timeout : kAckTimeout;

@@ -102,6 +102,7 @@ struct Id {
   uint32_t local_comm_id = 0, remote_comm_id = 0;
   uint64_t tid = 0;
   uint64_t remote_guid = 0;
+  // PSNs as the REQ/REP carry them: each side's Starting PSN is the one it receives from.
   uint32_t remote_qpn = 0, remote_psn = 0, local_qpn = 0, local_psn = 0;
   uint8_t responder_resources = 0, initiator_depth = 0;  // ours, as sent
   uint8_t peer_responder_resources = 0, peer_initiator_depth = 0;  // from the peer's REQ/REP
