@@ -53,10 +53,10 @@ ip link add "cmha$n-$$" type veth peer name "cmhb$n-$$" 2> /dev/null ||
   ip link add "cmha$$" type veth peer name "cmhb$$" || skip "cannot create a veth pair"
 va=$(ip -o link | grep -o "cmha[0-9-]*$$" | head -1)
 vb=$(ip -o link | grep -o "cmhb[0-9-]*$$" | head -1)
-ip link set "$va" netns "$ns_a" && ip link set "$vb" netns "$ns_b" || fail "veth into the namespaces"
-ip -n "$ns_a" addr add "$a/24" dev "$va" && ip -n "$ns_b" addr add "$b/24" dev "$vb" || fail "addresses"
+{ ip link set "$va" netns "$ns_a" && ip link set "$vb" netns "$ns_b"; } || fail "veth into the namespaces"
+{ ip -n "$ns_a" addr add "$a/24" dev "$va" && ip -n "$ns_b" addr add "$b/24" dev "$vb"; } || fail "addresses"
 for p in "$ns_a:$va" "$ns_b:$vb"; do
-  ip -n "${p%%:*}" link set "${p#*:}" up && ip -n "${p%%:*}" link set lo up || fail "links up"
+  { ip -n "${p%%:*}" link set "${p#*:}" up && ip -n "${p%%:*}" link set lo up; } || fail "links up"
 done
 
 # in_ns <ns> <addr> <cmd...>: soft0 on <addr>, our libraries first, nothing else of the host's.
@@ -137,7 +137,7 @@ for dir in ab ba; do
     expect $dir-client.out "^rdma_client: end 0"
     ;;
   ib_send_bw | ib_write_lat)
-    pair $dir "${S[@]}" "${C[@]}" $name -d soft0 -R -n 200 -F -- $name -d soft0 -R -n 200 -F "$sip"
+    pair $dir "${S[@]}" "${C[@]}" "$name" -d soft0 -R -n 200 -F -- "$name" -d soft0 -R -n 200 -F "$sip"
     expect $dir-client.out "^ *[0-9]+ +200 "
     ;;
   esac
