@@ -142,4 +142,13 @@ for dir in ab ba; do
     ;;
   esac
 done
+# A request for a port nobody listens on (the server's CM is up on another) is rejected at once
+# with IBA reason 8, invalid service ID, and the client says so (ours on both ends).
+if [ "$name" = rping ]; then
+  in_ns "$ns_a" "$a" timeout 20 rping -s -a "$a" -p 7174 -C 1 > "$work/rej-server.out" 2>&1 &
+  pids+=("$!")
+  wait_bound "$ns_a" "$a" || fail "reject: the server never bound $a:4791"
+  in_ns "$ns_b" "$b" timeout 10 rping -c -a "$a" -p 7175 -C 1 > "$work/rej-client.out" 2>&1
+  expect rej-client.out "RDMA_CM_EVENT_REJECTED, error 8"
+fi
 echo "PASS: $name both directions"
