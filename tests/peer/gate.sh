@@ -373,8 +373,23 @@ rping_case() {
   local expert; expert=$(tshark -n -r "$pcap" -q -z expert,warn 2>/dev/null)
   check "rping: tshark's CM dissector: no warning or error" bash -c '! grep -Eq "Errors|Warnings|Malformed" <<<"$1"' _ "$expert"
 }
+# ucmatose (RC) and udaddy (UD: SIDR_REQ/SIDR_REP) from rdmacm-utils: 2 connections x 10 messages.
+cmatose_case() {  # cmatose_case <how> <ucmatose|udaddy>
+  local how=$1 tool=$2 args="-c 2 -C 10 -S 512"
+  if [ "$how" = guest-server ]; then
+    GUEST_LISTENING=guest_cm_listening exchange "$how" "$tool $args" "$tool $args -s"
+  else
+    HOST_LISTENING=host_cm_listening exchange "$how" "$tool $args -s" "$tool $args"
+  fi
+  common "$tool" 2
+  check "$tool: ours completed the test" has "$host_out" '^test complete'
+  check "$tool: guest completed the test" has "$guest_out" '^test complete'
+  check "$tool: both returned status 0" [ "$(grep -c '^return status 0' <<<"$host_out"$'\n'"$guest_out")" = 2 ]
+}
 for how in guest-server host-server; do
   run_case rping "$how" rping_case
+  run_case ucmatose "$how" cmatose_case ucmatose
+  run_case udaddy "$how" cmatose_case udaddy
 done
 
 for how in guest-server host-server; do
