@@ -71,7 +71,7 @@ in_ns() {
 wait_bound() {
   local ns=$1 addr=$2
   for _ in $(seq 100); do
-    ip netns exec "$ns" ss -Hlun "src $addr:4791" 2> /dev/null | grep -q . && return 0
+    ip netns exec "$ns" ss -Hlun "sport = :4791" 2> /dev/null | grep -q . && return 0
     sleep 0.05
   done
   return 1
@@ -142,6 +142,19 @@ for dir in ab ba; do
     ;;
   esac
 done
+# IPv6: a ULA each way, and link-local addresses with their scope (rping -a fe80::...%if).
+if [ "$name" = rping ]; then
+  { ip -n "$ns_a" addr add "fd31:$n::1/64" dev "$va" nodad && ip -n "$ns_b" addr add "fd31:$n::2/64" dev "$vb" nodad &&
+    ip -n "$ns_a" addr add "fe80::31:1/64" dev "$va" nodad && ip -n "$ns_b" addr add "fe80::31:2/64" dev "$vb" nodad; } ||
+    fail "IPv6 addresses"
+  pair v6ula "$ns_a" "fd31:$n::1" "$ns_b" "fd31:$n::2" rping -s -a "fd31:$n::1" -C 5 -S 200 -V -v -- \
+    rping -c -a "fd31:$n::1" -C 5 -S 200 -V -v
+  expect v6ula-client.out "^ping data: rdma-ping-[0-9]+: " 5
+  pair v6ll "$ns_b" "fe80::31:2%$vb" "$ns_a" "fe80::31:1%$va" rping -s -a "fe80::31:2%$vb" -C 5 -S 200 -V -v -- \
+    rping -c -a "fe80::31:2%$va" -C 5 -S 200 -V -v
+  expect v6ll-client.out "^ping data: rdma-ping-[0-9]+: " 5
+fi
+
 # A request for a port nobody listens on (the server's CM is up on another) is rejected at once
 # with IBA reason 8, invalid service ID, and the client says so (ours on both ends).
 if [ "$name" = rping ]; then
