@@ -155,6 +155,27 @@ if [ "$name" = rping ]; then
   expect v6ll-client.out "^ping data: rdma-ping-[0-9]+: " 5
 fi
 
+# Nobody at all on the far address (no process owns it, the REQ goes nowhere): the client resends
+# its REQ max-CM-retries (15) times and then reports UNREACHABLE (-ETIMEDOUT). MELON_CM_TIMEOUT=12
+# (16 ms per try) keeps that short; the REQs are counted on the far side's link.
+if [ "$name" = rping ] && command -v tcpdump > /dev/null && command -v tshark > /dev/null; then
+  ip netns exec "$ns_a" tcpdump -q -n -i "$va" -U -w "$work/timeout.pcap" udp port 4791 2> "$work/timeout-capture.log" &
+  cap=$!
+  pids+=("$cap")
+  for _ in $(seq 50); do grep -q 'listening on' "$work/timeout-capture.log" 2> /dev/null && break; sleep 0.1; done
+  # The far kernel would answer each REQ with ICMP port unreachable: routed into a blackhole, so the
+  # client's socket sees a silent peer, as behind a firewall.
+  ip -n "$ns_a" route add blackhole "$b/32" || fail "timeout: blackhole route"
+  in_ns "$ns_b" "$b" env MELON_CM_TIMEOUT=12 timeout 20 rping -c -a "$a" -C 1 > "$work/timeout-client.out" 2>&1
+  sleep 0.3
+  ip -n "$ns_a" route del blackhole "$b/32"
+  kill "$cap" 2> /dev/null
+  wait "$cap" 2> /dev/null
+  expect timeout-client.out "RDMA_CM_EVENT_UNREACHABLE, error -110"
+  reqs=$(tshark -n -r "$work/timeout.pcap" -Y 'infiniband.mad.attributeid == 0x0010' 2> /dev/null | wc -l)
+  [ "$reqs" -eq 16 ] || fail "timeout: $reqs REQs on the wire, want 1 + 15 retries"
+fi
+
 # A request for a port nobody listens on (the server's CM is up on another) is rejected at once
 # with IBA reason 8, invalid service ID, and the client says so (ours on both ends).
 if [ "$name" = rping ]; then
