@@ -386,7 +386,21 @@ cmatose_case() {  # cmatose_case <how> <ucmatose|udaddy>
   check "$tool: guest completed the test" has "$guest_out" '^test complete'
   check "$tool: both returned status 0" [ "$(grep -c '^return status 0' <<<"$host_out"$'\n'"$guest_out")" = 2 ]
 }
+# perftest over rdma_cm (-R: QPs connected and parameters exchanged through the CM, no TCP).
+rdma_perf_case() {  # rdma_perf_case <how> <tool>
+  local how=$1 tool=$2 args="-R -F -n 100 -s 65536"
+  if [ "$how" = guest-server ]; then
+    GUEST_LISTENING=guest_cm_listening exchange "$how" "$tool -d rxe0 $args" "$tool -d $OUR_DEV $args"
+  else
+    HOST_LISTENING=host_cm_listening exchange "$how" "$tool -d rxe0 $args" "$tool -d $OUR_DEV $args"
+  fi
+  common "$tool" 1
+  local row="^[[:space:]]*65536[[:space:]]+100[[:space:]]+([0-9.]+[[:space:]]+)+[0-9.]*[1-9][0-9.]*[[:space:]]*\$"
+  check "$tool: result row '65536 100 ...' with nonzero figures" has "$host_out"$'\n'"$guest_out" "$row"
+  check "$tool: both ends exchanged through rdma_cm" [ "$(grep -c 'Data ex. method : rdma_cm' <<<"$host_out"$'\n'"$guest_out")" = 2 ]
+}
 for how in guest-server host-server; do
+  run_case "ib_send_bw -R" "$how" rdma_perf_case ib_send_bw
   run_case rping "$how" rping_case
   run_case ucmatose "$how" cmatose_case ucmatose
   run_case udaddy "$how" cmatose_case udaddy
