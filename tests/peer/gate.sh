@@ -349,7 +349,7 @@ host_cm_listening() {
 }
 rping_case() {
   local how=$1 n=10 pcap=$PEER_RUN/rping-$1.pcap
-  ip netns exec "$PEER_NS" tcpdump -q -n -i tap1 -s 512 -U -w "$pcap" 'udp port 4791 and udp[8] == 100' \
+  ip netns exec "$PEER_NS" tcpdump -q -n -i tap1 -s 512 -U --immediate-mode -w "$pcap" 'udp port 4791 and udp[8] == 100' \
     2>"$PEER_RUN/rping-capture.log" &
   local cap=$! k
   for ((k = 0; k < 50; k++)); do grep -q 'listening on' "$PEER_RUN/rping-capture.log" 2>/dev/null && break; sleep 0.1; done

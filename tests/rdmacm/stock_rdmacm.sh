@@ -155,20 +155,21 @@ if [ "$name" = rping ]; then
   expect v6ll-client.out "^ping data: rdma-ping-[0-9]+: " 5
 fi
 
-# Nobody at all on the far address (no process owns it, the REQ goes nowhere): the client resends
+# Nobody at all at the far address: the client resends
 # its REQ max-CM-retries (15) times and then reports UNREACHABLE (-ETIMEDOUT). MELON_CM_TIMEOUT=12
 # (16 ms per try) keeps that short; the REQs are counted on the far side's link.
 if [ "$name" = rping ] && command -v tcpdump > /dev/null && command -v tshark > /dev/null; then
-  ip netns exec "$ns_a" tcpdump -q -n -i "$va" -U -w "$work/timeout.pcap" udp port 4791 2> "$work/timeout-capture.log" &
+  ip netns exec "$ns_a" tcpdump -q -n -i "$va" -U --immediate-mode -w "$work/timeout.pcap" udp port 4791 2> "$work/timeout-capture.log" &
   cap=$!
   pids+=("$cap")
   for _ in $(seq 50); do grep -q 'listening on' "$work/timeout-capture.log" 2> /dev/null && break; sleep 0.1; done
-  # The far kernel would answer each REQ with ICMP port unreachable: routed into a blackhole, so the
-  # client's socket sees a silent peer, as behind a firewall.
-  ip -n "$ns_a" route add blackhole "$b/32" || fail "timeout: blackhole route"
-  in_ns "$ns_b" "$b" env MELON_CM_TIMEOUT=12 timeout 20 rping -c -a "$a" -C 1 > "$work/timeout-client.out" 2>&1
+  # An address nobody owns on the far link (10.231.<n>.9, its neighbour entry pointing at the far
+  # veth): the far kernel drops the REQs without a word (not its address: no ICMP), as a silent
+  # peer behind a firewall would, and the capture there counts them.
+  mac=$(ip netns exec "$ns_a" cat "/sys/class/net/$va/address")
+  ip -n "$ns_b" neigh replace "10.231.$n.9" lladdr "$mac" dev "$vb" nud permanent || fail "timeout: neighbour"
+  in_ns "$ns_b" "$b" env MELON_CM_TIMEOUT=12 timeout 20 rping -c -a "10.231.$n.9" -C 1 > "$work/timeout-client.out" 2>&1
   sleep 0.3
-  ip -n "$ns_a" route del blackhole "$b/32"
   kill "$cap" 2> /dev/null
   wait "$cap" 2> /dev/null
   expect timeout-client.out "RDMA_CM_EVENT_UNREACHABLE, error -110"
