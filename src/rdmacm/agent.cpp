@@ -2,7 +2,8 @@
 // rdma_* calls start exchanges (cm_send_*); the agent thread receives MADs, runs timers
 // (resend the last message, up to max CM retries, then fail the exchange) and turns what
 // happens into rdma_cm events. Linux's ib_cm is the peer it must agree with (docs/rdmacm.md).
-#include <endian.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <unistd.h>
 

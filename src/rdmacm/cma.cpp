@@ -3,11 +3,9 @@
 // that start CM exchanges (agent.cpp). An id created without a channel is synchronous: each call
 // waits for its own event, as rdma-core's librdmacm does.
 #include <arpa/inet.h>
-#include <endian.h>
 #include <fcntl.h>
 #include <net/if.h>
 #include <poll.h>
-#include <sys/random.h>
 #ifdef __linux__
 #include <sys/eventfd.h>
 #endif
@@ -48,10 +46,20 @@ uint64_t cm_timeout_ns(uint8_t exponent) {
   return 4096ull << exponent;
 }
 
+// Communication IDs, TIDs and PSNs nobody can predict (a forged REJ or DREQ needs them).
 uint32_t random32() {
   uint32_t v = 0;
-  if (getrandom(&v, sizeof v, 0) != sizeof v) v = uint32_t(now_ns() * 2654435761u);
+  static const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || read(fd, &v, sizeof v) != ssize_t(sizeof v)) v = uint32_t(now_ns() * 2654435761u);
   return v;
+}
+
+// A big-endian 64-bit value (ibv_get_device_guid) in host order.
+uint64_t from_be64(uint64_t v) {
+  const auto* b = reinterpret_cast<const uint8_t*>(&v);
+  uint64_t h = 0;
+  for (int i = 0; i < 8; ++i) h = h << 8 | b[i];
+  return h;
 }
 
 void wake_agent() {
@@ -73,14 +81,18 @@ int ensure_init() {
     if (!ctx) continue;
     auto d = std::make_unique<Device>();
     d->ctx = ctx;
-    d->guid = be64toh(ibv_get_device_guid(list[i]));
+    d->guid = from_be64(ibv_get_device_guid(list[i]));
     ibv_query_port(ctx, 1, &d->port);
     ibv_query_device(ctx, &d->attr);
     L.devices.push_back(std::move(d));
   }
   if (list) ibv_free_device_list(list);
   if (L.devices.empty()) return L.init_err = ENODEV;
-  if (pipe2(L.wake, O_NONBLOCK | O_CLOEXEC)) return L.init_err = errno;
+  if (pipe(L.wake)) return L.init_err = errno;
+  for (int fd : L.wake) {
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
   start_agent();
   return 0;
 }
@@ -321,7 +333,7 @@ Device* device_for(const sockaddr* sa, uint8_t* gid_index) {
 
 // The local address the kernel would send from to reach `dst` (a connected UDP socket's name).
 int source_for(const sockaddr* dst, sockaddr_storage* src) {
-  int fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int fd = socket(dst->sa_family, SOCK_DGRAM, 0);  // closed below, before any exec could matter
   if (fd < 0) return errno;
   sockaddr_storage d{};
   std::memcpy(&d, dst, addr_len(dst));
