@@ -399,8 +399,21 @@ rdma_perf_case() {  # rdma_perf_case <how> <tool>
   check "$tool: result row '65536 100 ...' with nonzero figures" has "$host_out"$'\n'"$guest_out" "$row"
   check "$tool: both ends exchanged through rdma_cm" [ "$(grep -c 'Data ex. method : rdma_cm' <<<"$host_out"$'\n'"$guest_out")" = 2 ]
 }
+# rdma_server / rdma_client: synchronous ids (rdma_create_ep, rdma_get_request) and rdma_verbs.h.
+rdma_sync_case() {
+  local how=$1
+  if [ "$how" = guest-server ]; then
+    GUEST_LISTENING=guest_cm_listening exchange "$how" "rdma_server -s 10.77.0.2" "rdma_client -s"
+  else
+    HOST_LISTENING=host_cm_listening exchange "$how" "rdma_client -s" "rdma_server -s 10.77.0.1"
+  fi
+  common rdma_server 1
+  check "rdma_server: ended 0" has "$host_out"$'\n'"$guest_out" '^rdma_server: end 0'
+  check "rdma_client: ended 0" has "$host_out"$'\n'"$guest_out" '^rdma_client: end 0'
+}
 for how in guest-server host-server; do
   run_case "ib_send_bw -R" "$how" rdma_perf_case ib_send_bw
+  run_case rdma_server "$how" rdma_sync_case
   run_case rping "$how" rping_case
   run_case ucmatose "$how" cmatose_case ucmatose
   run_case udaddy "$how" cmatose_case udaddy
