@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Generate the ABI prototype headers and provider version scripts from rdma-core v44's own text.
 
-For each of our three libraries, the exports come from the committed symbol list of the stock
+For each of our libraries, the exports come from the committed symbol list of the stock
 Debian 12 binary (src/abi/v44/<lib>.syms, `nm -D --with-symbol-versions`), and each export's
 prototype from rdma-core's declaration, read with clang's JSON AST:
   libibverbs.so.1  /usr/include/infiniband/verbs.h (+ sa.h), then src/abi/rdma_core_v44_private.h
                    (driver.h, marshall.h, cmd_ioctl.h, cmd_write.h: not installed by Debian)
   libmlx5.so.1     /usr/include/infiniband/mlx5dv.h
   libefa.so.1      /usr/include/infiniband/efadv.h
+  librdmacm.so.1   /usr/include/rdma/rdma_cma.h, rdma_verbs.h, rsocket.h (Debian: librdmacm-dev)
 Every export must have a prototype, or generation fails. The headers are C++ only: they are
 included where we define the functions, so a definition that differs is a compile error
 ("conflicting types"). Names are written as `(name)` so that function-like macros of our headers
@@ -38,9 +39,12 @@ LIBS = [
          out="gen/mlx5dv_prototypes.h", vscript="gen/libmlx5.map"),
     dict(lib="libefa.so.1", sources=["<infiniband/efadv.h>"], ours=["infiniband/verbs.h"],
          out="gen/efadv_prototypes.h", vscript="gen/libefa.map"),
+    dict(lib="librdmacm.so.1", sources=["<rdma/rdma_cma.h>", "<rdma/rdma_verbs.h>", "<rdma/rsocket.h>"],
+         ours=["rdma/rdma_cma.h", "rdma/rdma_verbs.h", "rdma/rsocket.h"], out="gen/rdmacm_prototypes.h",
+         vscript="gen/librdmacm.map"),
 ]
 # Typedef names the prototypes may use: the C library's and the verbs headers' own.
-KNOWN_TYPEDEFS = {"size_t", "ssize_t", "bool", "FILE", "uint8_t", "uint16_t", "uint32_t", "uint64_t",
+KNOWN_TYPEDEFS = {"size_t", "ssize_t", "bool", "FILE", "socklen_t", "nfds_t", "fd_set", "off_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t",
                   "__be16", "__be32", "__be64"}
 BUILTINS = {"void", "double", "float", "char", "int", "unsigned", "long", "short", "signed", "const", "volatile", "struct",
             "union", "enum", "_Bool"}
@@ -286,6 +290,9 @@ def main():
     a = ap.parse_args()
     if not os.path.exists(os.path.join(a.stock_include, "infiniband", "mlx5dv.h")):
         print(f"SKIP: no rdma-core headers in {a.stock_include} (Debian: libibverbs-dev)")
+        sys.exit(77)
+    if not os.path.exists(os.path.join(a.stock_include, "rdma", "rdma_cma.h")):
+        print(f"SKIP: no librdmacm headers in {a.stock_include} (Debian: librdmacm-dev)")
         sys.exit(77)
     files = {}
     for spec in LIBS:

@@ -26,9 +26,19 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   if (init.srq && init.srq->pd != init.pd) return EINVAL;
 
   if (e.nqps_ >= kMaxQp) return ENOMEM;
+  // The other QPs share kMaxQp - 1 slots: QP1's is kept for it.
+  const bool has_gsi = e.slots_.size() > 1 && e.slots_[1];
+  if (!init.fixed_qpn && e.nqps_ - (has_gsi ? 1 : 0) >= kMaxQp - 1) return ENOMEM;
   auto qp = std::make_unique<Qp>();
   uint32_t slot = 0;
-  uint32_t n = e.choose_qpn(&slot);
+  uint32_t n = 0;
+  if (init.fixed_qpn) {
+    n = init.fixed_qpn & kPsnMask;
+    slot = n & EngineImpl::kQpnSlotMask;
+    if (slot < e.slots_.size() && e.slots_[slot]) return EBUSY;
+  } else {
+    n = e.choose_qpn(&slot);
+  }
   qp->qpn = n;
   qp->init = init;
   qp->attr.cap = c;
@@ -49,7 +59,8 @@ uint32_t EngineImpl::choose_qpn(uint32_t* slot) {
   // full, a random tag on a free slot.
   auto usable = [&](uint32_t n) {
     uint32_t s = n & kQpnSlotMask;
-    return n > 1 && n != kPsnMask && (s >= slots_.size() || !slots_[s]);
+    // Slot 1 is QP1's (fixed_qpn), free or not, so the GSI can always be made later.
+    return n > 1 && n != kPsnMask && s != 1 && (s >= slots_.size() || !slots_[s]);
   };
   uint32_t n = 0;
   if (cfg_.random_qpn) {
@@ -59,7 +70,7 @@ uint32_t EngineImpl::choose_qpn(uint32_t* slot) {
     }
     if (!usable(n)) {
       uint32_t s = 0;
-      while (s < slots_.size() && slots_[s]) ++s;
+      while (s < slots_.size() && (slots_[s] || s == 1)) ++s;
       do n = (cfg_.random_qpn(cfg_.random_qpn_arg) & ~kQpnSlotMask & kPsnMask) | s;
       while (!usable(n));
     }

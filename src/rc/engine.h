@@ -70,6 +70,9 @@ struct QpInit {
   QpCaps cap;
   bool sq_sig_all = false;
   bool uc_verbs = false;  // an RC QP the verbs see as UC (reliable UC): UC's opcodes only
+  // Nonzero: exactly this QPN, EBUSY if its slot is taken. Only the provider asks, for the GSI
+  // (QP1, a UD QP carrying the CM's MADs: IBA 13.4); verbs QPNs are never 0 or 1.
+  uint32_t fixed_qpn = 0;
 };
 
 // ibv_qp_attr, the parts a RoCEv2 engine uses.
@@ -107,7 +110,8 @@ struct EngineConfig {
   // QPNs: with random_qpn, each is drawn from the host's random source (unpredictable to anyone who
   // can reach the port, as a QPN and a PSN in the window are all a forged packet needs); without,
   // sequential from first_qpn, for deterministic tests and replays. Either way QPN 0 and 1 (SMI,
-  // GSI), 0xFFFFFF (the multicast QPN) and QPNs whose slot is in use are skipped. A random QPN keeps
+  // GSI), 0xFFFFFF (the multicast QPN), QPNs whose slot is in use and those in QP1's slot are
+  // skipped. A random QPN keeps
   // bits 16..23 of a value random_qpn returned, even when the table is nearly full (the soft
   // provider's lanes name a QP's lane there: providers/soft/udp_socket.h, lane_qpn).
   uint32_t first_qpn = 0x11;  // rxe starts here too

@@ -117,6 +117,11 @@ class ContextOps {
   virtual int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask);
   virtual int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init);
   virtual int destroy_qp(ibv_qp* qp);
+  // The GSI, QP1 (IBA 13.4): the UD QP on which our librdmacm's CM agent sends and receives MADs
+  // (src/rdmacm/mad_port.h). One per device at a time; ibv_create_qp never makes QPN 0 or 1.
+  // `attr` as for create_qp, qp_type IBV_QPT_UD; destroyed, modified and posted to as any QP.
+  // Default: EOPNOTSUPP (the device has no GSI in this process).
+  virtual ibv_qp* create_gsi_qp(ibv_qp_init_attr_ex* attr);
 
   virtual ibv_ah* create_ah(ibv_pd* pd, const ibv_ah_attr* attr);
   virtual int destroy_ah(ibv_ah* ah);

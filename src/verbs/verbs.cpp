@@ -41,6 +41,7 @@ int ContextOps::dereg_mr(ibv_mr*) { return EOPNOTSUPP; }
 ibv_cq_ex* ContextOps::create_cq(const ibv_cq_init_attr_ex*) { return unsupported<ibv_cq_ex>(); }
 int ContextOps::resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
 int ContextOps::direct(uint32_t, void*, void*) { return EOPNOTSUPP; }
+ibv_qp* ContextOps::create_gsi_qp(ibv_qp_init_attr_ex*) { return unsupported<ibv_qp>(); }
 int ContextOps::wait_channel(int) { return 0; }
 int ContextOps::destroy_cq(ibv_cq*) { return EOPNOTSUPP; }
 ibv_srq* ContextOps::create_srq(ibv_pd*, ibv_srq_init_attr*) { return unsupported<ibv_srq>(); }

@@ -22,12 +22,14 @@ arch_lib=$(dirname "$(ldconfig -p | awk '/libibverbs\.so\.1 .*x86-64/{print $NF;
 
 case $name in
 librdmacm)
-  # Stock librdmacm's rdma_create_event_channel reads ibv_get_sysfs_path() (rdma-core v44: const
-  # char *(void)), then opens the rdma_cm character device: with none, NULL and errno ENOENT.
+  # Stock librdmacm (Debian's, loaded by its path) over our libibverbs: its rdma_create_event_channel
+  # reads ibv_get_sysfs_path() (rdma-core v44: const char *(void)), then opens the rdma_cm character
+  # device: with none, NULL and errno ENOENT. (Ours, in $libdir, needs no device: tests/rdmacm.)
   [ -e "$arch_lib/librdmacm.so.1" ] || skip "librdmacm1 not installed"
+  export MELON_STOCK_RDMACM="$arch_lib/librdmacm.so.1"
   "$py" - > "$out" 2>&1 <<'PY'
 import ctypes, os
-cm = ctypes.CDLL("librdmacm.so.1", use_errno=True)
+cm = ctypes.CDLL(os.environ["MELON_STOCK_RDMACM"], use_errno=True)
 cm.rdma_create_event_channel.restype = ctypes.c_void_p
 ch = cm.rdma_create_event_channel()
 if ch:

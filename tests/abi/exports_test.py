@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Our libibverbs.so.1, libmlx5.so.1 and libefa.so.1 export exactly what rdma-core v44's do, each
+"""Our libibverbs.so.1, libmlx5.so.1, libefa.so.1 and librdmacm.so.1 export exactly what rdma-core v44's do, each
 name on its version node and with its default/non-default marking: `nm -D --with-symbol-versions`
 of each built library against the committed stock list (src/abi/v44/<lib>.syms), minus the
 intended omissions (src/abi/v44/omissions.txt, each with its reason). When the stock Debian library
@@ -14,9 +14,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 V44 = os.path.join(ROOT, "src", "abi", "v44")
-LIBS = ["libibverbs.so.1", "libmlx5.so.1", "libefa.so.1"]
+LIBS = ["libibverbs.so.1", "libmlx5.so.1", "libefa.so.1", "librdmacm.so.1"]
 STOCK_PACKAGE = {"libibverbs.so.1": "libibverbs1", "libmlx5.so.1": "ibverbs-providers",
-                 "libefa.so.1": "ibverbs-providers"}
+                 "libefa.so.1": "ibverbs-providers", "librdmacm.so.1": "librdmacm1"}
 
 
 def nm(path):

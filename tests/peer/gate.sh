@@ -164,7 +164,7 @@ exchange() {
   [ "${RXE_COUNTERS:-0}" = 1 ] && rxe_before=$(counters)
   if [ "$how" = guest-server ]; then
     local id; id=$(PEER_JOB_TIMEOUT=${EX_TIMEOUT:-60} peer_spawn 1 "echo \$\$ > /tmp/server.pid; exec $guest_args")
-    peer_wait_listen 1 18515 || echo "warning: guest server not listening"
+    ${GUEST_LISTENING:-peer_wait_listen 1 18515} || echo "warning: guest server not listening"
     # shellcheck disable=SC2086
     host_out=$(ours $our_args 10.77.0.2 2>&1); host_rc=$?
     local k
@@ -180,7 +180,7 @@ exchange() {
     # shellcheck disable=SC2086
     peer_host env "${OUR_ENV[@]}" timeout -k 3 "${EX_TIMEOUT:-60}" $our_args >"$out" 2>&1 &
     local hp=$!
-    host_listening || echo "warning: host server not listening"
+    ${HOST_LISTENING:-host_listening} || echo "warning: host server not listening"
     guest_out=$(PEER_JOB_TIMEOUT=${EX_TIMEOUT:-60} peer_run 1 "$guest_args 10.77.0.1" 2>&1); guest_rc=$?
     local k
     for ((k = 0; k < 150; k++)); do kill -0 "$hp" 2>/dev/null || break; sleep 0.1; done
@@ -330,6 +330,94 @@ lat_case() {
   check "$2: t_typical ${typ:-?} us < ${LAT_MAX_US:-10000} us (ACK timeout 67 ms)" \
     awk -v t="${typ:-x}" -v m="${LAT_MAX_US:-10000}" 'BEGIN { exit !(t + 0 > 0 && t + 0 < m) }'
 }
+
+# rdma_cm (docs/rdmacm.md): rping over the IB CM on QP1, our librdmacm against Linux's rdma_cm/ib_cm.
+# No TCP side channel: the server is listening once rxe's rdma_cm lists a LISTEN cm_id (guest) or
+# our librdmacm has bound UDP 4791 for its QP1 (host). The CM MADs (UD SEND_ONLY, BTH opcode 100)
+# are captured on tap1 and must be a REQ, REP, RTU, DREQ and DREP that tshark's CM dissector reads
+# without a warning or an error.
+guest_cm_listening() {
+  PEER_JOB_TIMEOUT=30 peer_run 1 "while ! rdma resource show cm_id 2>/dev/null | grep -q LISTEN; do sleep 0.1; done" >/dev/null
+}
+host_cm_listening() {
+  local k
+  for ((k = 0; k < 100; k++)); do
+    [ -n "$(peer_host ss -Hlun 'sport = :4791')" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+rping_case() {
+  local how=$1 n=10 pcap=$PEER_RUN/rping-$1.pcap
+  ip netns exec "$PEER_NS" tcpdump -q -n -i tap1 -s 512 -U --immediate-mode -w "$pcap" 'udp port 4791 and udp[8] == 100' \
+    2>"$PEER_RUN/rping-capture.log" &
+  local cap=$! k
+  for ((k = 0; k < 50; k++)); do grep -q 'listening on' "$PEER_RUN/rping-capture.log" 2>/dev/null && break; sleep 0.1; done
+  if [ "$how" = guest-server ]; then
+    GUEST_LISTENING=guest_cm_listening exchange "$how" "rping -s -a 10.77.0.2 -C $n -S 100 -V -v" "rping -c -C $n -S 100 -V -v -a"
+  else
+    HOST_LISTENING=host_cm_listening exchange "$how" "rping -c -C $n -S 100 -V -v -a" "rping -s -a 10.77.0.1 -C $n -S 100 -V -v"
+  fi
+  sleep 0.5
+  kill "$cap" 2>/dev/null
+  wait "$cap" 2>/dev/null
+  common rping "$n"
+  local client=$host_out server=$guest_out
+  [ "$how" = host-server ] && client=$guest_out server=$host_out
+  check "rping: the client verified $n pings" [ "$(grep -Ec '^ping data: rdma-ping-[0-9]+: ' <<<"$client")" -ge "$n" ]
+  check "rping: the server verified $n pings" [ "$(grep -Ec '^server ping data: rdma-ping-[0-9]+: ' <<<"$server")" -ge "$n" ]
+  check "rping: no data mismatch" bash -c '! grep -qi mismatch <<<"$1"' _ "$client$server"
+  local ids; ids=$(tshark -n -r "$pcap" -Y infiniband.mad -T fields -e infiniband.mad.attributeid 2>/dev/null | tr '\n' ' ')
+  echo "CM MADs on the wire: $ids"
+  check "rping: REQ REP RTU DREQ DREP on the wire ($ids)" bash -c 'for a in 0x0010 0x0013 0x0014 0x0015 0x0016; do grep -q "$a" <<<"$1" || exit 1; done' _ "$ids"
+  local expert; expert=$(tshark -n -r "$pcap" -q -z expert,warn 2>/dev/null)
+  check "rping: tshark's CM dissector: no warning or error" bash -c '! grep -Eq "Errors|Warnings|Malformed" <<<"$1"' _ "$expert"
+}
+# ucmatose (RC) and udaddy (UD: SIDR_REQ/SIDR_REP) from rdmacm-utils: 2 connections x 10 messages.
+cmatose_case() {  # cmatose_case <how> <ucmatose|udaddy>
+  local how=$1 tool=$2 args="-c 2 -C 10 -S 512"
+  if [ "$how" = guest-server ]; then
+    GUEST_LISTENING=guest_cm_listening exchange "$how" "$tool $args" "$tool $args -s"
+  else
+    HOST_LISTENING=host_cm_listening exchange "$how" "$tool $args -s" "$tool $args"
+  fi
+  common "$tool" 2
+  check "$tool: ours completed the test" has "$host_out" '^test complete'
+  check "$tool: guest completed the test" has "$guest_out" '^test complete'
+  check "$tool: both returned status 0" [ "$(grep -c '^return status 0' <<<"$host_out"$'\n'"$guest_out")" = 2 ]
+}
+# perftest over rdma_cm (-R: QPs connected and parameters exchanged through the CM, no TCP).
+rdma_perf_case() {  # rdma_perf_case <how> <tool>
+  local how=$1 tool=$2 args="-R -F -n 100 -s 65536"
+  if [ "$how" = guest-server ]; then
+    GUEST_LISTENING=guest_cm_listening exchange "$how" "$tool -d rxe0 $args" "$tool -d $OUR_DEV $args"
+  else
+    HOST_LISTENING=host_cm_listening exchange "$how" "$tool -d rxe0 $args" "$tool -d $OUR_DEV $args"
+  fi
+  common "$tool" 1
+  local row="^[[:space:]]*65536[[:space:]]+100[[:space:]]+([0-9.]+[[:space:]]+)+[0-9.]*[1-9][0-9.]*[[:space:]]*\$"
+  check "$tool: result row '65536 100 ...' with nonzero figures" has "$host_out"$'\n'"$guest_out" "$row"
+  check "$tool: both ends exchanged through rdma_cm" [ "$(grep -c 'Data ex. method : rdma_cm' <<<"$host_out"$'\n'"$guest_out")" = 2 ]
+}
+# rdma_server / rdma_client: synchronous ids (rdma_create_ep, rdma_get_request) and rdma_verbs.h.
+rdma_sync_case() {
+  local how=$1
+  if [ "$how" = guest-server ]; then
+    GUEST_LISTENING=guest_cm_listening exchange "$how" "rdma_server -s 10.77.0.2" "rdma_client -s"
+  else
+    HOST_LISTENING=host_cm_listening exchange "$how" "rdma_client -s" "rdma_server -s 10.77.0.1"
+  fi
+  common rdma_server 1
+  check "rdma_server: ended 0" has "$host_out"$'\n'"$guest_out" '^rdma_server: end 0'
+  check "rdma_client: ended 0" has "$host_out"$'\n'"$guest_out" '^rdma_client: end 0'
+}
+for how in guest-server host-server; do
+  run_case "ib_send_bw -R" "$how" rdma_perf_case ib_send_bw
+  run_case rdma_server "$how" rdma_sync_case
+  run_case rping "$how" rping_case
+  run_case ucmatose "$how" cmatose_case ucmatose
+  run_case udaddy "$how" cmatose_case udaddy
+done
 
 for how in guest-server host-server; do
   run_case "ibv_rc_pingpong 1B" "$how" rc_case 1 50

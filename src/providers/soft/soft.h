@@ -266,6 +266,7 @@ class SoftContext : public verbs::ContextBase, public verbs::ContextOps {
   int destroy_ah(ibv_ah* ah) override;
 
   ibv_qp* create_qp(ibv_qp_init_attr_ex* attr) override;
+  ibv_qp* create_gsi_qp(ibv_qp_init_attr_ex* attr) override;  // QPN 1, in the lane QPN 1 steers to
   int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) override;
   int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) override;
   int destroy_qp(ibv_qp* qp) override;
@@ -282,6 +283,7 @@ class SoftContext : public verbs::ContextBase, public verbs::ContextOps {
   bool owns(const ibv_cq* cq) const { return cq && cq->context == &vctx.context; }
 
  private:
+  ibv_qp* make_qp(ibv_qp_init_attr_ex* attr, uint32_t fixed_qpn);
   SoftDevice* dev_;
   std::atomic<Hub*> hub_{nullptr};
   std::mutex hub_mu_;  // also guards channel_lanes_

@@ -283,7 +283,17 @@ void SoftContext::cq_uses_lane(SoftCq* cq, size_t lane) {
   }
 }
 
-ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
+ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) { return make_qp(attr, 0); }
+
+ibv_qp* SoftContext::create_gsi_qp(ibv_qp_init_attr_ex* attr) {
+  if (attr->qp_type != IBV_QPT_UD || attr->srq) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return make_qp(attr, 1);
+}
+
+ibv_qp* SoftContext::make_qp(ibv_qp_init_attr_ex* attr, uint32_t fixed_qpn) {
   auto fail = [](int e) -> ibv_qp* {
     errno = e;
     return nullptr;
@@ -316,8 +326,10 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   Hub* h = hub(&err);
   if (!h) return fail(err);
 
-  // The SRQ's lane, or the least busy one.
-  const size_t lane = attr->srq ? SoftSrq::from(attr->srq)->lane : h->choose_lane();
+  // The SRQ's lane, or the least busy one; a fixed QPN lives where its datagrams are steered.
+  const size_t lane = fixed_qpn ? lane_of_qpn(fixed_qpn, uint32_t(h->lanes()))
+                      : attr->srq ? SoftSrq::from(attr->srq)->lane
+                                  : h->choose_lane();
   auto* qp = new SoftQp();
   qp->ctx = this;
   qp->hub = h;
@@ -333,6 +345,7 @@ ibv_qp* SoftContext::create_qp(ibv_qp_init_attr_ex* attr) {
   init.srq = attr->srq ? SoftSrq::from(attr->srq)->engine : nullptr;
   init.sq_sig_all = attr->sq_sig_all != 0;
   init.uc_verbs = reliable_uc;
+  init.fixed_qpn = fixed_qpn;
   // Grant at least one of everything, and inline up to what was asked (rounded to 64 bytes).
   cap.max_send_wr = cap.max_send_wr ? cap.max_send_wr : 1;
   cap.max_send_sge = cap.max_send_sge ? cap.max_send_sge : 1;

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Debian's rdmacm-utils and perftest, unmodified, on our librdmacm.so.1 + libibverbs.so.1 across two
+# network namespaces this test creates (veth, 10.231.<n>.1 and .2, soft0 on each end), one case per
+# run: the server in one namespace, the client in the other, then the same with the ends swapped.
+#   usage: stock_rdmacm.sh <our library directory> <case>
+#   cases: rping ucmatose udaddy rdma_server ib_send_bw ib_write_lat
+# Each case asserts on what the tools print (data verified by the tools themselves where they can:
+# rping -V compares every ping it reads back). Needs root and the tools; otherwise SKIP (exit 77).
+set -u
+libdir=$(realpath "$1")
+name=$2
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+fail() {
+  echo "FAIL: $name: $*"
+  for f in "$work"/*.out; do
+    echo "--- $(basename "$f"):"
+    cat "$f"
+  done
+  exit 1
+}
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+command -v ip > /dev/null || skip "iproute2 not installed"
+case $name in
+rping | ucmatose | udaddy) tool=$name ;;
+rdma_server) tool=rdma_client ;;
+ib_send_bw | ib_write_lat) tool=$name ;;
+*) echo "unknown case $name"; exit 2 ;;
+esac
+command -v "$tool" > /dev/null || skip "$tool not installed (rdmacm-utils / perftest)"
+
+# A subnet per case, so cases may run side by side.
+declare -A net=([rping]=1 [ucmatose]=2 [udaddy]=3 [rdma_server]=4 [ib_send_bw]=5 [ib_write_lat]=6)
+n=${net[$name]}
+a=10.231.$n.1
+b=10.231.$n.2
+ns_a=cmh-a$n-$$
+ns_b=cmh-b$n-$$
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done
+  ip netns del "$ns_a" 2> /dev/null
+  ip netns del "$ns_b" 2> /dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns add "$ns_a" || skip "cannot create a network namespace"
+ip netns add "$ns_b" || fail "second network namespace"
+ip link add "cmha$n-$$" type veth peer name "cmhb$n-$$" 2> /dev/null ||
+  ip link add "cmha$$" type veth peer name "cmhb$$" || skip "cannot create a veth pair"
+va=$(ip -o link | grep -o "cmha[0-9-]*$$" | head -1)
+vb=$(ip -o link | grep -o "cmhb[0-9-]*$$" | head -1)
+{ ip link set "$va" netns "$ns_a" && ip link set "$vb" netns "$ns_b"; } || fail "veth into the namespaces"
+{ ip -n "$ns_a" addr add "$a/24" dev "$va" && ip -n "$ns_b" addr add "$b/24" dev "$vb"; } || fail "addresses"
+for p in "$ns_a:$va" "$ns_b:$vb"; do
+  { ip -n "${p%%:*}" link set "${p#*:}" up && ip -n "${p%%:*}" link set lo up; } || fail "links up"
+done
+
+# in_ns <ns> <addr> <cmd...>: soft0 on <addr>, our libraries first, nothing else of the host's.
+in_ns() {
+  local ns=$1 addr=$2
+  shift 2
+  ip netns exec "$ns" env LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG=/nonexistent \
+    MELON_SOFT_DEVICES="soft0=$addr" "$@"
+}
+
+# The server's listen id is bound before the client starts: wait for its UDP 4791 socket.
+wait_bound() {
+  local ns=$1 addr=$2
+  for _ in $(seq 100); do
+    ip netns exec "$ns" ss -Hlun "sport = :4791" 2> /dev/null | grep -q . && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# pair <tag> <server ns> <server addr> <client ns> <client addr> <server cmd> -- <client cmd>
+pair() {
+  local tag=$1 sns=$2 sa=$3 cns=$4 ca=$5
+  shift 5
+  local scmd=() ccmd=()
+  while [ "$1" != -- ]; do scmd+=("$1"); shift; done
+  shift
+  ccmd=("$@")
+  in_ns "$sns" "$sa" timeout 20 "${scmd[@]}" > "$work/$tag-server.out" 2>&1 &
+  local spid=$!
+  pids+=("$spid")
+  wait_bound "$sns" "$sa" || fail "$tag: the server never bound $sa:4791"
+  in_ns "$cns" "$ca" timeout 20 "${ccmd[@]}" > "$work/$tag-client.out" 2>&1
+  crc=$?
+  wait "$spid"
+  src=$?
+  [ "$crc" -eq 0 ] || fail "$tag: client exited $crc"
+  [ "$src" -eq 0 ] || fail "$tag: server exited $src"
+}
+
+expect() {  # expect <file> <regex> [count]
+  local c
+  c=$(grep -Ec -- "$2" "$work/$1") || true
+  [ "$c" -ge "${3:-1}" ] || fail "$1: expected ${3:-1} lines /$2/, found $c"
+}
+
+for dir in ab ba; do
+  if [ $dir = ab ]; then S=("$ns_a" "$a") C=("$ns_b" "$b"); else S=("$ns_b" "$b") C=("$ns_a" "$a"); fi
+  sip=${S[1]}
+  case $name in
+  rping)
+    # -V: each side compares what it read back with what it sent; -v prints every ping.
+    pair $dir "${S[@]}" "${C[@]}" rping -s -a "$sip" -C 10 -S 200 -V -v -- rping -c -a "$sip" -C 10 -S 200 -V -v
+    expect $dir-client.out "^ping data: rdma-ping-[0-9]+: " 10
+    expect $dir-server.out "^server ping data: rdma-ping-[0-9]+: " 10
+    ! grep -q "mismatch" "$work"/$dir-*.out || fail "data mismatch"
+    ;;
+  ucmatose)
+    pair $dir "${S[@]}" "${C[@]}" ucmatose -c 2 -C 10 -S 1024 -- ucmatose -s "$sip" -c 2 -C 10 -S 1024
+    # The server initiates (sends first) and disconnects; the client receives and replies.
+    expect $dir-server.out "^completing sends"
+    expect $dir-server.out "^data transfers complete"
+    expect $dir-server.out "^disconnected"
+    expect $dir-client.out "^sending replies"
+    expect $dir-client.out "^data transfers complete"
+    expect $dir-server.out "^test complete"
+    expect $dir-client.out "^test complete"
+    ;;
+  udaddy)
+    pair $dir "${S[@]}" "${C[@]}" udaddy -c 2 -C 10 -S 512 -- udaddy -s "$sip" -c 2 -C 10 -S 512
+    expect $dir-server.out "^receiving data transfers"
+    expect $dir-server.out "^test complete"
+    expect $dir-client.out "^test complete"
+    ;;
+  rdma_server)
+    pair $dir "${S[@]}" "${C[@]}" rdma_server -s "$sip" -- rdma_client -s "$sip"
+    expect $dir-server.out "^rdma_server: end 0"
+    expect $dir-client.out "^rdma_client: end 0"
+    ;;
+  ib_send_bw | ib_write_lat)
+    pair $dir "${S[@]}" "${C[@]}" "$name" -d soft0 -R -n 200 -F -- "$name" -d soft0 -R -n 200 -F "$sip"
+    expect $dir-client.out "^ *[0-9]+ +200 "
+    ;;
+  esac
+done
+# IPv6: a ULA each way, and link-local addresses with their scope (rping -a fe80::...%if).
+if [ "$name" = rping ]; then
+  { ip -n "$ns_a" addr add "fd31:$n::1/64" dev "$va" nodad && ip -n "$ns_b" addr add "fd31:$n::2/64" dev "$vb" nodad &&
+    ip -n "$ns_a" addr add "fe80::31:1/64" dev "$va" nodad && ip -n "$ns_b" addr add "fe80::31:2/64" dev "$vb" nodad; } ||
+    fail "IPv6 addresses"
+  pair v6ula "$ns_a" "fd31:$n::1" "$ns_b" "fd31:$n::2" rping -s -a "fd31:$n::1" -C 5 -S 200 -V -v -- \
+    rping -c -a "fd31:$n::1" -C 5 -S 200 -V -v
+  expect v6ula-client.out "^ping data: rdma-ping-[0-9]+: " 5
+  pair v6ll "$ns_b" "fe80::31:2%$vb" "$ns_a" "fe80::31:1%$va" rping -s -a "fe80::31:2%$vb" -C 5 -S 200 -V -v -- \
+    rping -c -a "fe80::31:2%$va" -C 5 -S 200 -V -v
+  expect v6ll-client.out "^ping data: rdma-ping-[0-9]+: " 5
+fi
+
+# Nobody at all at the far address: the client resends
+# its REQ max-CM-retries (15) times and then reports UNREACHABLE (-ETIMEDOUT). MELON_CM_TIMEOUT=12
+# (16 ms per try) keeps that short; the REQs are counted on the far side's link.
+if [ "$name" = rping ] && command -v tcpdump > /dev/null && command -v tshark > /dev/null; then
+  ip netns exec "$ns_a" tcpdump -q -n -i "$va" -U --immediate-mode -w "$work/timeout.pcap" udp port 4791 2> "$work/timeout-capture.log" &
+  cap=$!
+  pids+=("$cap")
+  for _ in $(seq 50); do grep -q 'listening on' "$work/timeout-capture.log" 2> /dev/null && break; sleep 0.1; done
+  # An address nobody owns on the far link (10.231.<n>.9, its neighbour entry pointing at the far
+  # veth): the far kernel drops the REQs without a word (not its address: no ICMP), as a silent
+  # peer behind a firewall would, and the capture there counts them.
+  mac=$(ip netns exec "$ns_a" cat "/sys/class/net/$va/address")
+  ip -n "$ns_b" neigh replace "10.231.$n.9" lladdr "$mac" dev "$vb" nud permanent || fail "timeout: neighbour"
+  in_ns "$ns_b" "$b" env MELON_CM_TIMEOUT=12 timeout 20 rping -c -a "10.231.$n.9" -C 1 > "$work/timeout-client.out" 2>&1
+  sleep 0.3
+  kill "$cap" 2> /dev/null
+  wait "$cap" 2> /dev/null
+  expect timeout-client.out "RDMA_CM_EVENT_UNREACHABLE, error -110"
+  reqs=$(tshark -n -r "$work/timeout.pcap" -Y 'infiniband.mad.attributeid == 0x0010' 2> /dev/null | wc -l)
+  [ "$reqs" -eq 16 ] || fail "timeout: $reqs REQs on the wire, want 1 + 15 retries"
+fi
+
+# A request for a port nobody listens on (the server's CM is up on another) is rejected at once
+# with IBA reason 8, invalid service ID, and the client says so (ours on both ends).
+if [ "$name" = rping ]; then
+  in_ns "$ns_a" "$a" timeout 20 rping -s -a "$a" -p 7174 -C 1 > "$work/rej-server.out" 2>&1 &
+  pids+=("$!")
+  wait_bound "$ns_a" "$a" || fail "reject: the server never bound $a:4791"
+  in_ns "$ns_b" "$b" timeout 10 rping -c -a "$a" -p 7175 -C 1 > "$work/rej-client.out" 2>&1
+  expect rej-client.out "RDMA_CM_EVENT_REJECTED, error 8"
+fi
+echo "PASS: $name both directions"
