@@ -76,7 +76,7 @@ struct rdma_addr {
 
 struct rdma_route {
   struct rdma_addr addr;
-  struct ibv_sa_path_rec *path_rec; /* num_paths of them once the route is resolved */
+  struct ibv_sa_path_rec* path_rec; /* num_paths of them once the route is resolved */
   int num_paths;
 };
 
@@ -85,31 +85,28 @@ struct rdma_event_channel {
 };
 
 struct rdma_cm_id {
-  struct ibv_context *verbs; /* the device the id is bound to, NULL before */
-  struct rdma_event_channel *channel; /* NULL: synchronous id */
-  void *context;
-  struct ibv_qp *qp;
+  struct ibv_context* verbs; /* the device the id is bound to, NULL before */
+  struct rdma_event_channel* channel; /* NULL: synchronous id */
+  void* context;
+  struct ibv_qp* qp;
   struct rdma_route route;
   enum rdma_port_space ps;
   uint8_t port_num;
-  struct rdma_cm_event *event;
+  struct rdma_cm_event* event;
   /* Filled by rdma_create_ep / rdma_create_qp for the rdma_verbs.h helpers. */
-  struct ibv_comp_channel *send_cq_channel;
-  struct ibv_cq *send_cq;
-  struct ibv_comp_channel *recv_cq_channel;
-  struct ibv_cq *recv_cq;
-  struct ibv_srq *srq;
-  struct ibv_pd *pd;
+  struct ibv_comp_channel* send_cq_channel;
+  struct ibv_cq* send_cq;
+  struct ibv_comp_channel* recv_cq_channel;
+  struct ibv_cq* recv_cq;
+  struct ibv_srq* srq;
+  struct ibv_pd* pd;
   enum ibv_qp_type qp_type;
 };
 
-enum {
-  RDMA_MAX_RESP_RES = 0xFF,
-  RDMA_MAX_INIT_DEPTH = 0xFF
-};
+enum { RDMA_MAX_RESP_RES = 0xFF, RDMA_MAX_INIT_DEPTH = 0xFF };
 
 struct rdma_conn_param {
-  const void *private_data;
+  const void* private_data;
   uint8_t private_data_len;
   uint8_t responder_resources;
   uint8_t initiator_depth;
@@ -121,7 +118,7 @@ struct rdma_conn_param {
 };
 
 struct rdma_ud_param {
-  const void *private_data;
+  const void* private_data;
   uint8_t private_data_len;
   struct ibv_ah_attr ah_attr;
   uint32_t qp_num;
@@ -129,8 +126,8 @@ struct rdma_ud_param {
 };
 
 struct rdma_cm_event {
-  struct rdma_cm_id *id;
-  struct rdma_cm_id *listen_id;
+  struct rdma_cm_id* id;
+  struct rdma_cm_id* listen_id;
   enum rdma_cm_event_type event;
   int status;
   union {
@@ -152,15 +149,15 @@ struct rdma_addrinfo {
   int ai_port_space;
   socklen_t ai_src_len;
   socklen_t ai_dst_len;
-  struct sockaddr *ai_src_addr;
-  struct sockaddr *ai_dst_addr;
-  char *ai_src_canonname;
-  char *ai_dst_canonname;
+  struct sockaddr* ai_src_addr;
+  struct sockaddr* ai_dst_addr;
+  char* ai_src_canonname;
+  char* ai_dst_canonname;
   size_t ai_route_len;
-  void *ai_route;
+  void* ai_route;
   size_t ai_connect_len;
-  void *ai_connect;
-  struct rdma_addrinfo *ai_next;
+  void* ai_connect;
+  struct rdma_addrinfo* ai_next;
 };
 
 enum rdma_cm_join_mc_attr_mask {
@@ -178,75 +175,63 @@ enum rdma_cm_mc_join_flags {
 struct rdma_cm_join_mc_attr_ex {
   uint32_t comp_mask; /* enum rdma_cm_join_mc_attr_mask */
   uint32_t join_flags; /* enum rdma_cm_mc_join_flags */
-  struct sockaddr *addr;
+  struct sockaddr* addr;
 };
 
 /* Event channels and ids. Functions return 0, or -1 with errno set, unless said otherwise. */
-struct rdma_event_channel *rdma_create_event_channel(void);
-void rdma_destroy_event_channel(struct rdma_event_channel *channel);
-int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
-                   enum rdma_port_space ps);
-int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
-                   struct ibv_qp_init_attr *qp_init_attr);
-void rdma_destroy_ep(struct rdma_cm_id *id);
-int rdma_destroy_id(struct rdma_cm_id *id);
+struct rdma_event_channel* rdma_create_event_channel(void);
+void rdma_destroy_event_channel(struct rdma_event_channel* channel);
+int rdma_create_id(struct rdma_event_channel* channel, struct rdma_cm_id** id, void* context, enum rdma_port_space ps);
+int rdma_create_ep(struct rdma_cm_id** id, struct rdma_addrinfo* res, struct ibv_pd* pd,
+                   struct ibv_qp_init_attr* qp_init_attr);
+void rdma_destroy_ep(struct rdma_cm_id* id);
+int rdma_destroy_id(struct rdma_cm_id* id);
 
 /* Addresses and routes. */
-int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr);
-int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr,
-                      int timeout_ms);
-int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms);
+int rdma_bind_addr(struct rdma_cm_id* id, struct sockaddr* addr);
+int rdma_resolve_addr(struct rdma_cm_id* id, struct sockaddr* src_addr, struct sockaddr* dst_addr, int timeout_ms);
+int rdma_resolve_route(struct rdma_cm_id* id, int timeout_ms);
 
 /* The id's QP, made and moved through its states by the library. */
-int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr);
-int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *qp_init_attr);
-void rdma_destroy_qp(struct rdma_cm_id *id);
+int rdma_create_qp(struct rdma_cm_id* id, struct ibv_pd* pd, struct ibv_qp_init_attr* qp_init_attr);
+int rdma_create_qp_ex(struct rdma_cm_id* id, struct ibv_qp_init_attr_ex* qp_init_attr);
+void rdma_destroy_qp(struct rdma_cm_id* id);
 
 /* Connections. */
-int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param);
-int rdma_establish(struct rdma_cm_id *id);
-int rdma_listen(struct rdma_cm_id *id, int backlog);
-int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id);
-int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param);
-int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len);
-int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len);
-int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event);
-int rdma_disconnect(struct rdma_cm_id *id);
+int rdma_connect(struct rdma_cm_id* id, struct rdma_conn_param* conn_param);
+int rdma_establish(struct rdma_cm_id* id);
+int rdma_listen(struct rdma_cm_id* id, int backlog);
+int rdma_get_request(struct rdma_cm_id* listen, struct rdma_cm_id** id);
+int rdma_accept(struct rdma_cm_id* id, struct rdma_conn_param* conn_param);
+int rdma_reject(struct rdma_cm_id* id, const void* private_data, uint8_t private_data_len);
+int rdma_reject_ece(struct rdma_cm_id* id, const void* private_data, uint8_t private_data_len);
+int rdma_notify(struct rdma_cm_id* id, enum ibv_event_type event);
+int rdma_disconnect(struct rdma_cm_id* id);
 
 /* Multicast. */
-int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context);
-int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr);
-int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc_join_attr,
-                           void *context);
+int rdma_join_multicast(struct rdma_cm_id* id, struct sockaddr* addr, void* context);
+int rdma_leave_multicast(struct rdma_cm_id* id, struct sockaddr* addr);
+int rdma_join_multicast_ex(struct rdma_cm_id* id, struct rdma_cm_join_mc_attr_ex* mc_join_attr, void* context);
 
 /* Events: every event got is acknowledged once. */
-int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event);
-int rdma_ack_cm_event(struct rdma_cm_event *event);
+int rdma_get_cm_event(struct rdma_event_channel* channel, struct rdma_cm_event** event);
+int rdma_ack_cm_event(struct rdma_cm_event* event);
 
-__be16 rdma_get_src_port(struct rdma_cm_id *id);
-__be16 rdma_get_dst_port(struct rdma_cm_id *id);
+__be16 rdma_get_src_port(struct rdma_cm_id* id);
+__be16 rdma_get_dst_port(struct rdma_cm_id* id);
 
-static inline struct sockaddr *rdma_get_local_addr(struct rdma_cm_id *id)
-{
-  return &id->route.addr.src_addr;
-}
+static inline struct sockaddr* rdma_get_local_addr(struct rdma_cm_id* id) { return &id->route.addr.src_addr; }
 
-static inline struct sockaddr *rdma_get_peer_addr(struct rdma_cm_id *id)
-{
-  return &id->route.addr.dst_addr;
-}
+static inline struct sockaddr* rdma_get_peer_addr(struct rdma_cm_id* id) { return &id->route.addr.dst_addr; }
 
 /* The library's open contexts, NULL-terminated; released with rdma_free_devices. */
-struct ibv_context **rdma_get_devices(int *num_devices);
-void rdma_free_devices(struct ibv_context **list);
+struct ibv_context** rdma_get_devices(int* num_devices);
+void rdma_free_devices(struct ibv_context** list);
 
-const char *rdma_event_str(enum rdma_cm_event_type event);
+const char* rdma_event_str(enum rdma_cm_event_type event);
 
 /* rdma_set_option levels and names. */
-enum {
-  RDMA_OPTION_ID = 0,
-  RDMA_OPTION_IB = 1
-};
+enum { RDMA_OPTION_ID = 0, RDMA_OPTION_IB = 1 };
 
 enum {
   RDMA_OPTION_ID_TOS = 0, /* uint8_t */
@@ -259,17 +244,17 @@ enum {
   RDMA_OPTION_IB_PATH = 1 /* struct ibv_path_data[] */
 };
 
-int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen);
-int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel);
+int rdma_set_option(struct rdma_cm_id* id, int level, int optname, void* optval, size_t optlen);
+int rdma_migrate_id(struct rdma_cm_id* id, struct rdma_event_channel* channel);
 
-int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
-                     struct rdma_addrinfo **res);
-void rdma_freeaddrinfo(struct rdma_addrinfo *res);
+int rdma_getaddrinfo(const char* node, const char* service, const struct rdma_addrinfo* hints,
+                     struct rdma_addrinfo** res);
+void rdma_freeaddrinfo(struct rdma_addrinfo* res);
 
-int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask);
+int rdma_init_qp_attr(struct rdma_cm_id* id, struct ibv_qp_attr* qp_attr, int* qp_attr_mask);
 
-int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece);
-int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece);
+int rdma_set_local_ece(struct rdma_cm_id* id, struct ibv_ece* ece);
+int rdma_get_remote_ece(struct rdma_cm_id* id, struct ibv_ece* ece);
 
 #ifdef __cplusplus
 }

@@ -14,8 +14,7 @@ extern "C" {
 #endif
 
 /* A verbs return code (an errno value, 0 = success) as this API reports it. */
-static inline int rdma_seterrno(int ret)
-{
+static inline int rdma_seterrno(int ret) {
   if (ret) {
     errno = ret;
     ret = -1;
@@ -23,48 +22,38 @@ static inline int rdma_seterrno(int ret)
   return ret;
 }
 
-int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr);
-int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr);
-void rdma_destroy_srq(struct rdma_cm_id *id);
+int rdma_create_srq(struct rdma_cm_id* id, struct ibv_pd* pd, struct ibv_srq_init_attr* attr);
+int rdma_create_srq_ex(struct rdma_cm_id* id, struct ibv_srq_init_attr_ex* attr);
+void rdma_destroy_srq(struct rdma_cm_id* id);
 
 /* Memory registration in the id's PD, for receives / RDMA READ targets / RDMA WRITE targets. */
-static inline struct ibv_mr *rdma_reg_msgs(struct rdma_cm_id *id, void *addr, size_t length)
-{
+static inline struct ibv_mr* rdma_reg_msgs(struct rdma_cm_id* id, void* addr, size_t length) {
   return ibv_reg_mr(id->pd, addr, length, IBV_ACCESS_LOCAL_WRITE);
 }
 
-static inline struct ibv_mr *rdma_reg_read(struct rdma_cm_id *id, void *addr, size_t length)
-{
+static inline struct ibv_mr* rdma_reg_read(struct rdma_cm_id* id, void* addr, size_t length) {
   return ibv_reg_mr(id->pd, addr, length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 }
 
-static inline struct ibv_mr *rdma_reg_write(struct rdma_cm_id *id, void *addr, size_t length)
-{
+static inline struct ibv_mr* rdma_reg_write(struct rdma_cm_id* id, void* addr, size_t length) {
   return ibv_reg_mr(id->pd, addr, length, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 }
 
-static inline int rdma_dereg_mr(struct ibv_mr *mr)
-{
-  return rdma_seterrno(ibv_dereg_mr(mr));
-}
+static inline int rdma_dereg_mr(struct ibv_mr* mr) { return rdma_seterrno(ibv_dereg_mr(mr)); }
 
 /* Posting with a scatter/gather list; `context` becomes the work request id. */
-static inline int rdma_post_recvv(struct rdma_cm_id *id, void *context, struct ibv_sge *sgl, int nsge)
-{
+static inline int rdma_post_recvv(struct rdma_cm_id* id, void* context, struct ibv_sge* sgl, int nsge) {
   struct ibv_recv_wr wr, *bad;
 
   wr.wr_id = (uintptr_t)context;
   wr.next = NULL;
   wr.sg_list = sgl;
   wr.num_sge = nsge;
-  if (id->srq)
-    return rdma_seterrno(ibv_post_srq_recv(id->srq, &wr, &bad));
+  if (id->srq) return rdma_seterrno(ibv_post_srq_recv(id->srq, &wr, &bad));
   return rdma_seterrno(ibv_post_recv(id->qp, &wr, &bad));
 }
 
-static inline int rdma_post_sendv(struct rdma_cm_id *id, void *context, struct ibv_sge *sgl, int nsge,
-                                  int flags)
-{
+static inline int rdma_post_sendv(struct rdma_cm_id* id, void* context, struct ibv_sge* sgl, int nsge, int flags) {
   struct ibv_send_wr wr, *bad;
 
   wr.wr_id = (uintptr_t)context;
@@ -76,9 +65,8 @@ static inline int rdma_post_sendv(struct rdma_cm_id *id, void *context, struct i
   return rdma_seterrno(ibv_post_send(id->qp, &wr, &bad));
 }
 
-static inline int rdma_post_readv(struct rdma_cm_id *id, void *context, struct ibv_sge *sgl, int nsge,
-                                  int flags, uint64_t remote_addr, uint32_t rkey)
-{
+static inline int rdma_post_readv(struct rdma_cm_id* id, void* context, struct ibv_sge* sgl, int nsge, int flags,
+                                  uint64_t remote_addr, uint32_t rkey) {
   struct ibv_send_wr wr, *bad;
 
   wr.wr_id = (uintptr_t)context;
@@ -92,9 +80,8 @@ static inline int rdma_post_readv(struct rdma_cm_id *id, void *context, struct i
   return rdma_seterrno(ibv_post_send(id->qp, &wr, &bad));
 }
 
-static inline int rdma_post_writev(struct rdma_cm_id *id, void *context, struct ibv_sge *sgl, int nsge,
-                                   int flags, uint64_t remote_addr, uint32_t rkey)
-{
+static inline int rdma_post_writev(struct rdma_cm_id* id, void* context, struct ibv_sge* sgl, int nsge, int flags,
+                                   uint64_t remote_addr, uint32_t rkey) {
   struct ibv_send_wr wr, *bad;
 
   wr.wr_id = (uintptr_t)context;
@@ -109,21 +96,18 @@ static inline int rdma_post_writev(struct rdma_cm_id *id, void *context, struct 
 }
 
 /* One-buffer forms. A receive buffer must lie inside its MR. */
-static inline int rdma_post_recv(struct rdma_cm_id *id, void *context, void *addr, size_t length,
-                                 struct ibv_mr *mr)
-{
+static inline int rdma_post_recv(struct rdma_cm_id* id, void* context, void* addr, size_t length, struct ibv_mr* mr) {
   struct ibv_sge sge;
 
-  assert(addr >= mr->addr && (uint8_t *)addr + length <= (uint8_t *)mr->addr + mr->length);
+  assert(addr >= mr->addr && (uint8_t*)addr + length <= (uint8_t*)mr->addr + mr->length);
   sge.addr = (uint64_t)(uintptr_t)addr;
   sge.length = (uint32_t)length;
   sge.lkey = mr->lkey;
   return rdma_post_recvv(id, context, &sge, 1);
 }
 
-static inline int rdma_post_send(struct rdma_cm_id *id, void *context, void *addr, size_t length,
-                                 struct ibv_mr *mr, int flags)
-{
+static inline int rdma_post_send(struct rdma_cm_id* id, void* context, void* addr, size_t length, struct ibv_mr* mr,
+                                 int flags) {
   struct ibv_sge sge;
 
   sge.addr = (uint64_t)(uintptr_t)addr;
@@ -132,9 +116,8 @@ static inline int rdma_post_send(struct rdma_cm_id *id, void *context, void *add
   return rdma_post_sendv(id, context, &sge, 1, flags);
 }
 
-static inline int rdma_post_read(struct rdma_cm_id *id, void *context, void *addr, size_t length,
-                                 struct ibv_mr *mr, int flags, uint64_t remote_addr, uint32_t rkey)
-{
+static inline int rdma_post_read(struct rdma_cm_id* id, void* context, void* addr, size_t length, struct ibv_mr* mr,
+                                 int flags, uint64_t remote_addr, uint32_t rkey) {
   struct ibv_sge sge;
 
   sge.addr = (uint64_t)(uintptr_t)addr;
@@ -143,9 +126,8 @@ static inline int rdma_post_read(struct rdma_cm_id *id, void *context, void *add
   return rdma_post_readv(id, context, &sge, 1, flags, remote_addr, rkey);
 }
 
-static inline int rdma_post_write(struct rdma_cm_id *id, void *context, void *addr, size_t length,
-                                  struct ibv_mr *mr, int flags, uint64_t remote_addr, uint32_t rkey)
-{
+static inline int rdma_post_write(struct rdma_cm_id* id, void* context, void* addr, size_t length, struct ibv_mr* mr,
+                                  int flags, uint64_t remote_addr, uint32_t rkey) {
   struct ibv_sge sge;
 
   sge.addr = (uint64_t)(uintptr_t)addr;
@@ -154,9 +136,8 @@ static inline int rdma_post_write(struct rdma_cm_id *id, void *context, void *ad
   return rdma_post_writev(id, context, &sge, 1, flags, remote_addr, rkey);
 }
 
-static inline int rdma_post_ud_send(struct rdma_cm_id *id, void *context, void *addr, size_t length,
-                                    struct ibv_mr *mr, int flags, struct ibv_ah *ah, uint32_t remote_qpn)
-{
+static inline int rdma_post_ud_send(struct rdma_cm_id* id, void* context, void* addr, size_t length, struct ibv_mr* mr,
+                                    int flags, struct ibv_ah* ah, uint32_t remote_qpn) {
   struct ibv_send_wr wr, *bad;
   struct ibv_sge sge;
 
@@ -177,38 +158,31 @@ static inline int rdma_post_ud_send(struct rdma_cm_id *id, void *context, void *
 
 /* Waits for one completion on the id's send (recv) CQ: poll, arm, poll again, then block on the
  * completion channel. Returns the count polled (1), or -1 with errno set. */
-static inline int rdma_get_cq_comp_(struct ibv_cq *cq, struct ibv_comp_channel *channel, struct ibv_wc *wc)
-{
-  struct ibv_cq *ev_cq;
-  void *ev_ctx;
+static inline int rdma_get_cq_comp_(struct ibv_cq* cq, struct ibv_comp_channel* channel, struct ibv_wc* wc) {
+  struct ibv_cq* ev_cq;
+  void* ev_ctx;
   int ret;
 
   for (;;) {
     ret = ibv_poll_cq(cq, 1, wc);
-    if (ret)
-      break;
+    if (ret) break;
     ret = ibv_req_notify_cq(cq, 0);
-    if (ret)
-      return rdma_seterrno(ret);
+    if (ret) return rdma_seterrno(ret);
     ret = ibv_poll_cq(cq, 1, wc);
-    if (ret)
-      break;
+    if (ret) break;
     ret = ibv_get_cq_event(channel, &ev_cq, &ev_ctx);
-    if (ret)
-      return ret;
+    if (ret) return ret;
     assert(ev_cq == cq);
     ibv_ack_cq_events(cq, 1);
   }
   return ret < 0 ? rdma_seterrno(ret) : ret;
 }
 
-static inline int rdma_get_send_comp(struct rdma_cm_id *id, struct ibv_wc *wc)
-{
+static inline int rdma_get_send_comp(struct rdma_cm_id* id, struct ibv_wc* wc) {
   return rdma_get_cq_comp_(id->send_cq, id->send_cq_channel, wc);
 }
 
-static inline int rdma_get_recv_comp(struct rdma_cm_id *id, struct ibv_wc *wc)
-{
+static inline int rdma_get_recv_comp(struct rdma_cm_id* id, struct ibv_wc* wc) {
   return rdma_get_cq_comp_(id->recv_cq, id->recv_cq_channel, wc);
 }
 

@@ -20,19 +20,23 @@ struct Row {
 
 constexpr uint16_t H = uint16_t(kMadHeaderSize);
 #define MELON_CM_UINT(S, m, byte, bit, bits) \
-  Row{{#m, uint16_t(H + (byte)), bit, bits}, uint16_t(offsetof(S, m)), uint8_t(sizeof(S::m)), false}
-#define MELON_CM_PATH(S, p, m, byte, bit, bits)                                                          \
-  Row{{#p "." #m, uint16_t(H + (byte)), bit, bits}, uint16_t(offsetof(S, p) + offsetof(ReqPath, m)), \
-      uint8_t(sizeof(ReqPath::m)), false}
+  Row { {#m, uint16_t(H + (byte)), bit, bits}, uint16_t(offsetof(S, m)), uint8_t(sizeof(S::m)), false }
+#define MELON_CM_PATH(S, p, m, byte, bit, bits)                                                    \
+  Row {                                                                                            \
+    {#p "." #m, uint16_t(H + (byte)), bit, bits}, uint16_t(offsetof(S, p) + offsetof(ReqPath, m)), \
+        uint8_t(sizeof(ReqPath::m)), false                                                         \
+  }
 #define MELON_CM_BYTES(S, m, byte) \
-  Row{{#m, uint16_t(H + (byte)), 0, uint16_t(8 * sizeof(S::m))}, uint16_t(offsetof(S, m)), 0, true}
-#define MELON_CM_PATH_BYTES(S, p, m, byte)                                                                           \
-  Row{{#p "." #m, uint16_t(H + (byte)), 0, uint16_t(8 * sizeof(ReqPath::m))}, uint16_t(offsetof(S, p) + offsetof(ReqPath, m)), \
-      0, true}
+  Row { {#m, uint16_t(H + (byte)), 0, uint16_t(8 * sizeof(S::m))}, uint16_t(offsetof(S, m)), 0, true }
+#define MELON_CM_PATH_BYTES(S, p, m, byte)                                  \
+  Row {                                                                     \
+    {#p "." #m, uint16_t(H + (byte)), 0, uint16_t(8 * sizeof(ReqPath::m))}, \
+        uint16_t(offsetof(S, p) + offsetof(ReqPath, m)), 0, true            \
+  }
 
 // The MAD header's rows are relative to the MAD (no +24) and to MadHeader.
 #define MELON_MAD(m, byte, bits) \
-  Row{{#m, byte, 0, bits}, uint16_t(offsetof(MadHeader, m)), uint8_t(sizeof(MadHeader::m)), false}
+  Row { {#m, byte, 0, bits}, uint16_t(offsetof(MadHeader, m)), uint8_t(sizeof(MadHeader::m)), false }
 constexpr Row kHeader[] = {
     MELON_MAD(base_version, 0, 8), MELON_MAD(mgmt_class, 1, 8), MELON_MAD(class_version, 2, 8),
     MELON_MAD(method, 3, 8),       MELON_MAD(status, 4, 16),    MELON_MAD(class_specific, 6, 16),
@@ -40,13 +44,13 @@ constexpr Row kHeader[] = {
     MELON_MAD(attr_mod, 20, 32),
 };
 
-#define MELON_REQ_PATH(p, at)                                                                           \
-  MELON_CM_PATH(Req, p, local_lid, at + 0, 0, 16), MELON_CM_PATH(Req, p, remote_lid, at + 2, 0, 16),       \
-      MELON_CM_PATH_BYTES(Req, p, local_gid, at + 4), MELON_CM_PATH_BYTES(Req, p, remote_gid, at + 20),    \
+#define MELON_REQ_PATH(p, at)                                                                                 \
+  MELON_CM_PATH(Req, p, local_lid, at + 0, 0, 16), MELON_CM_PATH(Req, p, remote_lid, at + 2, 0, 16),          \
+      MELON_CM_PATH_BYTES(Req, p, local_gid, at + 4), MELON_CM_PATH_BYTES(Req, p, remote_gid, at + 20),       \
       MELON_CM_PATH(Req, p, flow_label, at + 36, 0, 20), MELON_CM_PATH(Req, p, reserved_rate, at + 38, 4, 6), \
       MELON_CM_PATH(Req, p, packet_rate, at + 39, 2, 6), MELON_CM_PATH(Req, p, traffic_class, at + 40, 0, 8), \
-      MELON_CM_PATH(Req, p, hop_limit, at + 41, 0, 8), MELON_CM_PATH(Req, p, sl, at + 42, 0, 4),             \
-      MELON_CM_PATH(Req, p, subnet_local, at + 42, 4, 1), MELON_CM_PATH(Req, p, reserved_sl, at + 42, 5, 3), \
+      MELON_CM_PATH(Req, p, hop_limit, at + 41, 0, 8), MELON_CM_PATH(Req, p, sl, at + 42, 0, 4),              \
+      MELON_CM_PATH(Req, p, subnet_local, at + 42, 4, 1), MELON_CM_PATH(Req, p, reserved_sl, at + 42, 5, 3),  \
       MELON_CM_PATH(Req, p, local_ack_timeout, at + 43, 0, 5), MELON_CM_PATH(Req, p, reserved_ack, at + 43, 5, 3)
 
 constexpr Row kReq[] = {
@@ -87,32 +91,23 @@ constexpr Row kMra[] = {
 };
 
 constexpr Row kRej[] = {
-    MELON_CM_UINT(Rej, local_comm_id, 0, 0, 32),    MELON_CM_UINT(Rej, remote_comm_id, 4, 0, 32),
+    MELON_CM_UINT(Rej, local_comm_id, 0, 0, 32),   MELON_CM_UINT(Rej, remote_comm_id, 4, 0, 32),
     MELON_CM_UINT(Rej, message_rejected, 8, 0, 2), MELON_CM_UINT(Rej, reserved8, 8, 2, 6),
-    MELON_CM_UINT(Rej, ari_length, 9, 0, 7),        MELON_CM_UINT(Rej, reserved9, 9, 7, 1),
-    MELON_CM_UINT(Rej, reason, 10, 0, 16),          MELON_CM_BYTES(Rej, ari, 12),
+    MELON_CM_UINT(Rej, ari_length, 9, 0, 7),       MELON_CM_UINT(Rej, reserved9, 9, 7, 1),
+    MELON_CM_UINT(Rej, reason, 10, 0, 16),         MELON_CM_BYTES(Rej, ari, 12),
     MELON_CM_BYTES(Rej, private_data, 84),
 };
 
 constexpr Row kRep[] = {
-    MELON_CM_UINT(Rep, local_comm_id, 0, 0, 32),
-    MELON_CM_UINT(Rep, remote_comm_id, 4, 0, 32),
-    MELON_CM_UINT(Rep, local_qkey, 8, 0, 32),
-    MELON_CM_UINT(Rep, local_qpn, 12, 0, 24),
-    MELON_CM_UINT(Rep, vendor_id_h, 15, 0, 8),
-    MELON_CM_UINT(Rep, local_eecn, 16, 0, 24),
-    MELON_CM_UINT(Rep, vendor_id_m, 19, 0, 8),
-    MELON_CM_UINT(Rep, starting_psn, 20, 0, 24),
-    MELON_CM_UINT(Rep, vendor_id_l, 23, 0, 8),
-    MELON_CM_UINT(Rep, responder_resources, 24, 0, 8),
-    MELON_CM_UINT(Rep, initiator_depth, 25, 0, 8),
-    MELON_CM_UINT(Rep, target_ack_delay, 26, 0, 5),
-    MELON_CM_UINT(Rep, failover_accepted, 26, 5, 2),
-    MELON_CM_UINT(Rep, end_to_end_flow_control, 26, 7, 1),
-    MELON_CM_UINT(Rep, rnr_retry_count, 27, 0, 3),
-    MELON_CM_UINT(Rep, srq, 27, 3, 1),
-    MELON_CM_UINT(Rep, reserved27, 27, 4, 4),
-    MELON_CM_UINT(Rep, local_ca_guid, 28, 0, 64),
+    MELON_CM_UINT(Rep, local_comm_id, 0, 0, 32),     MELON_CM_UINT(Rep, remote_comm_id, 4, 0, 32),
+    MELON_CM_UINT(Rep, local_qkey, 8, 0, 32),        MELON_CM_UINT(Rep, local_qpn, 12, 0, 24),
+    MELON_CM_UINT(Rep, vendor_id_h, 15, 0, 8),       MELON_CM_UINT(Rep, local_eecn, 16, 0, 24),
+    MELON_CM_UINT(Rep, vendor_id_m, 19, 0, 8),       MELON_CM_UINT(Rep, starting_psn, 20, 0, 24),
+    MELON_CM_UINT(Rep, vendor_id_l, 23, 0, 8),       MELON_CM_UINT(Rep, responder_resources, 24, 0, 8),
+    MELON_CM_UINT(Rep, initiator_depth, 25, 0, 8),   MELON_CM_UINT(Rep, target_ack_delay, 26, 0, 5),
+    MELON_CM_UINT(Rep, failover_accepted, 26, 5, 2), MELON_CM_UINT(Rep, end_to_end_flow_control, 26, 7, 1),
+    MELON_CM_UINT(Rep, rnr_retry_count, 27, 0, 3),   MELON_CM_UINT(Rep, srq, 27, 3, 1),
+    MELON_CM_UINT(Rep, reserved27, 27, 4, 4),        MELON_CM_UINT(Rep, local_ca_guid, 28, 0, 64),
     MELON_CM_BYTES(Rep, private_data, 36),
 };
 
@@ -141,11 +136,16 @@ constexpr Row kSidrReq[] = {
 };
 
 constexpr Row kSidrRep[] = {
-    MELON_CM_UINT(SidrRep, request_id, 0, 0, 32),     MELON_CM_UINT(SidrRep, status, 4, 0, 8),
-    MELON_CM_UINT(SidrRep, add_info_length, 5, 0, 8), MELON_CM_UINT(SidrRep, vendor_id_h, 6, 0, 16),
-    MELON_CM_UINT(SidrRep, qpn, 8, 0, 24),            MELON_CM_UINT(SidrRep, vendor_id_l, 11, 0, 8),
-    MELON_CM_UINT(SidrRep, service_id, 12, 0, 64),    MELON_CM_UINT(SidrRep, qkey, 20, 0, 32),
-    MELON_CM_BYTES(SidrRep, add_info, 24),            MELON_CM_BYTES(SidrRep, private_data, 96),
+    MELON_CM_UINT(SidrRep, request_id, 0, 0, 32),
+    MELON_CM_UINT(SidrRep, status, 4, 0, 8),
+    MELON_CM_UINT(SidrRep, add_info_length, 5, 0, 8),
+    MELON_CM_UINT(SidrRep, vendor_id_h, 6, 0, 16),
+    MELON_CM_UINT(SidrRep, qpn, 8, 0, 24),
+    MELON_CM_UINT(SidrRep, vendor_id_l, 11, 0, 8),
+    MELON_CM_UINT(SidrRep, service_id, 12, 0, 64),
+    MELON_CM_UINT(SidrRep, qkey, 20, 0, 32),
+    MELON_CM_BYTES(SidrRep, add_info, 24),
+    MELON_CM_BYTES(SidrRep, private_data, 96),
 };
 
 struct Table {
@@ -154,10 +154,11 @@ struct Table {
   const Row* rows;
   size_t n;
 };
-#define MELON_CM_TABLE(a, t) Table{Attr::a, #a, t, sizeof(t) / sizeof(t[0])}
+#define MELON_CM_TABLE(a, t) \
+  Table { Attr::a, #a, t, sizeof(t) / sizeof(t[0]) }
 constexpr Table kTables[] = {
-    MELON_CM_TABLE(req, kReq),   MELON_CM_TABLE(mra, kMra),   MELON_CM_TABLE(rej, kRej),
-    MELON_CM_TABLE(rep, kRep),   MELON_CM_TABLE(rtu, kRtu),   MELON_CM_TABLE(dreq, kDreq),
+    MELON_CM_TABLE(req, kReq),   MELON_CM_TABLE(mra, kMra),          MELON_CM_TABLE(rej, kRej),
+    MELON_CM_TABLE(rep, kRep),   MELON_CM_TABLE(rtu, kRtu),          MELON_CM_TABLE(dreq, kDreq),
     MELON_CM_TABLE(drep, kDrep), MELON_CM_TABLE(sidr_req, kSidrReq), MELON_CM_TABLE(sidr_rep, kSidrRep),
 };
 
@@ -186,17 +187,37 @@ const Table* table_of(Attr a) {
 uint64_t load(const uint8_t* p, uint8_t size) {
   switch (size) {
     case 1: return *p;
-    case 2: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case 4: { uint32_t v; memcpy(&v, p, 4); return v; }
-    default: { uint64_t v; memcpy(&v, p, 8); return v; }
+    case 2: {
+      uint16_t v;
+      memcpy(&v, p, 2);
+      return v;
+    }
+    case 4: {
+      uint32_t v;
+      memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      uint64_t v;
+      memcpy(&v, p, 8);
+      return v;
+    }
   }
 }
 
 void store(uint8_t* p, uint8_t size, uint64_t v) {
   switch (size) {
     case 1: *p = uint8_t(v); break;
-    case 2: { uint16_t x = uint16_t(v); memcpy(p, &x, 2); break; }
-    case 4: { uint32_t x = uint32_t(v); memcpy(p, &x, 4); break; }
+    case 2: {
+      uint16_t x = uint16_t(v);
+      memcpy(p, &x, 2);
+      break;
+    }
+    case 4: {
+      uint32_t x = uint32_t(v);
+      memcpy(p, &x, 4);
+      break;
+    }
     default: memcpy(p, &v, 8); break;
   }
 }

@@ -209,6 +209,13 @@ enum RejReason : uint16_t {
 // Which message a REJ or an MRA answers (IBA Tables 107, 108).
 enum MessageRef : uint8_t { kRefReq = 0, kRefRep = 1, kRefOther = 2 };
 // SIDR_REP status (IBA Table 121).
-enum SidrStatus : uint8_t { kSidrOk = 0, kSidrUnsupportedService = 1, kSidrReject = 2, kSidrNoQp = 3, kSidrRedirect = 4, kSidrClassVersion = 5 };
+enum SidrStatus : uint8_t {
+  kSidrOk = 0,
+  kSidrUnsupportedService = 1,
+  kSidrReject = 2,
+  kSidrNoQp = 3,
+  kSidrRedirect = 4,
+  kSidrClassVersion = 5
+};
 
 }  // namespace melon::cm

@@ -36,8 +36,8 @@ MELON_CM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, cons
   if (!r) return -1;
   r->ai_flags = flags;
   r->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type : IBV_QPT_RC;
-  r->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space
-                                                   : (r->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
+  r->ai_port_space =
+      hints && hints->ai_port_space ? hints->ai_port_space : (r->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
   if (node || service) {
     addrinfo* ai = nullptr;
     const int e = getaddrinfo(node, service, &h, &ai);

@@ -70,8 +70,9 @@ int transmit(Id* id, cm::Message& m, bool keep) {
   uint8_t mad[cm::kMadSize];
   if (!cm::encode(m, mad)) return EINVAL;
   if (int e = open_mad_port(id->dev)) return e;
-  if (debug()) fprintf(stderr, "librdmacm: %llu ms: MAD out: %s tid %llx\n", (unsigned long long)(now_ns() / 1000000 % 100000),
-                       cm::attr_name(m.attr()), (unsigned long long)m.hdr.tid);
+  if (debug())
+    fprintf(stderr, "librdmacm: %llu ms: MAD out: %s tid %llx\n", (unsigned long long)(now_ns() / 1000000 % 100000),
+            cm::attr_name(m.attr()), (unsigned long long)m.hdr.tid);
   if (keep) {
     std::memcpy(id->last_mad, mad, sizeof mad);
     id->has_last = true;
@@ -112,8 +113,7 @@ Id* find_by_local(Device* d, uint32_t local_comm_id) {
 
 Id* find_by_remote(Device* d, uint32_t remote_comm_id, uint64_t remote_guid) {
   for (Id* i : lib().ids)
-    if (i->dev == d && i->remote_comm_id == remote_comm_id && i->remote_guid == remote_guid &&
-        i->cm != CmState::idle)
+    if (i->dev == d && i->remote_comm_id == remote_comm_id && i->remote_guid == remote_guid && i->cm != CmState::idle)
       return i;
   return nullptr;
 }
@@ -127,10 +127,10 @@ Id* find_listener(Device* d, uint64_t sid, const uint8_t dst_ip[16], int ip_vers
     const sockaddr* src = &i->id.route.addr.src_addr;
     if (port_of(src) != cm::service_port(sid)) continue;
     if (i->dev && i->dev != d) continue;
-    const bool loopback = (src->sa_family == AF_INET &&
-                           (ntohl(reinterpret_cast<const sockaddr_in*>(src)->sin_addr.s_addr) >> 24) == 127) ||
-                          (src->sa_family == AF_INET6 &&
-                           IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(src)->sin6_addr));
+    const bool loopback =
+        (src->sa_family == AF_INET &&
+         (ntohl(reinterpret_cast<const sockaddr_in*>(src)->sin_addr.s_addr) >> 24) == 127) ||
+        (src->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(src)->sin6_addr));
     if (!is_any(src) && !loopback) {
       uint8_t mine[16];
       ip_bytes(src, mine);
@@ -330,8 +330,7 @@ void on_rej(Device* d, const cm::Message& m) {
     case CmState::mra_rcvd:
     case CmState::rep_sent:
     case CmState::rep_rcvd:
-    case CmState::req_rcvd:
-      break;
+    case CmState::req_rcvd: break;
     default: return;
   }
   disarm(id);
@@ -398,7 +397,8 @@ void on_sidr_req(Device* d, const cm::Message& m, const MadAddress& from) {
       return;
   cm::IpCmHeader h;
   Id* l = nullptr;
-  if (cm::decode_ip_cm(r.private_data, sizeof r.private_data, &h)) l = find_listener(d, r.service_id, h.dst, h.ip_version);
+  if (cm::decode_ip_cm(r.private_data, sizeof r.private_data, &h))
+    l = find_listener(d, r.service_id, h.dst, h.ip_version);
   if (!l) {
     cm::Message a;
     header(a, cm::Attr::sidr_rep, m.hdr.tid);
@@ -502,9 +502,7 @@ void on_timeout(Id* id) {
       qp_to_error(id);
       queue_event(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
       break;
-    case CmState::sidr_req_sent:
-      queue_event(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
-      break;
+    case CmState::sidr_req_sent: queue_event(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT); break;
     case CmState::dreq_sent:
       if (!id->disconnect_reported) {
         id->disconnect_reported = true;
@@ -545,8 +543,7 @@ void agent_loop() {
     if (poll(fds.data(), nfds_t(fds.size()), timeout) < 0 && errno != EINTR) return;
     if (fds[0].revents) {
       char buf[64];
-      while (read(L.wake[0], buf, sizeof buf) > 0) {
-      }
+      while (read(L.wake[0], buf, sizeof buf) > 0) {}
     }
     std::lock_guard<std::mutex> g(L.mu);
     for (size_t k = 1; k < fds.size(); ++k) {

@@ -340,7 +340,8 @@ int source_for(const sockaddr* dst, sockaddr_storage* src) {
   if (get_port(dst) == 0) set_port(reinterpret_cast<sockaddr*>(&d), 4791);
   int e = 0;
   socklen_t len = sizeof *src;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&d), addr_len(dst)) || getsockname(fd, reinterpret_cast<sockaddr*>(src), &len))
+  if (connect(fd, reinterpret_cast<sockaddr*>(&d), addr_len(dst)) ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(src), &len))
     e = errno;
   close(fd);
   return e;
@@ -544,11 +545,11 @@ MELON_CM_EXPORT int rdma_ack_cm_event(struct rdma_cm_event* event) {
 
 MELON_CM_EXPORT const char* rdma_event_str(enum rdma_cm_event_type event) {
   static const char* const names[] = {
-      "RDMA_CM_EVENT_ADDR_RESOLVED",    "RDMA_CM_EVENT_ADDR_ERROR",       "RDMA_CM_EVENT_ROUTE_RESOLVED",
-      "RDMA_CM_EVENT_ROUTE_ERROR",      "RDMA_CM_EVENT_CONNECT_REQUEST",  "RDMA_CM_EVENT_CONNECT_RESPONSE",
-      "RDMA_CM_EVENT_CONNECT_ERROR",    "RDMA_CM_EVENT_UNREACHABLE",      "RDMA_CM_EVENT_REJECTED",
-      "RDMA_CM_EVENT_ESTABLISHED",      "RDMA_CM_EVENT_DISCONNECTED",     "RDMA_CM_EVENT_DEVICE_REMOVAL",
-      "RDMA_CM_EVENT_MULTICAST_JOIN",   "RDMA_CM_EVENT_MULTICAST_ERROR",  "RDMA_CM_EVENT_ADDR_CHANGE",
+      "RDMA_CM_EVENT_ADDR_RESOLVED",  "RDMA_CM_EVENT_ADDR_ERROR",      "RDMA_CM_EVENT_ROUTE_RESOLVED",
+      "RDMA_CM_EVENT_ROUTE_ERROR",    "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+      "RDMA_CM_EVENT_CONNECT_ERROR",  "RDMA_CM_EVENT_UNREACHABLE",     "RDMA_CM_EVENT_REJECTED",
+      "RDMA_CM_EVENT_ESTABLISHED",    "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+      "RDMA_CM_EVENT_MULTICAST_JOIN", "RDMA_CM_EVENT_MULTICAST_ERROR", "RDMA_CM_EVENT_ADDR_CHANGE",
       "RDMA_CM_EVENT_TIMEWAIT_EXIT"};
   const unsigned i = unsigned(event);
   return i < sizeof names / sizeof names[0] ? names[i] : "UNKNOWN EVENT";
@@ -663,8 +664,9 @@ MELON_CM_EXPORT int rdma_bind_addr(struct rdma_cm_id* cid, struct sockaddr* addr
   if (int e = bind_to(id, addr)) {
     if (std::getenv("MELON_CM_DEBUG")) {
       char text[INET6_ADDRSTRLEN] = "?";
-      const void* a = addr->sa_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(addr)->sin6_addr)
-                                                  : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(addr)->sin_addr);
+      const void* a = addr->sa_family == AF_INET6
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(addr)->sin6_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(addr)->sin_addr);
       inet_ntop(addr->sa_family, a, text, sizeof text);
       fprintf(stderr, "librdmacm: bind to %s (family %d): no device has it\n", text, addr->sa_family);
     }
@@ -742,7 +744,7 @@ MELON_CM_EXPORT int rdma_resolve_route(struct rdma_cm_id* cid, int timeout_ms) {
 MELON_CM_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id* cid) {
   if (!cid) return 0;
   const sockaddr* sa = &cid->route.addr.src_addr;
-  return sa->sa_family == AF_INET6 ? cid->route.addr.src_sin6.sin6_port
+  return sa->sa_family == AF_INET6  ? cid->route.addr.src_sin6.sin6_port
          : sa->sa_family == AF_INET ? cid->route.addr.src_sin.sin_port
                                     : 0;
 }
@@ -750,7 +752,7 @@ MELON_CM_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id* cid) {
 MELON_CM_EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id* cid) {
   if (!cid) return 0;
   const sockaddr* sa = &cid->route.addr.dst_addr;
-  return sa->sa_family == AF_INET6 ? cid->route.addr.dst_sin6.sin6_port
+  return sa->sa_family == AF_INET6  ? cid->route.addr.dst_sin6.sin6_port
          : sa->sa_family == AF_INET ? cid->route.addr.dst_sin.sin_port
                                     : 0;
 }
@@ -889,8 +891,10 @@ MELON_CM_EXPORT int rdma_listen(struct rdma_cm_id* cid, int backlog) {
     int opened = 0, err = ENODEV;
     for (auto& d : lib().devices) {
       int e = open_mad_port(d.get());
-      if (e) err = e;
-      else ++opened;
+      if (e)
+        err = e;
+      else
+        ++opened;
     }
     if (!opened) return fail(err);
   }
@@ -966,7 +970,6 @@ MELON_CM_EXPORT int rdma_get_request(struct rdma_cm_id* listen, struct rdma_cm_i
   *out = c->cm_id();
   return 0;
 }
-
 
 MELON_CM_EXPORT int rdma_accept(struct rdma_cm_id* cid, struct rdma_conn_param* conn_param) {
   std::unique_lock<std::mutex> g(lib().mu);
@@ -1049,14 +1052,10 @@ MELON_CM_EXPORT int rdma_disconnect(struct rdma_cm_id* cid) {
       return 0;
     case CmState::rep_sent:
     case CmState::req_sent:
-    case CmState::mra_rcvd:
-      cm_send_rej(id, cm::kRejConsumer, nullptr, 0);
-      return 0;
+    case CmState::mra_rcvd: cm_send_rej(id, cm::kRejConsumer, nullptr, 0); return 0;
     case CmState::dreq_sent:
-    case CmState::timewait:
-      return 0;  // already going (or the peer's DREQ was answered)
-    default:
-      return id->state == IdState::connected || id->state == IdState::disconnected ? 0 : fail(EINVAL);
+    case CmState::timewait: return 0;  // already going (or the peer's DREQ was answered)
+    default: return id->state == IdState::connected || id->state == IdState::disconnected ? 0 : fail(EINVAL);
   }
 }
 
@@ -1073,8 +1072,8 @@ MELON_CM_EXPORT int rdma_create_ep(struct rdma_cm_id** out, struct rdma_addrinfo
   if (!out || !res) return fail(EINVAL);
   rdma_cm_id* cid = nullptr;
   const ibv_qp_type qpt = res->ai_qp_type ? ibv_qp_type(res->ai_qp_type) : IBV_QPT_RC;
-  rdma_port_space ps = res->ai_port_space ? rdma_port_space(res->ai_port_space)
-                                          : (qpt == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
+  rdma_port_space ps =
+      res->ai_port_space ? rdma_port_space(res->ai_port_space) : (qpt == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP);
   if (create_id(nullptr, &cid, nullptr, ps, qpt)) return -1;
   int r;
   if (res->ai_flags & RAI_PASSIVE) {

@@ -165,7 +165,7 @@ TEST(CmCodec, RefusesWhatIsNotACmMad) {
 }
 
 TEST(CmCodec, EveryTableCoversItsMessageOnceInOrder) {
-  const cm::Attr attrs[] = {cm::Attr::req, cm::Attr::mra, cm::Attr::rej, cm::Attr::rep, cm::Attr::rtu,
+  const cm::Attr attrs[] = {cm::Attr::req,  cm::Attr::mra,  cm::Attr::rej,      cm::Attr::rep,     cm::Attr::rtu,
                             cm::Attr::dreq, cm::Attr::drep, cm::Attr::sidr_req, cm::Attr::sidr_rep};
   for (cm::Attr a : attrs) {
     const cm::FieldInfo *hdr, *rows;
@@ -351,11 +351,12 @@ TEST(CmTshark, WiresharkReadsEveryMessageWeEncode) {
   EXPECT_EQ(expert.find("Error"), std::string::npos) << expert;
   EXPECT_EQ(expert.find("Warning"), std::string::npos) << expert;
   // Each frame is a CM MAD of the attribute we meant, with our values where tshark 4.0 has fields.
-  const std::string f = run("tshark -n -r " + pcap +
-                            " -T fields -E separator=, -e infiniband.mad.attributeid -e infiniband.mad.transactionid"
-                            " -e infiniband.cm.req.localqpn -e infiniband.cm.req.startpsn -e infiniband.cm.req.serviceid.dport"
-                            " -e infiniband.cm.req.ip_cm.sport -e infiniband.cm.req.ip_cm.dip4 -e infiniband.cm.rep.localqpn"
-                            " -e infiniband.cm.rep.startpsn -e infiniband.cm.rej.reason -e infiniband.cm.dreq.remotecommid 2>/dev/null");
+  const std::string f =
+      run("tshark -n -r " + pcap +
+          " -T fields -E separator=, -e infiniband.mad.attributeid -e infiniband.mad.transactionid"
+          " -e infiniband.cm.req.localqpn -e infiniband.cm.req.startpsn -e infiniband.cm.req.serviceid.dport"
+          " -e infiniband.cm.req.ip_cm.sport -e infiniband.cm.req.ip_cm.dip4 -e infiniband.cm.rep.localqpn"
+          " -e infiniband.cm.rep.startpsn -e infiniband.cm.rej.reason -e infiniband.cm.dreq.remotecommid 2>/dev/null");
   std::vector<std::string> lines;
   std::istringstream in(f);
   for (std::string l; std::getline(in, l);) lines.push_back(l);

@@ -44,7 +44,8 @@ struct MlxUserClient_IVars {
   uint32_t qps, mrs;
   uint32_t nmaps;
   MapEntry maps[kMaxMaps];
-  void* wake;  // OSAction*: the client's asynchronous wake call (kSelectorEventWake), retained; set and read under the device lock
+  void*
+      wake;  // OSAction*: the client's asynchronous wake call (kSelectorEventWake), retained; set and read under the device lock
 };
 
 // The descriptors of a destroyed object's memory types go with it (map_type's low 24 bits are its
@@ -196,8 +197,8 @@ DextDevice::WakeTarget* melon::dext::user_client_wake() { return &g_wake; }
 // kSelectorEventWake: keep the call's completion to answer whenever an event is queued; a second
 // call replaces the first. Nothing in, nothing out.
 static kern_return_t arm_wake(MlxUserClient* self, IOUserClientMethodArguments* args) {
-  if (!args || !args->completion || args->scalarInputCount || args->structureInput ||
-      args->structureInputDescriptor || args->structureOutputDescriptor)
+  if (!args || !args->completion || args->scalarInputCount || args->structureInput || args->structureInputDescriptor ||
+      args->structureOutputDescriptor)
     return kIOReturnBadArgument;
   args->completion->retain();
   void* old = self->ivars->parts->dev->install_wake(*self->ivars->client, &self->ivars->wake, args->completion);

@@ -143,7 +143,7 @@ class IokitTransport final : public Transport {
     kq_ = port_ != MACH_PORT_NULL ? kqueue() : -1;
     uint64_t ref[kOSAsyncRef64Count] = {};
     kern_return_t kr = kq_ >= 0 ? IOConnectCallAsyncStructMethod(conn_, uapi::iokit::kSelectorEventWake, port_, ref,
-                                                                  kOSAsyncRef64Count, nullptr, 0, nullptr, nullptr)
+                                                                 kOSAsyncRef64Count, nullptr, 0, nullptr, nullptr)
                                 : kIOReturnNoResources;
     if (kr == kIOReturnSuccess) return;
     if (getenv("MELON_MLX5_DEBUG"))
@@ -164,8 +164,7 @@ class IokitTransport final : public Transport {
       uint8_t body[1024];
     } m;
     for (;;) {
-      mach_msg_return_t r =
-          mach_msg(&m.header, MACH_RCV_MSG | MACH_RCV_TIMEOUT, 0, sizeof m, port_, 0, MACH_PORT_NULL);
+      mach_msg_return_t r = mach_msg(&m.header, MACH_RCV_MSG | MACH_RCV_TIMEOUT, 0, sizeof m, port_, 0, MACH_PORT_NULL);
       if (r != MACH_MSG_SUCCESS && r != MACH_RCV_TOO_LARGE) return;  // TOO_LARGE: dequeued and destroyed
     }
   }

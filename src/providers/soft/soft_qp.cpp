@@ -327,7 +327,7 @@ ibv_qp* SoftContext::make_qp(ibv_qp_init_attr_ex* attr, uint32_t fixed_qpn) {
   if (!h) return fail(err);
 
   // The SRQ's lane, or the least busy one; a fixed QPN lives where its datagrams are steered.
-  const size_t lane = fixed_qpn ? lane_of_qpn(fixed_qpn, uint32_t(h->lanes()))
+  const size_t lane = fixed_qpn   ? lane_of_qpn(fixed_qpn, uint32_t(h->lanes()))
                       : attr->srq ? SoftSrq::from(attr->srq)->lane
                                   : h->choose_lane();
   auto* qp = new SoftQp();

@@ -86,9 +86,8 @@ void IOUserClient::AsyncCompletion(OSAction* action, IOReturn status, const IOUs
   uint64_t one = 1;
   (void)!write(it->second.efd, &one, sizeof one);
   g_sent++;
-  g_last_sent_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::steady_clock::now().time_since_epoch())
-                       .count();
+  g_last_sent_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 extern "C" {
@@ -176,8 +175,10 @@ int kevent(int kq, const struct kevent* changes, int nchanges, struct kevent* ev
       }
       auto& w = it->second;
       for (size_t j = 0; j < w.size();)
-        if (w[j].ident == c.ident && w[j].filter == c.filter) w.erase(w.begin() + long(j));
-        else j++;
+        if (w[j].ident == c.ident && w[j].filter == c.filter)
+          w.erase(w.begin() + long(j));
+        else
+          j++;
       if (c.flags & EV_ADD) w.push_back(c);
     }
     watch = it->second;
