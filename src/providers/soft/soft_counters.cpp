@@ -24,14 +24,13 @@ void debug(const std::string& what) {
   if (std::getenv("MELON_SOFT_DEBUG")) std::fprintf(stderr, "melondma soft: counters: %s\n", what.c_str());
 }
 
-// A directory only this user can write, created if missing.
-bool usable_dir(const std::string& d) {
+}  // namespace
+
+bool CounterFile::make_private_directory(const std::string& d) {
   if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return false;
   struct stat st;
   return lstat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022);
 }
-
-}  // namespace
 
 std::string CounterFile::directory() {
   std::string d;
@@ -41,7 +40,7 @@ std::string CounterFile::directory() {
     d = std::string(x) + "/melondma";
   else
     d = "/tmp/melondma-" + std::to_string(geteuid());
-  return usable_dir(d) ? d : std::string();
+  return make_private_directory(d) ? d : std::string();
 }
 
 CounterFile::CounterFile(const char* device) {

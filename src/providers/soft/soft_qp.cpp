@@ -1,6 +1,7 @@
 // QPs of the soft provider: verbs calls translated to the transport engine, under its lock.
 #include "providers/soft/soft_qp.h"
 #include "providers/soft/random.h"
+#include "providers/soft/addr_registry.h"
 
 #include <arpa/inet.h>
 
@@ -75,8 +76,9 @@ Windows requester_windows(unsigned pmtu) {
 }
 
 // How many lanes a device runs (soft_qp.h): MELON_SOFT_LANES=N (1..kMaxLanes), else one per online
-// CPU up to 4; 1 where the kernel cannot steer datagrams by QPN (said with MELON_SOFT_DEBUG=1).
-uint32_t lane_count(const char* device) {
+// CPU up to 4; 1 where the kernel cannot steer datagrams by QPN (said with MELON_SOFT_DEBUG=1), and
+// then the device's addresses are its own (*shared false).
+uint32_t lane_count(const char* device, bool* shared) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   uint32_t n = uint32_t(std::clamp<long>(cpus, 1, 4));
   if (const char* env = getenv("MELON_SOFT_LANES")) {
@@ -84,18 +86,20 @@ uint32_t lane_count(const char* device) {
     if (v >= 1 && v <= kMaxLanes) n = uint32_t(v);
   }
   std::string why;
-  if (n > 1 && !lane_steering_available(n, &why)) {
+  *shared = steering_available(&why);
+  if (!*shared) {
     if (getenv("MELON_SOFT_DEBUG"))
-      fprintf(stderr, "melondma soft: %s: one lane instead of %u: %s\n", device, n, why.c_str());
+      fprintf(stderr, "melondma soft: %s: one lane instead of %u, addresses not shared with other processes: %s\n",
+              device, n, why.c_str());
     n = 1;
   }
   return n;
 }
 
-// EngineConfig::random_qpn of a lane: its index and the lane count packed into the argument.
+// EngineConfig::random_qpn of a lane: a QPN in one of its buckets (Hub::LaneQpns).
 uint32_t lane_random_qpn(void* arg) {
-  const auto v = uint32_t(reinterpret_cast<uintptr_t>(arg));
-  return lane_qpn(random_u32(), v >> 8, v & 0xff);  // QPNs nobody can predict (random.h), steered here
+  const auto* q = static_cast<const Hub::LaneQpns*>(arg);
+  return lane_qpn(random_u32(), q->buckets, q->n);  // QPNs nobody can predict (random.h), steered here
 }
 
 }  // namespace
@@ -109,7 +113,7 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
     addrs.push_back(l);
   }
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
-  const uint32_t n = lane_count(dev->name());
+  const uint32_t n = lane_count(dev->name(), &shared_);
   counters_.reset(new CounterFile(dev->name()));
   counters_->counters().lanes.store(n, std::memory_order_relaxed);
   rc::EngineConfig config;
@@ -120,10 +124,12 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
   config.random_qpn = lane_random_qpn;
   lane_ptrs_.assign(n, nullptr);
   load_.reset(new std::atomic<int>[n]);
+  lane_qpns_.reset(new LaneQpns[n]);
+  std::fill(std::begin(lane_of_bucket_), std::end(lane_of_bucket_), kNotOurs);
   for (uint32_t i = 0; i < n; ++i) {
     load_[i] = 0;
-    config.random_qpn_arg = reinterpret_cast<void*>(uintptr_t(i << 8 | n));
-    LaneConfig lane{n, i, &counters_->counters(), lane_ptrs_.data()};
+    config.random_qpn_arg = &lane_qpns_[i];  // filled by start(), before any QP
+    LaneConfig lane{n, i, &counters_->counters(), lane_ptrs_.data(), shared_ ? lane_of_bucket_ : nullptr};
     lane_mem_.emplace_back(new LaneMemory(this));
     lanes_.emplace_back(new UdpTransport(addrs, *lane_mem_.back(), static_cast<rc::EventSink*>(this), config,
                                          roce::kRoceV2Port, dev->name(), lane));
@@ -140,7 +146,30 @@ Hub::~Hub() {
 }
 
 int Hub::start(std::string* why) {
-  // Lane 0 first: it claims each address and attaches the steering program, then the others join.
+  if (shared_) {
+    // Each address's registry (addr_registry.h); QPN buckets for every lane, the same on each address.
+    std::vector<AddressRegistry*> regs;
+    for (const IpAddr& a : dev_->spec().addrs) {
+      uint8_t gid[16];
+      a.to_gid(gid);
+      std::shared_ptr<AddressRegistry> r = AddressRegistry::open(gid, a.scope_id, roce::kRoceV2Port, why);
+      if (!r) return EADDRINUSE;
+      registries_.push_back(r);
+      regs.push_back(r.get());
+    }
+    std::vector<std::vector<uint8_t>> buckets;
+    std::vector<std::vector<int>> slots;
+    if (!regs.empty()) {
+      if (int e = AddressRegistry::claim(regs, uint32_t(lanes_.size()), &buckets, &slots, why)) return e;
+      for (size_t i = 0; i < lanes_.size(); ++i) {
+        for (uint8_t b : buckets[i]) lane_of_bucket_[b] = uint8_t(i);
+        std::copy(buckets[i].begin(), buckets[i].end(), lane_qpns_[i].buckets);
+        lane_qpns_[i].n = uint32_t(buckets[i].size());
+        for (size_t r = 0; r < regs.size(); ++r) lanes_[i]->share(r, ShareJoin{regs[r], slots[r][i]});
+      }
+    }
+  }
+  // Lane 0 first: an address it cannot bind the other lanes leave alone.
   for (auto& l : lanes_)
     if (int e = l->start(why)) return e;
   started_ = true;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "providers/soft/soft.h"
+#include "providers/soft/addr_registry.h"
 #include "providers/soft/udp_transport.h"
 #include "rc/engine.h"
 
@@ -57,7 +58,21 @@ class Hub final : private rc::EventSink {
 
   size_t lanes() const { return lanes_.size(); }
   UdpTransport& lane(size_t i) { return *lanes_[i]; }
-  UdpTransport& lane_of(uint32_t qpn) { return *lanes_[lane_of_qpn(qpn, uint32_t(lanes_.size()))]; }
+  // The lane of one of this device's QPNs (its bucket's; steering.h).
+  UdpTransport& lane_of(uint32_t qpn) { return *lanes_[lane_index_of(qpn)]; }
+  size_t lane_index_of(uint32_t qpn) const {
+    const uint8_t l = lane_of_bucket_[bucket_of_qpn(qpn)];
+    return shared_ && l != kNotOurs ? l : 0;
+  }
+  // The buckets a lane draws its QPNs from (EngineConfig::random_qpn_arg; n = 0: any QPN).
+  struct LaneQpns {
+    uint8_t buckets[kQpnBuckets];
+    uint32_t n = 0;
+  };
+  // Whether the device's addresses are shared with other processes (steering available), and the
+  // registries it shares them through (for tests and melonctl).
+  bool shared() const { return shared_; }
+  const std::vector<std::shared_ptr<AddressRegistry>>& registries() const { return registries_; }
   // The lane for a new QP or SRQ: the one holding the fewest; released with unuse().
   size_t choose_lane();
   void use(size_t lane) { load_[lane]++; }
@@ -95,6 +110,10 @@ class Hub final : private rc::EventSink {
   int refs_ = 0;
   bool started_ = false;
   std::unique_ptr<CounterFile> counters_;  // the device's, shared by its lanes
+  bool shared_ = false;
+  uint8_t lane_of_bucket_[kQpnBuckets];  // LaneConfig::lane_of_bucket, set by start()
+  std::unique_ptr<LaneQpns[]> lane_qpns_;
+  std::vector<std::shared_ptr<AddressRegistry>> registries_;  // before lanes_: they leave through them
   std::vector<std::unique_ptr<LaneMemory>> lane_mem_;  // before lanes_: their engines use it
   std::vector<std::unique_ptr<UdpTransport>> lanes_;
   std::vector<UdpTransport*> lane_ptrs_;  // the same, for LaneConfig::lanes
