@@ -290,7 +290,7 @@ void AddressRegistry::probe_locked() {
     std::memcpy(&s->sin_addr, gid_ + 12, 4);
     sl = sizeof *s;
   }
-  int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int fd = socket(ss.ss_family, SOCK_DGRAM, 0);  // closed again below (no SOCK_CLOEXEC on macOS)
   if (fd < 0) return;  // the next tick tries again
   for (uint32_t i = 0; i < n; ++i) {
     uint8_t p[kProbeLen];
