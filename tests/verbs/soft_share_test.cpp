@@ -7,6 +7,7 @@
 //  - The registry across processes: claims, and a SIGKILLed member's claims reclaimed.
 //  - 16 processes with RC QPs of their own on 127.0.0.41, each WRITE and READ verified, against
 //    one process on 127.0.0.42.
+//  - 3 processes on 127.0.0.40; one closes its device and leaves in order while the others go on.
 //  - 4 processes streaming on 127.0.0.43 towards 127.0.0.44; one is SIGKILLed mid-traffic, the
 //    others go on (their sockets moved in the group: the program is rebuilt from probes), and its
 //    claims are reclaimed.
@@ -266,7 +267,7 @@ bool to_rts(ibv_qp* qp, const Endpoint& peer) {
     return false;
   at.qp_state = IBV_QPS_RTS;
   at.sq_psn = 0;
-  at.timeout = 12;  // 16 ms: a moved socket's lost packets come back soon
+  at.timeout = 16;  // 268 ms x 7 tries: longer than a loaded 2-core machine stalls 17 processes
   at.retry_cnt = 7;
   at.rnr_retry = 7;
   at.max_rd_atomic = 4;
@@ -349,35 +350,34 @@ bool read_all(int fd, void* p, size_t n) {
 
 // A child: one QP on device "cli", connected to the parent's QP `i`. Each round WRITEs a pattern of
 // its own into its region of the parent's buffer and READs it back, and reports the round on
-// `up`; `rounds` 0: until `down` closes; else that many, then it waits for `down` to close.
-[[noreturn]] void child_main(int i, int up, int down, int rounds) {
+// `up`; `rounds` 0: until `down` closes; > 0: that many, then it waits for `down` to close; < 0:
+// that many, then it closes its device (leaving the group in order) and exits. Returns the exit code.
+int child_rounds(int i, int up, int down, int rounds) {
   Node n;
   Endpoint mine{}, peer{};
-  int code = 1;
-  if (n.open("cli", 1)) {
-    mine = n.endpoint(0);
-    if (write(up, &mine, sizeof mine) == ssize_t(sizeof mine) && read_all(down, &peer, sizeof peer) &&
-        to_rts(n.qps[0], peer)) {
-      code = 0;
-      if (rounds == 0) fcntl(down, F_SETFL, O_NONBLOCK);
-      for (uint32_t round = 1; rounds == 0 || round <= uint32_t(rounds); ++round) {
-        for (uint32_t j = 0; j < kRegion; ++j) n.buf[j] = uint8_t(j * 7 + i * 31 + round);
-        if (!n.rdma(0, IBV_WR_RDMA_WRITE, 0, peer, 0) || !n.rdma(0, IBV_WR_RDMA_READ, kRegion, peer, 0) ||
-            memcmp(n.buf.data(), n.buf.data() + kRegion, kRegion) != 0) {
-          code = 2;
-          break;
-        }
-        if (write(up, &round, sizeof round) != ssize_t(sizeof round)) break;
-        char c;
-        if (rounds == 0 && read(down, &c, 1) == 0) break;  // the parent says stop
-      }
-      char c;
-      while (rounds > 0 && read(down, &c, 1) > 0) {
-      }
-    }
+  if (!n.open("cli", 1)) return 1;
+  mine = n.endpoint(0);
+  if (write(up, &mine, sizeof mine) != ssize_t(sizeof mine) || !read_all(down, &peer, sizeof peer) ||
+      !to_rts(n.qps[0], peer))
+    return 1;
+  if (rounds == 0) fcntl(down, F_SETFL, O_NONBLOCK);
+  const uint32_t last = uint32_t(rounds < 0 ? -rounds : rounds);
+  for (uint32_t round = 1; rounds == 0 || round <= last; ++round) {
+    for (uint32_t j = 0; j < kRegion; ++j) n.buf[j] = uint8_t(j * 7 + i * 31 + round);
+    if (!n.rdma(0, IBV_WR_RDMA_WRITE, 0, peer, 0) || !n.rdma(0, IBV_WR_RDMA_READ, kRegion, peer, 0) ||
+        memcmp(n.buf.data(), n.buf.data() + kRegion, kRegion) != 0)
+      return 2;
+    if (write(up, &round, sizeof round) != ssize_t(sizeof round)) return 0;
+    char c;
+    if (rounds == 0 && read(down, &c, 1) == 0) return 0;  // the parent says stop
   }
-  _exit(code);
+  char c;
+  while (rounds > 0 && read(down, &c, 1) > 0) {
+  }
+  return 0;  // the device closes here, before the process ends
 }
+
+[[noreturn]] void child_main(int i, int up, int down, int rounds) { _exit(child_rounds(i, up, down, rounds)); }
 
 class SoftShare : public ::testing::Test {
  protected:
@@ -447,7 +447,8 @@ TEST_F(SoftShare, SixteenProcessesWithQpsOfTheirOwnOnOneAddress) {
   for (size_t i = 0; i < c.size(); ++i)
     for (uint32_t want : {1u, 2u}) {
       uint32_t round = 0;
-      ASSERT_TRUE(read_all(c[i].up, &round, sizeof round)) << "child " << i << " failed round " << want;
+      ASSERT_TRUE(read_all(c[i].up, &round, sizeof round))
+          << "child " << i << " failed round " << want << ": exit code " << exit_code(c[i].pid);
       EXPECT_EQ(round, want);
     }
   auto v = reg->view();
@@ -512,6 +513,49 @@ TEST_F(SoftShare, AProcessKilledMidTrafficLeavesTheOthersRunningAndItsClaimsRecl
   }
   close(c[0].up);
   close(c[0].down);
+}
+
+}  // namespace
+
+namespace {
+
+// A member that closes its device leaves in order: the group's last socket takes its index (as the
+// kernel moves it), the program is rebuilt before the close, no probe is needed, and the others'
+// traffic goes on.
+TEST_F(SoftShare, AProcessThatLeavesInOrderNeedsNoProbesAndTheOthersGoOn) {
+  std::vector<Child> c = spawn(3, "127.0.0.40", 0);
+  Node srv;
+  serve(srv, "127.0.0.42", c);
+  auto reg = registry_of("127.0.0.40");
+  ASSERT_NE(reg, nullptr);
+  uint32_t r = 0;
+  for (size_t i = 0; i < c.size(); ++i) ASSERT_TRUE(read_all(c[i].up, &r, sizeof r)) << "child " << i;
+  const auto before = reg->view();
+  EXPECT_EQ(before.unknown, 0u);
+  close(c[0].down);  // child 0 stops, closes its device and exits
+  while (read(c[0].up, &r, sizeof r) > 0) {
+  }
+  EXPECT_EQ(exit_code(c[0].pid), 0);
+  const auto left = reg->view();
+  EXPECT_EQ(left.members, before.members - 1);
+  EXPECT_EQ(left.sockets, before.sockets - before.sockets / 3);
+  EXPECT_EQ(left.generation, before.generation);  // nothing moved unseen
+  EXPECT_EQ(left.reclaimed, before.reclaimed);  // it left; nobody had to reclaim it
+  EXPECT_EQ(left.unknown, 0u);
+  for (size_t i = 1; i < c.size(); ++i) {
+    uint32_t first = 0;
+    ASSERT_TRUE(read_all(c[i].up, &first, sizeof first));
+    for (r = first; r < first + 10;) ASSERT_TRUE(read_all(c[i].up, &r, sizeof r)) << "child " << i << " stopped";
+  }
+  EXPECT_EQ(reg->view().generation, before.generation);
+  for (size_t i = 1; i < c.size(); ++i) {
+    close(c[i].down);
+    while (read(c[i].up, &r, sizeof r) > 0) {
+    }
+    EXPECT_EQ(exit_code(c[i].pid), 0) << "child " << i;
+    close(c[i].up);
+  }
+  close(c[0].up);
 }
 
 }  // namespace
