@@ -14,7 +14,9 @@
 // Processes are forked before the parent opens anything (no threads yet).
 #include <arpa/inet.h>
 #include <fcntl.h>
+#if defined(__linux__)
 #include <linux/filter.h>
+#endif
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -95,6 +97,7 @@ TEST(SoftSteering, LaneQpnsStayInTheLanesBuckets) {
   EXPECT_EQ(lane_qpn(0xabcdef12, buckets, 0), 0xabcdef12u);  // no buckets: any QPN
 }
 
+#if defined(__linux__)  // SO_ATTACH_REUSEPORT_CBPF: Linux's (macOS shares no address: docs/macos.md)
 // ---- the program, run by the kernel ---------------------------------------------------------------
 
 int bound_member(const char* ip, uint16_t port) {
@@ -177,6 +180,8 @@ TEST(SoftSteering, TheKernelSteersAsTheTableSaysAndMovesTheLastSocketIntoAGap) {
   }
   for (int fd : fds) close(fd);
 }
+
+#endif
 
 // ---- the registry across processes ----------------------------------------------------------------
 
@@ -382,6 +387,9 @@ int child_rounds(int i, int up, int down, int rounds) {
 class SoftShare : public ::testing::Test {
  protected:
   void SetUp() override {
+#if !defined(__linux__)
+    GTEST_SKIP() << "one process per address off Linux (docs/macos.md, \"One address, many processes\")";
+#endif
     char tmpl[] = "/tmp/melon-stats-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     stats_dir_ = tmpl;
@@ -389,7 +397,9 @@ class SoftShare : public ::testing::Test {
     setenv("MELON_SOFT_AUTO", "0", 1);
     setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
   }
-  void TearDown() override { ASSERT_EQ(system(("rm -rf '" + stats_dir_ + "'").c_str()), 0); }
+  void TearDown() override {
+    if (!stats_dir_.empty()) ASSERT_EQ(system(("rm -rf '" + stats_dir_ + "'").c_str()), 0);
+  }
 
   struct Child {
     pid_t pid;
