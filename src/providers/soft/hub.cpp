@@ -13,6 +13,7 @@
 
 #include "providers/soft/addr_registry.h"
 #include "providers/soft/random.h"
+#include "providers/soft/soft_config.h"
 #include "roce/ip_udp.h"
 
 namespace melon::soft {
@@ -49,13 +50,11 @@ Windows requester_windows(unsigned pmtu) {
   Windows w;
   const uint64_t half = rcvbuf / 2 / (2 * uint64_t(pmtu));
   w.per_qp = uint32_t(std::clamp<uint64_t>(half / 4, 128, 512));
-  if (const char* env = getenv("MELON_SOFT_WINDOW")) {
-    unsigned long v = strtoul(env, nullptr, 10);
-    if (v >= 1 && v <= kMaxQpWr) w.per_qp = uint32_t(v);
-  }
+  const SoftTunables t = soft_tunables();
+  if (t.window >= 1 && t.window <= kMaxQpWr) w.per_qp = uint32_t(t.window);
   w.shared = uint32_t(std::clamp<uint64_t>(half, w.per_qp, kMaxQpWr));
-  if (const char* env = getenv("MELON_SOFT_SHARED_WINDOW"); env && !strcmp(env, "0")) w.shared = 0;
-  if (getenv("MELON_SOFT_DEBUG") && rmem_max < (8u << 20))
+  if (!t.shared_window) w.shared = 0;
+  if (t.debug && rmem_max < (8u << 20))
     fprintf(stderr,
             "melondma soft: net.core.rmem_max = %llu caps the 8 MiB receive buffer asked for; requester window "
             "%u packets per QP, %u per lane, at path MTU %u (raise rmem_max for more)\n",
@@ -69,14 +68,12 @@ Windows requester_windows(unsigned pmtu) {
 uint32_t lane_count(const char* device, bool* shared) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   uint32_t n = uint32_t(std::clamp<long>(cpus, 1, 4));
-  if (const char* env = getenv("MELON_SOFT_LANES")) {
-    unsigned long v = strtoul(env, nullptr, 10);
-    if (v >= 1 && v <= kMaxLanes) n = uint32_t(v);
-  }
+  const SoftTunables t = soft_tunables();
+  if (t.lanes >= 1 && t.lanes <= kMaxLanes) n = uint32_t(t.lanes);
   std::string why;
   *shared = steering_available(&why);
   if (!*shared) {
-    if (getenv("MELON_SOFT_DEBUG"))
+    if (t.debug)
       fprintf(stderr, "melondma soft: %s: one lane instead of %u, addresses not shared with other processes: %s\n",
               device, n, why.c_str());
     n = 1;

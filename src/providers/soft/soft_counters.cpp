@@ -1,4 +1,5 @@
 #include "providers/soft/soft_counters.h"
+#include "providers/soft/soft_config.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +22,7 @@ static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_al
               "counters are plain 64-bit words that another process reads");
 
 void debug(const std::string& what) {
-  if (std::getenv("MELON_SOFT_DEBUG")) std::fprintf(stderr, "melondma soft: counters: %s\n", what.c_str());
+  if (soft_tunables().debug) std::fprintf(stderr, "melondma soft: counters: %s\n", what.c_str());
 }
 
 }  // namespace
@@ -33,13 +34,7 @@ bool CounterFile::make_private_directory(const std::string& d) {
 }
 
 std::string CounterFile::directory() {
-  std::string d;
-  if (const char* e = std::getenv("MELON_STATS_DIR"); e && *e)
-    d = e;
-  else if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x)
-    d = std::string(x) + "/melondma";
-  else
-    d = "/tmp/melondma-" + std::to_string(geteuid());
+  const std::string d = soft_tunables().stats_dir;
   return make_private_directory(d) ? d : std::string();
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "providers/soft/addr_registry.h"
+#include "providers/soft/soft_config.h"
 #include "providers/soft/steering.h"
 #include "roce/ip_udp.h"
 
@@ -262,8 +263,7 @@ int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, st
 SocketOffloads enable_offloads(int fd) {
   SocketOffloads o;
 #if defined(__linux__)
-  const char* env = std::getenv("MELON_SOFT_GSO");
-  const bool batch = !(env && !std::strcmp(env, "0"));
+  const bool batch = soft_tunables().gso;
   const int off = 0, on = 1;
   // UDP_SEGMENT 0 sets no default segment size (each send says its own): a pure capability probe.
   o.gso = batch && setsockopt(fd, SOL_UDP, UDP_SEGMENT, &off, sizeof off) == 0;

@@ -18,6 +18,7 @@
 
 #include "providers/soft/addr_registry.h"
 #include "providers/soft/msg_batch.h"
+#include "providers/soft/soft_config.h"
 #include "providers/soft/udp_socket.h"
 #include "rc/wire.h"
 #include "roce/frame.h"
@@ -81,9 +82,10 @@ UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemor
       stats_(lane.stats ? *lane.stats : counters_.counters()) {
   for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1, {}, 0, {}});
   window_ = std::max<uint32_t>(config.max_inflight_packets, 64);
-  if (const char* e = getenv("MELON_SOFT_POLL_NS")) poll_interval_ns_ = strtoull(e, nullptr, 10);
-  if (const char* e = getenv("MELON_SOFT_BUSY_NS")) busy_ns_ = strtoull(e, nullptr, 10);
-  if (const char* e = getenv("MELON_SOFT_DEFER")) defer_ = atoi(e) != 0;
+  const SoftTunables t = soft_tunables();
+  poll_interval_ns_ = t.poll_ns;
+  busy_ns_ = t.busy_ns;
+  defer_ = t.defer;
   stage_.reset(new TxBatch(window_));
   gso_.reset(new std::atomic<bool>[socks_.size()]);
   for (size_t i = 0; i < socks_.size(); ++i) gso_[i] = false;
@@ -497,8 +499,7 @@ void UdpTransport::send_batch(TxBatch& b) {
 }
 
 void UdpTransport::print_counters(const char* name, const TransportStats& stats) {
-  const char* e = getenv("MELON_SOFT_STATS");
-  if (!e || strcmp(e, "1")) return;
+  if (!soft_tunables().stats) return;
   std::string line = std::string("melondma soft: ") + name + " counters:";
 #define MELON_SOFT_COUNTER_TEXT(name, text) line += " " #name " " + std::to_string(stats.name.load());
   MELON_SOFT_COUNTERS(MELON_SOFT_COUNTER_TEXT)
