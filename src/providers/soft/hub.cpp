@@ -62,7 +62,7 @@ Windows requester_windows(unsigned pmtu) {
   return w;
 }
 
-// How many lanes a device runs (soft_qp.h): MELON_SOFT_LANES=N (1..kMaxLanes), else one per online
+// How many lanes a device runs (hub.h): MELON_SOFT_LANES=N (1..kMaxLanes), else one per online
 // CPU up to 4; 1 where the kernel cannot steer datagrams by QPN (said with MELON_SOFT_DEBUG=1), and
 // then the device's addresses are its own (*shared false).
 uint32_t lane_count(const char* device, bool* shared) {

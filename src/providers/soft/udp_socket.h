@@ -42,7 +42,7 @@ int check_host_rules(Platform p, const SocketCalls& sys, bool v6, std::string* w
 // Why platform `p` cannot use a GID of this family for RoCEv2 (nullptr: it can).
 const char* gid_family_unusable(Platform p, bool ipv6);
 
-// Lanes (soft_qp.h, Hub) and processes sharing an address (addr_registry.h): every socket on an
+// Lanes (hub.h, Hub) and processes sharing an address (addr_registry.h): every socket on an
 // address joins one SO_REUSEPORT group (Linux 3.9), steered by destination QPN with a classic BPF
 // program (SO_ATTACH_REUSEPORT_CBPF, Linux 4.5; steering.h); the registry binds each socket (so it
 // knows the kernel's join order) and rebuilds the program.

@@ -48,7 +48,7 @@ struct LocalAddress {
 
 class UdpTransport;
 
-// Where a transport stands among its device's lanes (soft_qp.h, Hub) and the processes sharing its
+// Where a transport stands among its device's lanes (hub.h, Hub) and the processes sharing its
 // addresses (addr_registry.h). The default is a device of one lane on addresses of its own: its own
 // counter file, ordinary sockets, every packet its own.
 constexpr uint8_t kNotOurs = 0xff;  // LaneConfig::lane_of_bucket: a bucket no lane of this device owns
