@@ -5,6 +5,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
 
 using namespace melon::soft;
 
@@ -119,4 +124,51 @@ TEST(SoftConfig, ArbitraryInputNeverCrashesTheParsers) {
     for (const DeviceSpec& d : parse_config(s, &auto_mode, &errors)) EXPECT_FALSE(d.addrs.empty());
     EXPECT_TRUE(auto_mode == -1 || auto_mode == 0 || auto_mode == 1);
   }
+}
+
+// Every environment tunable in one place (soft_tunables): defaults when unset, each value as the
+// code that uses it reads it, and read again at each call.
+TEST(SoftConfig, TunablesComeFromTheEnvironmentAtEachCall) {
+  const char* names[] = {"MELON_SOFT_POLL_NS", "MELON_SOFT_BUSY_NS", "MELON_SOFT_DEFER", "MELON_SOFT_GSO",
+                         "MELON_SOFT_STATS", "MELON_SOFT_DEBUG", "MELON_SOFT_LANES", "MELON_SOFT_WINDOW",
+                         "MELON_SOFT_SHARED_WINDOW", "MELON_STATS_DIR", "XDG_RUNTIME_DIR"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* n : names)
+    if (const char* v = getenv(n)) saved.emplace_back(n, v);
+  for (const char* n : names) unsetenv(n);
+  SoftTunables d = soft_tunables();
+  EXPECT_EQ(d.poll_ns, 2000u);
+  EXPECT_EQ(d.busy_ns, 1000000u);
+  EXPECT_TRUE(d.defer && d.gso && d.shared_window);
+  EXPECT_FALSE(d.stats || d.debug);
+  EXPECT_EQ(d.lanes, 0u);
+  EXPECT_EQ(d.window, 0u);
+  EXPECT_EQ(d.stats_dir, "/tmp/melondma-" + std::to_string(geteuid()));
+  setenv("MELON_SOFT_POLL_NS", "7", 1);
+  setenv("MELON_SOFT_BUSY_NS", "0", 1);
+  setenv("MELON_SOFT_DEFER", "0", 1);
+  setenv("MELON_SOFT_GSO", "0", 1);
+  setenv("MELON_SOFT_STATS", "1", 1);
+  setenv("MELON_SOFT_DEBUG", "", 1);  // set, even empty
+  setenv("MELON_SOFT_LANES", "3", 1);
+  setenv("MELON_SOFT_WINDOW", "99", 1);
+  setenv("MELON_SOFT_SHARED_WINDOW", "0", 1);
+  setenv("XDG_RUNTIME_DIR", "/run/user/x", 1);
+  SoftTunables t = soft_tunables();
+  EXPECT_EQ(t.poll_ns, 7u);
+  EXPECT_EQ(t.busy_ns, 0u);
+  EXPECT_FALSE(t.defer || t.gso || t.shared_window);
+  EXPECT_TRUE(t.stats && t.debug);
+  EXPECT_EQ(t.lanes, 3u);
+  EXPECT_EQ(t.window, 99u);
+  EXPECT_EQ(t.stats_dir, "/run/user/x/melondma");
+  setenv("MELON_STATS_DIR", "/somewhere", 1);
+  setenv("MELON_SOFT_GSO", "1", 1);
+  setenv("MELON_SOFT_STATS", "yes", 1);  // only "1" turns it on
+  t = soft_tunables();
+  EXPECT_EQ(t.stats_dir, "/somewhere");
+  EXPECT_TRUE(t.gso);
+  EXPECT_FALSE(t.stats);
+  for (const char* n : names) unsetenv(n);
+  for (auto& [n, v] : saved) setenv(n.c_str(), v.c_str(), 1);
 }

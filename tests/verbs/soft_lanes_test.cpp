@@ -2,8 +2,8 @@
 // SO_REUSEPORT group per address steered by destination QPN. Each QP lands in the lane its QPN
 // names and its packets arrive at that lane's socket; RC, SRQ, a CQ shared across lanes and UD
 // all work on every lane; packets the kernel steered to the wrong lane (a GRO buffer of two QPs)
-// are handed over; the address stays exclusive to one process and one device; and where the
-// steering program cannot be attached the device runs one lane.
+// are handed over; the address is shared with other devices and processes (addr_registry.h); and
+// where the steering program cannot be attached the device runs one lane on an address of its own.
 //
 // The executable's setsockopt() is setsockopt_spy.cpp's: it records each call and can make an
 // option fail.
@@ -34,7 +34,6 @@
 namespace {
 
 using melon::soft::Hub;
-using melon::soft::lane_of_qpn;
 using melon::soft::SoftContext;
 using melon::soft::SoftQp;
 
@@ -85,6 +84,8 @@ struct Side {
 };
 
 size_t lane_index(ibv_qp* qp) { return SoftQp::from(qp)->lane_index; }
+// The lane a QPN steers to: its bucket's (src/providers/soft/steering.h).
+size_t lane_of_qpn(ibv_qp* qp) { return SoftQp::from(qp)->hub->lane_index_of(qp->qp_num); }
 
 // RC qp (on gid `self`) to peer (QPN `dest`, on `dgid`), INIT -> RTR -> RTS at path MTU 1024.
 std::string connect_rc(ibv_qp* qp, uint32_t dest, const uint8_t dgid[16]) {
@@ -189,7 +190,7 @@ TEST_F(SoftLanes, EachQpIsInTheLaneItsQpnNamesAndItsPacketsArriveThere) {
   std::set<size_t> used_a, used_b;
   for (int i = 0; i < 3; ++i) {
     for (ibv_qp* q : {a.qps[i], b.qps[i]}) {
-      EXPECT_EQ(lane_of_qpn(q->qp_num, 3), lane_index(q)) << std::hex << q->qp_num;
+      EXPECT_EQ(lane_of_qpn(q), lane_index(q)) << std::hex << q->qp_num;
       EXPECT_GT(q->qp_num, 1u);
     }
     used_a.insert(lane_index(a.qps[i]));
@@ -259,8 +260,8 @@ TEST_F(SoftLanes, QpsOnAnSrqShareItsLaneAndOneCqCollectsFromSeveralLanes) {
   ASSERT_TRUE(r1 && r2) << strerror(errno);
   EXPECT_EQ(lane_index(r1), srq_lane);
   EXPECT_EQ(lane_index(r2), srq_lane);
-  EXPECT_EQ(lane_of_qpn(r1->qp_num, 3), srq_lane);
-  EXPECT_EQ(lane_of_qpn(r2->qp_num, 3), srq_lane);
+  EXPECT_EQ(lane_of_qpn(r1), srq_lane);
+  EXPECT_EQ(lane_of_qpn(r2), srq_lane);
   ibv_qp* s1 = a.add_qp(IBV_QPT_RC);
   ibv_qp* s2 = a.add_qp(IBV_QPT_RC);
   ASSERT_TRUE(s1 && s2);
@@ -345,7 +346,7 @@ TEST_F(SoftLanes, AFullLaneStillDrawsQpnsOfItsOwn) {
       break;
     }
     b.qps.push_back(qp);
-    ASSERT_EQ(lane_of_qpn(qp->qp_num, 3), lane) << std::hex << qp->qp_num << " after " << std::dec << qpns.size();
+    ASSERT_EQ(lane_of_qpn(qp), lane) << std::hex << qp->qp_num << " after " << std::dec << qpns.size();
     ASSERT_TRUE(qpns.insert(qp->qp_num).second);
     ASSERT_LE(qpns.size(), size_t(melon::rc::kMaxQp));
   }
@@ -363,7 +364,7 @@ TEST_F(SoftLanes, UdInEveryLaneAndPacketsGroMergedAcrossLanesAreHandedOver) {
   std::set<size_t> lanes;
   for (auto& x : r) {
     lanes.insert(lane_index(x.qp));
-    EXPECT_EQ(lane_of_qpn(x.qp->qp_num, 3), lane_index(x.qp));
+    EXPECT_EQ(lane_of_qpn(x.qp), lane_index(x.qp));
   }
   EXPECT_EQ(lanes.size(), 3u);
 
@@ -488,34 +489,34 @@ TEST_F(SoftLanes, UdInEveryLaneAndPacketsGroMergedAcrossLanesAreHandedOver) {
   }
 }
 
-// The address stays this device's: a second device on it in this process, and a second process,
-// get EADDRINUSE as they would without lanes, rather than silently joining the group.
-TEST_F(SoftLanes, ASecondDeviceOrProcessOnTheAddressGetsEaddrinuse) {
+// The address is shared (addr_registry.h): a second device on it in this process and a second
+// process both get QPs there, with QPNs of their own buckets; a plain socket without SO_REUSEPORT
+// still cannot bind it.
+TEST_F(SoftLanes, ASecondDeviceAndASecondProcessShareTheAddress) {
   Side a;
   ASSERT_EQ(a.open(dev("ln0")), "");
-  ASSERT_NE(a.add_qp(IBV_QPT_UD), nullptr);
+  ibv_qp* qa = a.add_qp(IBV_QPT_UD);
+  ASSERT_NE(qa, nullptr);
   ASSERT_EQ(a.hub()->lanes(), 3u);
+  ASSERT_TRUE(a.hub()->shared());
   {
     Side dup;
     ASSERT_EQ(dup.open(dev("ln0b")), "");
-    testing::internal::CaptureStderr();
-    errno = 0;
-    EXPECT_EQ(dup.add_qp(IBV_QPT_UD), nullptr);
-    const int err = errno;
-    std::string out = testing::internal::GetCapturedStderr();
-    EXPECT_EQ(err, EADDRINUSE) << strerror(err);
-    EXPECT_NE(out.find("ln0b: cannot start the RoCEv2 transport: bind(127.0.11.2 port 4791): Address already in use"),
-              std::string::npos)
-        << out;
+    ibv_qp* qd = dup.add_qp(IBV_QPT_UD);
+    ASSERT_NE(qd, nullptr) << strerror(errno);
+    EXPECT_NE(melon::soft::bucket_of_qpn(qd->qp_num), melon::soft::bucket_of_qpn(qa->qp_num));
+    auto v = a.hub()->registries()[0]->view();
+    EXPECT_EQ(v.sockets, 6u);  // three lanes each
+    EXPECT_EQ(v.unknown, 0u);  // every index known from the joins, no probe needed
   }
+  EXPECT_EQ(a.hub()->registries()[0]->view().sockets, 3u);  // the second device left
   // Another process: this test binary, running only the child case below.
   std::string cmd = "MELON_LANES_CHILD=1 /proc/" + std::to_string(getpid()) +
-                    "/exe --gtest_also_run_disabled_tests --gtest_filter=SoftLanes.DISABLED_ChildGetsEaddrinuse "
+                    "/exe --gtest_also_run_disabled_tests --gtest_filter=SoftLanes.DISABLED_ChildSharesTheAddress "
                     "> /dev/null 2>&1";
   int st = system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(st));
-  EXPECT_EQ(WEXITSTATUS(st), 0) << "the second process could use the address (or failed otherwise)";
-  // And a plain socket, with or without SO_REUSEPORT of its own, cannot bind it either... without:
+  EXPECT_EQ(WEXITSTATUS(st), 0) << "the second process could not use the address";
   int s = socket(AF_INET, SOCK_DGRAM, 0);
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
@@ -527,13 +528,11 @@ TEST_F(SoftLanes, ASecondDeviceOrProcessOnTheAddressGetsEaddrinuse) {
 }
 
 // Run by the test above in a process of its own.
-TEST_F(SoftLanes, DISABLED_ChildGetsEaddrinuse) {
-  if (!getenv("MELON_LANES_CHILD")) GTEST_SKIP() << "runs as the second process of ASecondDeviceOrProcess...";
+TEST_F(SoftLanes, DISABLED_ChildSharesTheAddress) {
+  if (!getenv("MELON_LANES_CHILD")) GTEST_SKIP() << "runs as the second process of ASecondDevice...";
   Side a;
   ASSERT_EQ(a.open(dev("ln0")), "");
-  errno = 0;
-  EXPECT_EQ(a.add_qp(IBV_QPT_UD), nullptr);
-  EXPECT_EQ(errno, EADDRINUSE);
+  ASSERT_NE(a.add_qp(IBV_QPT_UD), nullptr) << strerror(errno);
 }
 
 // Where the steering program cannot be attached, the device runs one lane (said with
@@ -549,7 +548,10 @@ TEST_F(SoftLanes, OneLaneWhereTheSteeringProgramCannotBeAttached) {
   std::string out = testing::internal::GetCapturedStderr();
   unsetenv("MELON_SOFT_DEBUG");
   ASSERT_NE(qa, nullptr) << strerror(errno);
-  EXPECT_NE(out.find("ln0: one lane instead of 3: setsockopt(SO_ATTACH_REUSEPORT_CBPF)"), std::string::npos) << out;
+  EXPECT_NE(out.find("ln0: one lane instead of 3, addresses not shared with other processes: "
+                     "setsockopt(SO_ATTACH_REUSEPORT_CBPF)"),
+            std::string::npos)
+      << out;
   ibv_qp* qb = b.add_qp(IBV_QPT_RC);
   ASSERT_NE(qb, nullptr);
   EXPECT_EQ(a.hub()->lanes(), 1u);
@@ -561,32 +563,45 @@ TEST_F(SoftLanes, OneLaneWhereTheSteeringProgramCannotBeAttached) {
   EXPECT_EQ(memcmp(a.buf.data(), b.buf.data(), 8192), 0);
 }
 
-// MELON_SOFT_LANES=1: one transport with an ordinary socket, as before lanes (no SO_REUSEPORT, no
-// steering program, no probe for them).
-TEST_F(SoftLanes, OneLaneIsOneOrdinarySocket) {
+// Without steering the address is the device's alone, as before sharing: a second device on it
+// fails at bind.
+TEST_F(SoftLanes, WithoutSteeringASecondDeviceGetsEaddrinuse) {
+  melon::test::sockopt_fail(SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, EINVAL);
+  Side a, dup;
+  ASSERT_EQ(a.open(dev("ln0")), "");
+  ASSERT_NE(a.add_qp(IBV_QPT_UD), nullptr);
+  EXPECT_FALSE(a.hub()->shared());
+  ASSERT_EQ(dup.open(dev("ln0b")), "");
+  testing::internal::CaptureStderr();
+  errno = 0;
+  EXPECT_EQ(dup.add_qp(IBV_QPT_UD), nullptr);
+  const int err = errno;
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, EADDRINUSE) << strerror(err);
+  EXPECT_NE(out.find("ln0b: cannot start the RoCEv2 transport: bind(127.0.11.2 port 4791): Address already in use"),
+            std::string::npos)
+      << out;
+}
+
+// MELON_SOFT_LANES=1: one transport, still in the address's group (so other processes can share it).
+TEST_F(SoftLanes, OneLaneJoinsTheGroupToo) {
   setenv("MELON_SOFT_LANES", "1", 1);
-  Side a, b;
+  Side a, b, dup;
   ASSERT_EQ(a.open(dev("ln0")), "");
   ASSERT_EQ(b.open(dev("ln1")), "");
   ibv_qp* qa = a.add_qp(IBV_QPT_RC);
   ibv_qp* qb = b.add_qp(IBV_QPT_RC);
   ASSERT_TRUE(qa && qb);
   EXPECT_EQ(a.hub()->lanes(), 1u);
-  EXPECT_FALSE(melon::test::sockopt_seen(SOL_SOCKET, SO_REUSEPORT));
-  EXPECT_FALSE(melon::test::sockopt_seen(SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF));
+  EXPECT_TRUE(melon::test::sockopt_seen(SOL_SOCKET, SO_REUSEPORT));
+  EXPECT_TRUE(melon::test::sockopt_seen(SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF));
   ASSERT_EQ(connect_pair(qa, qb), "");
   for (uint32_t j = 0; j < 8192; ++j) a.buf[j] = uint8_t(j * 5);
   EXPECT_EQ(rdma(a, qa, b, IBV_WR_RDMA_WRITE, 0, 8192, 1).status, IBV_WC_SUCCESS);
   EXPECT_EQ(memcmp(a.buf.data(), b.buf.data(), 8192), 0);
   EXPECT_EQ(melon::test::read_counters(stats_dir, "ln1")["lanes"], 1u);
-  // Nothing of the group's: a plain second device on the address fails at bind, as it always did.
-  Side dup;
   ASSERT_EQ(dup.open(dev("ln0b")), "");
-  testing::internal::CaptureStderr();
-  errno = 0;
-  EXPECT_EQ(dup.add_qp(IBV_QPT_UD), nullptr);
-  EXPECT_EQ(errno, EADDRINUSE);
-  testing::internal::GetCapturedStderr();
+  EXPECT_NE(dup.add_qp(IBV_QPT_UD), nullptr) << strerror(errno);
 }
 
 }  // namespace

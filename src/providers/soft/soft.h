@@ -7,7 +7,7 @@
 //   SoftDevice::spec() / gid()      the device's addresses, GID table, port MTU
 //   post_async_event()              (src/verbs/provider.h) QP/CQ/SRQ/port events
 //
-// QPs and the data path live in soft_qp.h/.cpp (the transport engine behind a UDP socket).
+// QPs live in soft_qp.h/.cpp, the device's lanes in hub.h/.cpp (the transport engine behind UDP sockets).
 #pragma once
 
 #include "providers/soft/soft_config.h"
@@ -197,7 +197,7 @@ struct SoftCq : verbs::CqBase {
   uint64_t wc_flags = 0;
   bool ignore_overrun = false;
   std::atomic<int> users{0};  // QPs
-  std::atomic<uint32_t> lanes{0};  // bit i: a QP of lane i has completed or may complete here (soft_qp.h)
+  std::atomic<uint32_t> lanes{0};  // bit i: a QP of lane i has completed or may complete here (hub.h)
 
   // `count` as push() and poll() last left it (written under mu): poll() of an empty CQ, which a
   // busy-polling application makes all the time, reads this instead of taking the lock. A push
@@ -222,7 +222,7 @@ struct SoftCq : verbs::CqBase {
 struct SoftSrq : verbs::SrqBase {
   SoftContext* ctx = nullptr;
   Hub* hub = nullptr;
-  size_t lane = 0;  // the SRQ and its QPs live in one lane (soft_qp.h)
+  size_t lane = 0;  // the SRQ and its QPs live in one lane (hub.h)
   rc::Srq* engine = nullptr;
   uint32_t srqn = 0;
   uint32_t max_wr = 0, max_sge = 0;

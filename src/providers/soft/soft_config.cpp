@@ -349,6 +349,30 @@ std::vector<DeviceSpec> parse_config(const std::string& text, int* auto_mode, st
   return out;
 }
 
+SoftTunables soft_tunables() {
+  SoftTunables t;
+  auto is = [](const char* name, const char* v) {
+    const char* e = std::getenv(name);
+    return e && !std::strcmp(e, v);
+  };
+  if (const char* e = std::getenv("MELON_SOFT_POLL_NS")) t.poll_ns = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("MELON_SOFT_BUSY_NS")) t.busy_ns = std::strtoull(e, nullptr, 10);
+  if (const char* e = std::getenv("MELON_SOFT_DEFER")) t.defer = std::atoi(e) != 0;
+  t.gso = !is("MELON_SOFT_GSO", "0");
+  t.stats = is("MELON_SOFT_STATS", "1");
+  t.debug = std::getenv("MELON_SOFT_DEBUG") != nullptr;
+  if (const char* e = std::getenv("MELON_SOFT_LANES")) t.lanes = std::strtoul(e, nullptr, 10);
+  if (const char* e = std::getenv("MELON_SOFT_WINDOW")) t.window = std::strtoul(e, nullptr, 10);
+  t.shared_window = !is("MELON_SOFT_SHARED_WINDOW", "0");
+  if (const char* e = std::getenv("MELON_STATS_DIR"); e && *e)
+    t.stats_dir = e;
+  else if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x)
+    t.stats_dir = std::string(x) + "/melondma";
+  else
+    t.stats_dir = "/tmp/melondma-" + std::to_string(geteuid());
+  return t;
+}
+
 std::vector<DeviceSpec> discover_devices(const std::vector<HostInterface>& ifs, std::vector<std::string>* errors) {
   std::vector<DeviceSpec> specs;
   int auto_mode = 1;

@@ -77,6 +77,25 @@ std::vector<DeviceSpec> parse_config(const std::string& text, int* auto_mode, st
 // environment and the config file; interfaces come from `ifs`.
 std::vector<DeviceSpec> discover_devices(const std::vector<HostInterface>& ifs, std::vector<std::string>* errors);
 
+// Every environment tunable of the soft provider but the device list and config file above, read
+// from the environment at each call (tests change them between devices). The defaults, and what
+// each turns (docs/verbs.md says more):
+struct SoftTunables {
+  uint64_t poll_ns = 2000;  // MELON_SOFT_POLL_NS: an empty CQ poll looks at the socket this often
+  uint64_t busy_ns = 1000000;  // MELON_SOFT_BUSY_NS: a busy-poll lease ends this long after a poll; 0: none
+  bool defer = true;  // MELON_SOFT_DEFER=0: replies to a leased receive leave at once
+  bool gso = true;  // MELON_SOFT_GSO=0: no UDP GSO or GRO (one datagram per call)
+  bool stats = false;  // MELON_SOFT_STATS=1: a transport's counters on stderr when it stops
+  bool debug = false;  // MELON_SOFT_DEBUG (set): why a device, a lane or a window is as it is
+  unsigned long lanes = 0;  // MELON_SOFT_LANES: lanes per device (used when 1..kMaxLanes)
+  unsigned long window = 0;  // MELON_SOFT_WINDOW: per-QP requester window (used when 1..kMaxQpWr)
+  bool shared_window = true;  // MELON_SOFT_SHARED_WINDOW=0: no window shared by a lane's QPs
+  // Where counter files go (soft_counters.h): $MELON_STATS_DIR, else $XDG_RUNTIME_DIR/melondma,
+  // else /tmp/melondma-<euid>.
+  std::string stats_dir;
+};
+SoftTunables soft_tunables();
+
 // Largest IB MTU (256..4096 bytes) whose RoCEv2 packet fits in an interface MTU of `if_mtu`.
 unsigned ib_mtu_for_interface(unsigned if_mtu, bool ipv6);
 

@@ -1,4 +1,5 @@
 #include "providers/soft/soft_counters.h"
+#include "providers/soft/soft_config.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,27 +22,20 @@ static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_al
               "counters are plain 64-bit words that another process reads");
 
 void debug(const std::string& what) {
-  if (std::getenv("MELON_SOFT_DEBUG")) std::fprintf(stderr, "melondma soft: counters: %s\n", what.c_str());
+  if (soft_tunables().debug) std::fprintf(stderr, "melondma soft: counters: %s\n", what.c_str());
 }
 
-// A directory only this user can write, created if missing.
-bool usable_dir(const std::string& d) {
+}  // namespace
+
+bool CounterFile::make_private_directory(const std::string& d) {
   if (mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) return false;
   struct stat st;
   return lstat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 022);
 }
 
-}  // namespace
-
 std::string CounterFile::directory() {
-  std::string d;
-  if (const char* e = std::getenv("MELON_STATS_DIR"); e && *e)
-    d = e;
-  else if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x)
-    d = std::string(x) + "/melondma";
-  else
-    d = "/tmp/melondma-" + std::to_string(geteuid());
-  return usable_dir(d) ? d : std::string();
+  const std::string d = soft_tunables().stats_dir;
+  return make_private_directory(d) ? d : std::string();
 }
 
 CounterFile::CounterFile(const char* device) {

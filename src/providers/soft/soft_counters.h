@@ -40,7 +40,8 @@ namespace melon::soft {
   X(busy_poll_leases, "times a busy-polling application took receiving over from the progress thread")        \
   X(lanes, "transports (engine, sockets, thread) of the device; 1 where steering by QPN is unavailable")      \
   X(rx_lane_handovers, "packets steered to a lane for another lane's QP (merged by GRO), handed over")        \
-  X(tx_replies_joined, "held replies (ACKs) sent in one GSO send with the next post's request (busy-poll ping-pong)")
+  X(tx_replies_joined, "held replies (ACKs) sent in one GSO send with the next post's request (busy-poll ping-pong)") \
+  X(rx_unknown_qpn, "dropped: for a QPN no lane of this process owns (another process's, while steering is rebuilt)")
 
 struct TransportStats {
 #define MELON_SOFT_COUNTER_FIELD(name, text) std::atomic<uint64_t> name{0};
@@ -74,6 +75,8 @@ class CounterFile {
 
   // The directory the files go to (see above); "" if none can be used.
   static std::string directory();
+  // Creates `dir` if missing; whether it is a directory only this user can write.
+  static bool make_private_directory(const std::string& dir);
 
  private:
   TransportStats local_;

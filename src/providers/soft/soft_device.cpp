@@ -57,7 +57,7 @@ class SoftProvider : public verbs::Provider {
   std::vector<std::unique_ptr<verbs::Device>> discover() override {
     std::vector<std::string> errors;
     std::vector<DeviceSpec> specs = discover_devices(host_interfaces(), &errors);
-    if (std::getenv("MELON_SOFT_DEBUG"))
+    if (soft_tunables().debug)
       for (const std::string& e : errors) std::fprintf(stderr, "melondma soft: %s\n", e.c_str());
     std::vector<std::unique_ptr<verbs::Device>> out;
     for (const DeviceSpec& s : specs) out.push_back(std::make_unique<SoftDevice>(s));

@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #if defined(__linux__)
@@ -20,7 +19,11 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "providers/soft/addr_registry.h"
+#include "providers/soft/soft_config.h"
+#include "providers/soft/steering.h"
 #include "roce/ip_udp.h"
 
 // What RoCEv2 needs from the socket layer is not optional: a platform where we do not know how
@@ -135,40 +138,6 @@ int system_sysctl_int(const char* name, int* value) {
 #endif
 }
 
-#if defined(__linux__)
-// The steering program: the lane of the destination QPN (lane_of_qpn). Offset 0 is the BTH (see
-// udp_socket.h); a datagram too short to hold the QPN ends the program with 0, lane 0, whose
-// engine drops it. A result past the group's size makes the kernel fall back to its hash.
-int attach_steering(int fd, uint32_t lanes) {
-  sock_filter code[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 4),  // BTH bytes 4..7: reserved byte, destination QPN
-      BPF_STMT(BPF_ALU | BPF_RSH | BPF_K, kLaneShift), BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xff),
-      BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, lanes),      BPF_STMT(BPF_RET | BPF_A, 0),
-  };
-  sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
-  return setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog) == 0 ? 0 : errno;
-}
-
-// This process's claim on addr:port for a group of lanes: an abstract Unix socket (Linux), whose
-// name is free again when the descriptor closes, even if the process dies. -1 with errno.
-int claim_address(const std::string& addr, uint32_t scope_id, uint16_t port) {
-  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_un un{};
-  un.sun_family = AF_UNIX;
-  std::string name = "melondma-roce " + addr + "%" + std::to_string(scope_id) + " port " + std::to_string(port);
-  size_t n = std::min(name.size(), sizeof un.sun_path - 1);
-  std::memcpy(un.sun_path + 1, name.data(), n);  // sun_path[0] = 0: the abstract namespace
-  if (bind(fd, reinterpret_cast<sockaddr*>(&un), socklen_t(offsetof(sockaddr_un, sun_path) + 1 + n)) != 0) {
-    int e = errno;
-    close(fd);
-    errno = e;
-    return -1;
-  }
-  return fd;
-}
-#endif
-
 }  // namespace
 
 const SocketCalls& system_socket_calls() {
@@ -207,20 +176,23 @@ int check_host_rules(Platform p, const SocketCalls& sys, bool v6, std::string* w
   return 0;
 }
 
-bool lane_steering_available(uint32_t lanes, std::string* why) {
+bool steering_available(std::string* why) {
 #if defined(__linux__)
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return fail(why, "socket()", errno), false;
   const int on = 1;
   int e = setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) == 0 ? 0 : errno;
-  if (e)
+  if (e) {
     fail(why, "setsockopt(SO_REUSEPORT)", e);
-  else if ((e = attach_steering(fd, lanes)))
-    fail(why, "setsockopt(SO_ATTACH_REUSEPORT_CBPF)", e);
+  } else {
+    std::vector<CbpfInsn> prog = build_steering_program(SteeringTable{});
+    sock_fprog fp{static_cast<unsigned short>(prog.size()), reinterpret_cast<sock_filter*>(prog.data())};
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &fp, sizeof fp) != 0)
+      fail(why, "setsockopt(SO_ATTACH_REUSEPORT_CBPF)", e = errno);
+  }
   close(fd);
   return e == 0;
 #else
-  (void)lanes;
   *why = "no socket steering by QPN on this platform (SO_ATTACH_REUSEPORT_CBPF is Linux's)";
   return false;
 #endif
@@ -235,9 +207,8 @@ const char* gid_family_unusable(Platform p, bool ipv6) {
 }
 
 int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, std::string* why, bool* bind_failed,
-                     const ReuseGroup& group, int* claim) {
+                     const ShareJoin* share) {
   *bind_failed = false;
-  if (claim) *claim = -1;
   const bool v6 = !roce::gid_is_v4_mapped(gid);
   const std::string addr = address_text(gid);
   if (const char* no = gid_family_unusable(v6)) {
@@ -269,41 +240,30 @@ int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, st
   int e = fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 ? 0 : fail(why, "fcntl(FD_CLOEXEC)", errno);
   if (!e) e = set_socket_options(kPlatform, system_socket_calls(), fd, v6, why);
   if (!e) e = check_host_rules(kPlatform, system_socket_calls(), v6, why);
-  int held = -1;  // lane 0's claim on the address
 #if defined(__linux__)
   const int on = 1;
-  if (!e && group.lanes > 1 && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0)
+  if (!e && share && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) != 0)
     e = fail(why, "setsockopt(SO_REUSEPORT)", errno);
-  if (!e && group.lanes > 1 && group.index == 0 && (held = claim_address(addr, scope_id, port)) < 0) {
-    *bind_failed = true;  // another process or device holds the address: what a plain bind would say
-    e = fail(why, "bind(" + addr + " port " + std::to_string(port) + ")", errno);
-  }
 #endif
-  if (!e && bind(fd, reinterpret_cast<sockaddr*>(&ss), sl) != 0) {
+  if (!e && (share ? (errno = share->registry->join(share->slot, fd, &ss, sl)) != 0
+                   : bind(fd, reinterpret_cast<sockaddr*>(&ss), sl) != 0)) {
     *bind_failed = true;
     e = fail(why, "bind(" + addr + " port " + std::to_string(port) + ")", errno);
   }
-#if defined(__linux__)
-  // Steering is in place before any other lane joins (until then lane 0 is the whole group).
-  if (!e && group.lanes > 1 && group.index == 0 && (e = attach_steering(fd, group.lanes)))
-    fail(why, "setsockopt(SO_ATTACH_REUSEPORT_CBPF)", e);
-#endif
   if (e) {
     if (!*bind_failed) *why = addr + ": " + *why;
-    if (held >= 0) close(held);
+    if (share) share->registry->leave(share->slot, -1);
     close(fd);
     errno = e;
     return -1;
   }
-  if (claim) *claim = held;
   return fd;
 }
 
 SocketOffloads enable_offloads(int fd) {
   SocketOffloads o;
 #if defined(__linux__)
-  const char* env = std::getenv("MELON_SOFT_GSO");
-  const bool batch = !(env && !std::strcmp(env, "0"));
+  const bool batch = soft_tunables().gso;
   const int off = 0, on = 1;
   // UDP_SEGMENT 0 sets no default segment size (each send says its own): a pure capability probe.
   o.gso = batch && setsockopt(fd, SOL_UDP, UDP_SEGMENT, &off, sizeof off) == 0;

@@ -42,48 +42,31 @@ int check_host_rules(Platform p, const SocketCalls& sys, bool v6, std::string* w
 // Why platform `p` cannot use a GID of this family for RoCEv2 (nullptr: it can).
 const char* gid_family_unusable(Platform p, bool ipv6);
 
-// Lanes (soft_qp.h, Hub): a device may run several transports ("lanes"), each with its own socket
-// on the same address and port, joined in one SO_REUSEPORT group (Linux 3.9). A classic BPF
-// program on the group (SO_ATTACH_REUSEPORT_CBPF, Linux 4.5) picks the socket of each datagram:
-// the kernel runs it with the packet's data starting after the UDP header (Linux
-// reuseport_select_sock, called by the UDP lookup with the UDP header length), so offset 0 is the
-// BTH, whose second word holds the destination QPN in its low 24 bits (IBA 9.2). Sockets are
-// numbered in the order they joined the group, so lane i binds i-th.
-//
-// The lane of a QPN is its top byte modulo the lane count: the engine chooses a QPN's low bits
-// itself (its slot; rc/engine.cpp choose_qpn) and keeps the upper bits of the random value it was
-// given, so a lane can draw QPNs of its own (lane_qpn) however full its table is.
+// Lanes (hub.h, Hub) and processes sharing an address (addr_registry.h): every socket on an
+// address joins one SO_REUSEPORT group (Linux 3.9), steered by destination QPN with a classic BPF
+// program (SO_ATTACH_REUSEPORT_CBPF, Linux 4.5; steering.h); the registry binds each socket (so it
+// knows the kernel's join order) and rebuilds the program.
 constexpr uint32_t kMaxLanes = 16;
-constexpr unsigned kLaneShift = 16;
-inline uint32_t lane_of_qpn(uint32_t qpn, uint32_t lanes) { return ((qpn >> kLaneShift) & 0xff) % lanes; }
-// A random QPN (from `r`) of lane `index` of `lanes`.
-inline uint32_t lane_qpn(uint32_t r, uint32_t index, uint32_t lanes) {
-  uint32_t top = (r >> kLaneShift) & 0xff;
-  top = top - top % lanes + index;
-  if (top > 0xff) top -= lanes;
-  return (r & ((1u << kLaneShift) - 1)) | (top << kLaneShift);
-}
 
-// Where a socket stands in its device's group. lanes = 1: an ordinary socket (no SO_REUSEPORT).
-// Lane 0 first claims the address for this process (an abstract Unix socket named after address
-// and port, unique per network namespace): a second process, or a second device on the same
-// address, then fails with EADDRINUSE as a plain bind would, instead of silently joining the
-// group. Lane 0 attaches the steering program before the other lanes join.
-struct ReuseGroup {
-  uint32_t lanes = 1, index = 0;
+class AddressRegistry;
+// A socket that joins its address's group: the registry and its slot there (addr_registry.h).
+struct ShareJoin {
+  AddressRegistry* registry = nullptr;
+  int slot = -1;
 };
 
 // Opens the socket of one local address (a RoCEv2 GID: IPv4-mapped or IPv6, with the IPv6 scope)
-// with every option set, then binds it to `port`. Returns the descriptor, or -1 with errno set and
-// *why naming the step that failed. A failed bind (or claim) sets *bind_failed (the address may be
-// in use or gone); any other failure is a host that cannot carry RoCEv2 correctly. Lane 0 of a
-// group of several returns its claim in *claim (close it with the socket).
+// with every option set, then binds it to `port` (with `share`: SO_REUSEPORT, bound through the
+// registry). Returns the descriptor, or -1 with errno set and *why naming the step that failed. A
+// failed bind sets *bind_failed (the address may be in use or gone); any other failure is a host
+// that cannot carry RoCEv2 correctly.
 int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, std::string* why, bool* bind_failed,
-                     const ReuseGroup& group = {}, int* claim = nullptr);
+                     const ShareJoin* share = nullptr);
 
-// Whether this host can steer a group of `lanes` sockets by QPN (SO_REUSEPORT and the BPF program,
-// tried on an unbound socket); false with *why if not.
-bool lane_steering_available(uint32_t lanes, std::string* why);
+// Whether this host can steer an address's group by QPN (SO_REUSEPORT and the steering program,
+// tried on an unbound socket); false with *why if not. Without it an address is one process's and
+// a device runs one lane.
+bool steering_available(std::string* why);
 
 // Batching and loss accounting the kernel may or may not offer. None is needed for correctness: a
 // socket without them sends and receives one datagram per packet and counts the fallback.

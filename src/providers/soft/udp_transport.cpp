@@ -16,7 +16,9 @@
 
 #include <algorithm>
 
+#include "providers/soft/addr_registry.h"
 #include "providers/soft/msg_batch.h"
+#include "providers/soft/soft_config.h"
 #include "providers/soft/udp_socket.h"
 #include "rc/wire.h"
 #include "roce/frame.h"
@@ -78,11 +80,12 @@ UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemor
       lane_(lane),
       counters_(lane.stats ? nullptr : counter_name),
       stats_(lane.stats ? *lane.stats : counters_.counters()) {
-  for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1, {}, 0});
+  for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1, {}, 0, {}});
   window_ = std::max<uint32_t>(config.max_inflight_packets, 64);
-  if (const char* e = getenv("MELON_SOFT_POLL_NS")) poll_interval_ns_ = strtoull(e, nullptr, 10);
-  if (const char* e = getenv("MELON_SOFT_BUSY_NS")) busy_ns_ = strtoull(e, nullptr, 10);
-  if (const char* e = getenv("MELON_SOFT_DEFER")) defer_ = atoi(e) != 0;
+  const SoftTunables t = soft_tunables();
+  poll_interval_ns_ = t.poll_ns;
+  busy_ns_ = t.busy_ns;
+  defer_ = t.defer;
   stage_.reset(new TxBatch(window_));
   gso_.reset(new std::atomic<bool>[socks_.size()]);
   for (size_t i = 0; i < socks_.size(); ++i) gso_[i] = false;
@@ -135,8 +138,8 @@ int UdpTransport::start(std::string* why) {
     }
     std::string w;
     bool bind_failed = false;
-    int fd =
-        open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed, {lane_.count, lane_.index}, &k.claim);
+    int fd = open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed,
+                              k.share.registry ? &k.share : nullptr);
     if (fd >= 0) {
       k.fd = fd;
       k.offloads = enable_offloads(fd);
@@ -208,9 +211,12 @@ void UdpTransport::stop() {
   // Hub prints them once.
   if (was_running && !lane_.stats) print_counters(name_.c_str(), stats_);
   for (Socket& k : socks_) {
-    if (k.fd >= 0) close(k.fd);
-    if (k.claim >= 0) close(k.claim);
-    k.fd = k.claim = -1;
+    if (k.share.registry)
+      k.share.registry->leave(k.share.slot, k.fd);  // the group rebuilt without it, then closed
+    else if (k.fd >= 0)
+      close(k.fd);
+    k.fd = -1;
+    k.share = {};
   }
   if (wake_rd_ >= 0) close(wake_rd_);
   if (wake_wr_ >= 0) close(wake_wr_);
@@ -493,8 +499,7 @@ void UdpTransport::send_batch(TxBatch& b) {
 }
 
 void UdpTransport::print_counters(const char* name, const TransportStats& stats) {
-  const char* e = getenv("MELON_SOFT_STATS");
-  if (!e || strcmp(e, "1")) return;
+  if (!soft_tunables().stats) return;
   std::string line = std::string("melondma soft: ") + name + " counters:";
 #define MELON_SOFT_COUNTER_TEXT(name, text) line += " " #name " " + std::to_string(stats.name.load());
   MELON_SOFT_COUNTERS(MELON_SOFT_COUNTER_TEXT)
@@ -576,6 +581,12 @@ void UdpTransport::rx_setup() {
 
 void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len,
                              uint16_t likely_id) {
+  if (k.share.registry && is_probe(pkt, len)) {  // for the registry, after the engine lock (receive_batch)
+    ProbeSeen p{size_t(&k - socks_.data()), {}};
+    memcpy(p.bytes, pkt, kProbeLen);
+    probes_.push_back(p);
+    return;
+  }
   IpUdp ip;
   ip.v6 = k.v6;
   uint16_t sport = 0;
@@ -596,9 +607,16 @@ void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, cons
   ip.ip_id = id;
   stats_.rx_packets++;
   lane_rx_packets_.store(lane_rx_packets_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  if (lane_.count > 1 && len >= 8) {
+  if (lane_.lane_of_bucket && len >= 8) {
     const uint32_t qpn = uint32_t(pkt[5]) << 16 | uint32_t(pkt[6]) << 8 | pkt[7];  // BTH: destination QP
-    const uint32_t to = lane_of_qpn(qpn, lane_.count);
+    const uint8_t to = lane_.lane_of_bucket[bucket_of_qpn(qpn)];
+    if (to == kNotOurs) {
+      // The one place a packet for a QPN of no lane here ends: another process's (steered here
+      // while the group's program is rebuilt after a member died: RC sends it again), QP1 with no
+      // CM agent, or a QPN nobody holds.
+      stats_.rx_unknown_qpn++;
+      return;
+    }
     if (to != lane_.index) {
       foreign_.push_back({to, ip, pkt, len});
       return;
@@ -717,6 +735,11 @@ int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
   }
   g.unlock();
   if (!foreign_.empty()) hand_over();
+  for (const ProbeSeen& p : probes_) {
+    const Socket& ps = socks_[p.sock];
+    ps.share.registry->probe_arrived(ps.share.slot, p.bytes, kProbeLen);
+  }
+  probes_.clear();
   if (n < nmsg) rx_hint_.store(false, std::memory_order_relaxed);  // drained (for now)
   return n;
 }
@@ -880,7 +903,16 @@ void UdpTransport::run() {
   if (timer_fd_ >= 0) fds.push_back({timer_fd_, POLLIN, 0});
   const size_t nsock = which.size();
   tls_progress = this;
+  // Lane 0 looks after its addresses' registries: dead members, unanswered probes (addr_registry.h).
+  bool shares = false;
+  for (const Socket& k : socks_) shares |= lane_.index == 0 && k.share.registry && k.fd >= 0;
+  if (shares) next_share_tick_ = now_ns();
   while (running_) {
+    if (next_share_tick_ && now_ns() >= next_share_tick_) {
+      for (const Socket& k : socks_)
+        if (k.share.registry && k.fd >= 0) k.share.registry->tick();
+      next_share_tick_ = now_ns() + AddressRegistry::kTickNs;
+    }
     // While the application holds a busy-poll lease, watch only the wake pipe and the timers, and
     // look again when the lease would run out; once no poll came for busy_ns_, take the sockets back.
     // Threads blocked in wait_readable() receive too; the same holds while there are any.
@@ -913,6 +945,7 @@ void UdpTransport::run() {
         totals_stale_ = true;
       }
       if (totals_stale_) deadline = std::min(deadline, totals_at_ + 1000000);
+      if (next_share_tick_) deadline = std::min(deadline, next_share_tick_);
       if (spin_leased) deadline = std::min(deadline, lease_end);
       // A timer set earlier than this needs a wake-up (after_engine_call); later ones are seen
       // when this wait ends anyway, so posts during a lease do not write to the wake pipe.

@@ -23,6 +23,7 @@
 
 #include "providers/soft/msg_batch.h"  // mmsghdr off Linux
 #include "providers/soft/soft_counters.h"
+#include "providers/soft/steering.h"
 #include "providers/soft/udp_socket.h"
 #include "rc/engine.h"
 #include "roce/frame.h"
@@ -47,12 +48,17 @@ struct LocalAddress {
 
 class UdpTransport;
 
-// Where a transport stands among its device's lanes (soft_qp.h, Hub; udp_socket.h, ReuseGroup).
-// The default is a device of one lane: its own counter file, an ordinary socket.
+// Where a transport stands among its device's lanes (hub.h, Hub) and the processes sharing its
+// addresses (addr_registry.h). The default is a device of one lane on addresses of its own: its own
+// counter file, ordinary sockets, every packet its own.
+constexpr uint8_t kNotOurs = 0xff;  // LaneConfig::lane_of_bucket: a bucket no lane of this device owns
 struct LaneConfig {
   uint32_t count = 1, index = 0;
   TransportStats* stats = nullptr;  // the device's counters, shared by its lanes (nullptr: own file)
   UdpTransport* const* lanes = nullptr;  // every lane by index: packets for their QPs go there
+  // The lane of each QPN bucket (steering.h), kNotOurs for another process's; nullptr: the
+  // addresses are this device's alone and every packet is lane 0's.
+  const uint8_t* lane_of_bucket = nullptr;
 };
 
 // The engine's frame link and clock; memory and events are the provider's (rc/host.h).
@@ -76,6 +82,9 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // A device's lanes all halt before any closes, since a lane may hand packets to another.
   bool halt();
   size_t bound() const;
+  // Before start(): the socket of address `addr` joins the group of that address through its
+  // registry (addr_registry.h) instead of binding the address alone.
+  void share(size_t addr, const ShareJoin& join) { socks_[addr].share = join; }
 
   // Runs `f(engine)` under the engine lock, wakes the progress thread if a timer moved earlier,
   // and once the lock is released sends what it queued; returns after everything queued so far
@@ -223,7 +232,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     int fd = -1;
     SocketOffloads offloads;
     uint32_t rxq_drops = 0;  // the kernel's drop count at the last receive (SO_RXQ_OVFL)
-    int claim = -1;  // lane 0 of several: this process's claim on the address (udp_socket.h)
+    ShareJoin share;  // the address's group, when processes share it (registry nullptr: ours alone)
   };
   std::vector<Socket> socks_;
   uint16_t port_;
@@ -289,6 +298,13 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   rc::QpCounters published_;  // the engine totals already added to stats_ (guarded by mu_)
   uint64_t published_dropped_ = 0;
   std::vector<Foreign> foreign_;  // guarded by rx_mu_
+  // Probes (steering.h) a receive set aside for the registry, told after mu_ is released (guarded by rx_mu_).
+  struct ProbeSeen {
+    size_t sock;
+    uint8_t bytes[kProbeLen];
+  };
+  std::vector<ProbeSeen> probes_;
+  uint64_t next_share_tick_ = 0;  // lane 0's progress thread: when to look at the registries again
   std::atomic<uint64_t> lane_rx_packets_{0}, lane_handed_over_{0};  // written under rx_mu_
 
   // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins

@@ -1,0 +1,113 @@
+// Many processes on one address: the registry of an address's SO_REUSEPORT group, shared by every
+// process of the user that uses this library on that address (docs/verbs.md, "One address, many
+// processes").
+//
+// A small file, mapped by each member, one per (address, scope, port, network namespace) in
+// /tmp/melondma-<euid> (mode 0700), holds:
+//   - the members (processes), each alive while it holds a POSIX record lock on a byte of its own;
+//     the kernel drops the lock when the process dies, however it dies, so a member whose byte is
+//     free is dead and its claims are reclaimed by whoever looks next (every member looks every
+//     kTickNs, from a progress thread);
+//   - the sockets in the kernel's group (one per lane of a member's device), each with the index the
+//     kernel gave it (join order; when one leaves, the last moves into its slot) and the generation in
+//     which that index was last known for sure;
+//   - the QPN buckets (steering.h) each socket claimed: packets for a bucket go to its socket;
+//   - a secret for probes, the generation, and gsi_socket: the hook for QP1 (below).
+// Every change happens under a write lock on byte 0 of the file (and this process's mutex): a join
+// binds the socket under it, so the kernel's join order is the registry's, and its index is the
+// count of sockets before it; a member that leaves closes its sockets under it and the registry
+// moves the last one, as the kernel does. Only a death moves sockets unseen (its sockets leave in an
+// order nobody knows): the member that finds it bumps the generation and sends a probe to each index
+// (steering.h); each socket learns its index from the probe it receives and rebuilds the program.
+// Until then packets for a moved socket reach another one, which drops and counts them
+// (rx_unknown_qpn; RC retransmits them), and a second round of probes one tick later catches
+// sockets that closed after the first.
+//
+// Locks: mu_ (this process's threads) -> the file's byte-0 lock (other processes). Everything in
+// the mapped file is read and written only under both; our_fds_ under mu_.
+#pragma once
+
+#include <stdint.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "providers/soft/steering.h"
+
+namespace melon::soft {
+
+constexpr uint32_t kShareMaxMembers = 64;  // processes on one address
+constexpr uint32_t kShareMaxSockets = 64;  // sockets in one group (lanes of all members)
+
+class AddressRegistry {
+ public:
+  // How often each member looks for dead members and unanswered probes (its lane 0 progress thread).
+  static constexpr uint64_t kTickNs = 25000000;
+
+  // The registry of `gid` (IPv4-mapped or IPv6), scope and port for this process: one per file, shared
+  // by this process's devices on the address. nullptr with *why when the file cannot be used.
+  static std::shared_ptr<AddressRegistry> open(const uint8_t gid[16], uint32_t scope_id, uint16_t port,
+                                               std::string* why);
+  ~AddressRegistry();
+  AddressRegistry(const AddressRegistry&) = delete;
+  AddressRegistry& operator=(const AddressRegistry&) = delete;
+
+  // Claims QPN buckets for a device of `lanes` lanes on every registry in `regs` (a device's
+  // addresses: a QP's packets may come to any of them, so its bucket is claimed on each) and a
+  // socket slot per lane on each: (*slots)[r][lane]. (*buckets)[lane] lists that lane's buckets.
+  // EADDRINUSE (with *why) when the address has no free bucket or slot left.
+  static int claim(const std::vector<AddressRegistry*>& regs, uint32_t lanes,
+                   std::vector<std::vector<uint8_t>>* buckets, std::vector<std::vector<int>>* slots,
+                   std::string* why);
+  // Binds `fd` (SO_REUSEPORT set) to the address for socket `slot`, under the lock, and attaches
+  // the program rebuilt with it. 0, or errno of the bind (or of the attach).
+  int join(int slot, int fd, const void* addr, unsigned addr_len);
+  // Closes `fd` (joined, or -1 for a slot that never joined) and frees the slot and its buckets.
+  void leave(int slot, int fd);
+  // From a progress thread every kTickNs: reclaims dead members, probes sockets of unknown index.
+  void tick();
+  // A probe socket `slot` received (rx path, outside the engine lock): its index, if the probe is
+  // of this generation, and the program rebuilt.
+  void probe_arrived(int slot, const uint8_t* pkt, size_t len);
+  // The secret probes carry (for the receive path's check).
+  void secret(uint32_t out[2]) const { out[0] = secret_[0], out[1] = secret_[1]; }
+
+  // For tests and melonctl: what the file holds now.
+  struct View {
+    uint32_t members = 0, sockets = 0, buckets_claimed = 0, generation = 0, unknown = 0, rebuilds = 0, reclaimed = 0;
+  };
+  View view();
+  const std::string& path() const { return path_; }
+
+  // QP1 (the GSI, used by the connection manager): a member may later ask for QP1 to be steered to
+  // one of its sockets (librdmacm's CM agent). The file has the slot (gsi_socket) and the program
+  // honours it; nothing sets it yet.
+  static constexpr uint8_t kGsiUnclaimed = 0;
+
+ private:
+  AddressRegistry() = default;
+  struct Layout;
+  struct Locked;
+  bool lock_file(bool wait);
+  void unlock_file();
+  bool sweep_locked();  // reclaims dead members; true if any
+  int rebuild_locked();  // the program from the file, attached on one of our sockets; 0 or errno
+  void probe_locked();  // a probe to every index, the generation bumped before
+  void move_out_locked(int slot);  // the kernel's reuseport_detach_sock, for a socket we close
+  uint32_t live_sockets_locked() const;
+
+  std::mutex mu_;
+  int fd_ = -1;
+  Layout* map_ = nullptr;
+  int member_ = -1;  // our member slot
+  uint32_t secret_[2] = {0, 0};
+  std::string path_;
+  uint8_t gid_[16] = {};
+  uint32_t scope_id_ = 0;
+  uint16_t port_ = 0;
+  std::vector<std::pair<int, int>> our_fds_;  // (slot, fd) of our joined sockets: any may attach
+};
+
+}  // namespace melon::soft
