@@ -129,9 +129,9 @@ TEST(SoftConfig, ArbitraryInputNeverCrashesTheParsers) {
 // Every environment tunable in one place (soft_tunables): defaults when unset, each value as the
 // code that uses it reads it, and read again at each call.
 TEST(SoftConfig, TunablesComeFromTheEnvironmentAtEachCall) {
-  const char* names[] = {"MELON_SOFT_POLL_NS", "MELON_SOFT_BUSY_NS", "MELON_SOFT_DEFER", "MELON_SOFT_GSO",
-                         "MELON_SOFT_STATS", "MELON_SOFT_DEBUG", "MELON_SOFT_LANES", "MELON_SOFT_WINDOW",
-                         "MELON_SOFT_SHARED_WINDOW", "MELON_STATS_DIR", "XDG_RUNTIME_DIR"};
+  const char* names[] = {"MELON_SOFT_POLL_NS",       "MELON_SOFT_BUSY_NS", "MELON_SOFT_DEFER", "MELON_SOFT_GSO",
+                         "MELON_SOFT_STATS",         "MELON_SOFT_DEBUG",   "MELON_SOFT_LANES", "MELON_SOFT_WINDOW",
+                         "MELON_SOFT_SHARED_WINDOW", "MELON_STATS_DIR",    "XDG_RUNTIME_DIR"};
   std::vector<std::pair<std::string, std::string>> saved;
   for (const char* n : names)
     if (const char* v = getenv(n)) saved.emplace_back(n, v);

@@ -377,8 +377,7 @@ int child_rounds(int i, int up, int down, int rounds) {
     if (rounds == 0 && read(down, &c, 1) == 0) return 0;  // the parent says stop
   }
   char c;
-  while (rounds > 0 && read(down, &c, 1) > 0) {
-  }
+  while (rounds > 0 && read(down, &c, 1) > 0) {}
   return 0;  // the device closes here, before the process ends
 }
 
@@ -516,8 +515,7 @@ TEST_F(SoftShare, AProcessKilledMidTrafficLeavesTheOthersRunningAndItsClaimsRecl
   for (size_t i = 1; i < c.size(); ++i) {
     close(c[i].down);  // stop
     uint32_t r;
-    while (read(c[i].up, &r, sizeof r) > 0) {
-    }
+    while (read(c[i].up, &r, sizeof r) > 0) {}
     EXPECT_EQ(exit_code(c[i].pid), 0) << "child " << i;
     close(c[i].up);
   }
@@ -543,8 +541,7 @@ TEST_F(SoftShare, AProcessThatLeavesInOrderNeedsNoProbesAndTheOthersGoOn) {
   const auto before = reg->view();
   EXPECT_EQ(before.unknown, 0u);
   close(c[0].down);  // child 0 stops, closes its device and exits
-  while (read(c[0].up, &r, sizeof r) > 0) {
-  }
+  while (read(c[0].up, &r, sizeof r) > 0) {}
   EXPECT_EQ(exit_code(c[0].pid), 0);
   const auto left = reg->view();
   EXPECT_EQ(left.members, before.members - 1);
@@ -560,8 +557,7 @@ TEST_F(SoftShare, AProcessThatLeavesInOrderNeedsNoProbesAndTheOthersGoOn) {
   EXPECT_EQ(reg->view().generation, before.generation);
   for (size_t i = 1; i < c.size(); ++i) {
     close(c[i].down);
-    while (read(c[i].up, &r, sizeof r) > 0) {
-    }
+    while (read(c[i].up, &r, sizeof r) > 0) {}
     EXPECT_EQ(exit_code(c[i].pid), 0) << "child " << i;
     close(c[i].up);
   }

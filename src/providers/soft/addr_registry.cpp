@@ -423,6 +423,17 @@ void AddressRegistry::leave(int slot, int fd) {
   if (l.generation != gen) probe_locked();
 }
 
+int AddressRegistry::claim_gsi(int slot) {
+  Locked g(this);
+  if (!g.ok) return EIO;
+  sweep_locked();
+  Layout& l = *map_;
+  if (slot < 0 || uint32_t(slot) >= kShareMaxSockets || l.sockets[slot].member != member_) return EINVAL;
+  if (l.gsi_socket && l.sockets[l.gsi_socket - 1].member != member_) return EADDRINUSE;
+  l.gsi_socket = uint8_t(slot + 1);
+  return rebuild_locked();
+}
+
 void AddressRegistry::tick() {
   Locked g(this);
   if (!g.ok || sweep_locked()) return;

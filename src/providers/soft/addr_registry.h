@@ -59,8 +59,7 @@ class AddressRegistry {
   // socket slot per lane on each: (*slots)[r][lane]. (*buckets)[lane] lists that lane's buckets.
   // EADDRINUSE (with *why) when the address has no free bucket or slot left.
   static int claim(const std::vector<AddressRegistry*>& regs, uint32_t lanes,
-                   std::vector<std::vector<uint8_t>>* buckets, std::vector<std::vector<int>>* slots,
-                   std::string* why);
+                   std::vector<std::vector<uint8_t>>* buckets, std::vector<std::vector<int>>* slots, std::string* why);
   // Binds `fd` (SO_REUSEPORT set) to the address for socket `slot`, under the lock, and attaches
   // the program rebuilt with it. 0, or errno of the bind (or of the attach).
   int join(int slot, int fd, const void* addr, unsigned addr_len);
@@ -81,10 +80,11 @@ class AddressRegistry {
   View view();
   const std::string& path() const { return path_; }
 
-  // QP1 (the GSI, used by the connection manager): a member may later ask for QP1 to be steered to
-  // one of its sockets (librdmacm's CM agent). The file has the slot (gsi_socket) and the program
-  // honours it; nothing sets it yet.
+  // QP1 (the GSI, used by the connection manager): steered to one member's socket, the one whose
+  // process created QP1 (librdmacm's CM agent: docs/rdmacm.md). claim_gsi: 0, or EADDRINUSE while a
+  // live socket of another member has it. It goes with the socket (sweep, leave).
   static constexpr uint8_t kGsiUnclaimed = 0;
+  int claim_gsi(int slot);
 
  private:
   AddressRegistry() = default;

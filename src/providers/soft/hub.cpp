@@ -20,7 +20,6 @@ namespace melon::soft {
 
 using rc::kMaxQpWr;
 
-
 namespace {
 std::mutex g_hubs_mu;
 std::map<SoftDevice*, Hub*>& hubs() {
@@ -152,12 +151,22 @@ int Hub::start(std::string* why) {
         lane_qpns_[i].n = uint32_t(buckets[i].size());
         for (size_t r = 0; r < regs.size(); ++r) lanes_[i]->share(r, ShareJoin{regs[r], slots[r][i]});
       }
+      slots_ = slots;
     }
   }
   // Lane 0 first: an address it cannot bind the other lanes leave alone.
   for (auto& l : lanes_)
     if (int e = l->start(why)) return e;
   started_ = true;
+  return 0;
+}
+
+int Hub::claim_gsi() {
+  for (size_t r = 0; r < registries_.size() && r < slots_.size(); ++r)
+    if (int e = registries_[r]->claim_gsi(slots_[r][0])) return e;
+  // Bucket 0 is reserved on the address (no QPN but 1 is ever drawn from it), so its packets are
+  // QP1's: lane 0 takes them. Read by the lanes' receive paths meanwhile, hence the atomic store.
+  __atomic_store_n(&lane_of_bucket_[0], uint8_t(0), __ATOMIC_RELEASE);
   return 0;
 }
 

@@ -77,6 +77,9 @@ class Hub final : private rc::EventSink {
   // registries it shares them through (for tests and melonctl).
   bool shared() const { return shared_; }
   const std::vector<std::shared_ptr<AddressRegistry>>& registries() const { return registries_; }
+  // QPN 1's datagrams steered to lane 0's sockets on every address (AddressRegistry::claim_gsi);
+  // 0 when the addresses are not shared.
+  int claim_gsi();
   // The lane for a new QP or SRQ: the one holding the fewest; released with unuse().
   size_t choose_lane();
   void use(size_t lane) { load_[lane]++; }
@@ -118,6 +121,7 @@ class Hub final : private rc::EventSink {
   uint8_t lane_of_bucket_[kQpnBuckets];  // LaneConfig::lane_of_bucket, set by start()
   std::unique_ptr<LaneQpns[]> lane_qpns_;
   std::vector<std::shared_ptr<AddressRegistry>> registries_;  // before lanes_: they leave through them
+  std::vector<std::vector<int>> slots_;  // [registry][lane]: the socket slot each lane joined with
   std::vector<std::unique_ptr<LaneMemory>> lane_mem_;  // before lanes_: their engines use it
   std::vector<std::unique_ptr<UdpTransport>> lanes_;
   std::vector<UdpTransport*> lane_ptrs_;  // the same, for LaneConfig::lanes

@@ -21,25 +21,25 @@
 namespace melon::soft {
 
 // The one list of counters: name, meaning (docs/verbs.md shows the same list).
-#define MELON_SOFT_COUNTERS(X)                                                                                \
-  X(rx_packets, "RoCEv2 packets whose ICRC was right, handed to the transport engine")                        \
-  X(tx_packets, "packets sent")                                                                               \
-  X(rx_bad_icrc, "dropped: ICRC wrong (corrupted, or the sender computed it over other headers)")             \
-  X(rx_malformed, "dropped: truncated (longer than the receive buffer) or from an unknown address family")    \
-  X(rx_engine_dropped, "dropped by the transport engine: bad header, unknown QP, QP in the wrong state")      \
-  X(tx_errors, "packets the kernel refused to send (no buffer space, no route)")                              \
-  X(rx_buffer_drops, "dropped by the kernel before we could read them: socket receive buffer full")           \
-  X(retransmits, "times the transport went back to resend (retry timeout, sequence NAK, lost READ response)") \
-  X(timeouts, "retry timer expiries (no ACK in time)")                                                        \
-  X(acks_coalesced, "AckReq'd packets acknowledged by the ACK of a later one in the same receive batch")      \
-  X(tx_gso_sends, "sends that carried several packets in one call (UDP GSO)")                                 \
-  X(rx_gro_buffers, "receive buffers that held several packets (UDP GRO)")                                    \
-  X(offload_fallbacks, "sockets without UDP GSO or GRO, and GSO sends the kernel refused")                    \
-  X(tx_calls, "send system calls (sendmmsg, or sendmsg where there is none)")                                 \
-  X(tx_deferred, "packets a post left queued to leave with later ones (doorbell batching)")                   \
-  X(busy_poll_leases, "times a busy-polling application took receiving over from the progress thread")        \
-  X(lanes, "transports (engine, sockets, thread) of the device; 1 where steering by QPN is unavailable")      \
-  X(rx_lane_handovers, "packets steered to a lane for another lane's QP (merged by GRO), handed over")        \
+#define MELON_SOFT_COUNTERS(X)                                                                                        \
+  X(rx_packets, "RoCEv2 packets whose ICRC was right, handed to the transport engine")                                \
+  X(tx_packets, "packets sent")                                                                                       \
+  X(rx_bad_icrc, "dropped: ICRC wrong (corrupted, or the sender computed it over other headers)")                     \
+  X(rx_malformed, "dropped: truncated (longer than the receive buffer) or from an unknown address family")            \
+  X(rx_engine_dropped, "dropped by the transport engine: bad header, unknown QP, QP in the wrong state")              \
+  X(tx_errors, "packets the kernel refused to send (no buffer space, no route)")                                      \
+  X(rx_buffer_drops, "dropped by the kernel before we could read them: socket receive buffer full")                   \
+  X(retransmits, "times the transport went back to resend (retry timeout, sequence NAK, lost READ response)")         \
+  X(timeouts, "retry timer expiries (no ACK in time)")                                                                \
+  X(acks_coalesced, "AckReq'd packets acknowledged by the ACK of a later one in the same receive batch")              \
+  X(tx_gso_sends, "sends that carried several packets in one call (UDP GSO)")                                         \
+  X(rx_gro_buffers, "receive buffers that held several packets (UDP GRO)")                                            \
+  X(offload_fallbacks, "sockets without UDP GSO or GRO, and GSO sends the kernel refused")                            \
+  X(tx_calls, "send system calls (sendmmsg, or sendmsg where there is none)")                                         \
+  X(tx_deferred, "packets a post left queued to leave with later ones (doorbell batching)")                           \
+  X(busy_poll_leases, "times a busy-polling application took receiving over from the progress thread")                \
+  X(lanes, "transports (engine, sockets, thread) of the device; 1 where steering by QPN is unavailable")              \
+  X(rx_lane_handovers, "packets steered to a lane for another lane's QP (merged by GRO), handed over")                \
   X(tx_replies_joined, "held replies (ACKs) sent in one GSO send with the next post's request (busy-poll ping-pong)") \
   X(rx_unknown_qpn, "dropped: for a QPN no lane of this process owns (another process's, while steering is rebuilt)")
 

@@ -52,6 +52,17 @@ ibv_qp* SoftContext::create_gsi_qp(ibv_qp_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
+  // Another process on this address that runs the CM already has QP1's datagrams.
+  int err = 0;
+  Hub* h = hub(&err);
+  if (!h) {
+    errno = err;
+    return nullptr;
+  }
+  if (int e = h->claim_gsi()) {
+    errno = e;
+    return nullptr;
+  }
   return make_qp(attr, 1);
 }
 
@@ -89,7 +100,7 @@ ibv_qp* SoftContext::make_qp(ibv_qp_init_attr_ex* attr, uint32_t fixed_qpn) {
   if (!h) return fail(err);
 
   // The SRQ's lane, or the least busy one; a fixed QPN lives where its datagrams are steered.
-  const size_t lane = fixed_qpn   ? lane_of_qpn(fixed_qpn, uint32_t(h->lanes()))
+  const size_t lane = fixed_qpn   ? h->lane_index_of(fixed_qpn)
                       : attr->srq ? SoftSrq::from(attr->srq)->lane
                                   : h->choose_lane();
   auto* qp = new SoftQp();

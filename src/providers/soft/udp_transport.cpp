@@ -138,8 +138,8 @@ int UdpTransport::start(std::string* why) {
     }
     std::string w;
     bool bind_failed = false;
-    int fd = open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed,
-                              k.share.registry ? &k.share : nullptr);
+    int fd =
+        open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed, k.share.registry ? &k.share : nullptr);
     if (fd >= 0) {
       k.fd = fd;
       k.offloads = enable_offloads(fd);
