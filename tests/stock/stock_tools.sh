@@ -159,9 +159,11 @@ perftest_*)
   need "$bin"
   port=$(free_port)
   wire_check_on
-  timeout 100 "$bin" -d soft0 -F -u 18 -p $port $opts > "$out2" 2>&1 & spid=$!
+  # 200 s: the -a latency runs spin on memory at both ends, so on two loaded cores the progress
+  # threads that move their data wait for a time slice (docs/performance.md); 80-100 s there.
+  timeout 200 "$bin" -d soft0 -F -u 18 -p $port $opts > "$out2" 2>&1 & spid=$!
   wait_listen $port $spid  # the client makes one connection attempt
-  timeout 100 "$bin" -d soft1 -F -u 18 -p $port $opts 127.0.0.1 > "$out" 2>&1; crc=$?
+  timeout 200 "$bin" -d soft1 -F -u 18 -p $port $opts 127.0.0.1 > "$out" 2>&1; crc=$?
   wait $spid; src=$?
   cat "$out2" >> "$out"
   wire_check
