@@ -98,6 +98,7 @@ configure x86_64 -DMELON_MACOS_ARCH=x86_64 -DMELON_SOFT_DARWIN_BATCH=OFF -DMELON
 cmake --build "$out/x86_64" --target melon_verbs_libs
 echo "== x86-64 built in $((SECONDS - t1)) s"
 mapfile -t libs < <(dylibs x86_64)
-check --arch x86_64 --cxx-runtime "${libs[@]}"
+ours=(); for l in "${libs[@]}"; do ours+=(--ours "$l"); done  # librdmacm links libibverbs
+check --arch x86_64 --cxx-runtime "${ours[@]}" "${libs[@]}"
 python3 "$here/check_macho_names.py" --objdump "$objdump" --rdma-core "$rdma_core" "$out/x86_64/lib"
 echo "macos_cross: passed in $((SECONDS - t0)) s"
