@@ -17,6 +17,7 @@
 
 #include "providers/soft/random.h"
 #include "providers/soft/soft_counters.h"
+#include "providers/soft/udp_socket.h"
 #include "roce/ip_udp.h"
 
 #if defined(__linux__)
@@ -273,23 +274,8 @@ void AddressRegistry::probe_locked() {
   l.probed_at = now_ns();
   const uint32_t n = live_sockets_locked();
   if (!n) return;
-  const bool v6 = !roce::gid_is_v4_mapped(gid_);
   sockaddr_storage ss{};
-  socklen_t sl;
-  if (v6) {
-    auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
-    s->sin6_family = AF_INET6;
-    s->sin6_port = htons(port_);
-    s->sin6_scope_id = scope_id_;
-    std::memcpy(&s->sin6_addr, gid_, 16);
-    sl = sizeof *s;
-  } else {
-    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
-    s->sin_family = AF_INET;
-    s->sin_port = htons(port_);
-    std::memcpy(&s->sin_addr, gid_ + 12, 4);
-    sl = sizeof *s;
-  }
+  const socklen_t sl = roce_sockaddr(gid_, scope_id_, port_, &ss);
   int fd = socket(ss.ss_family, SOCK_DGRAM, 0);  // closed again below (no SOCK_CLOEXEC on macOS)
   if (fd < 0) return;  // the next tick tries again
   for (uint32_t i = 0; i < n; ++i) {

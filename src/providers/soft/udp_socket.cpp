@@ -206,6 +206,23 @@ const char* gid_family_unusable(Platform p, bool ipv6) {
   return nullptr;
 }
 
+socklen_t roce_sockaddr(const uint8_t gid[16], uint32_t scope_id, uint16_t port, sockaddr_storage* ss) {
+  *ss = sockaddr_storage{};
+  if (!roce::gid_is_v4_mapped(gid)) {
+    auto* s = reinterpret_cast<sockaddr_in6*>(ss);
+    s->sin6_family = AF_INET6;
+    s->sin6_port = htons(port);
+    s->sin6_scope_id = scope_id;
+    std::memcpy(&s->sin6_addr, gid, 16);
+    return sizeof *s;
+  }
+  auto* s = reinterpret_cast<sockaddr_in*>(ss);
+  s->sin_family = AF_INET;
+  s->sin_port = htons(port);
+  std::memcpy(&s->sin_addr, gid + 12, 4);
+  return sizeof *s;
+}
+
 int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, std::string* why, bool* bind_failed,
                      const ShareJoin* share) {
   *bind_failed = false;
@@ -217,21 +234,7 @@ int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, st
     return -1;
   }
   sockaddr_storage ss{};
-  socklen_t sl;
-  if (v6) {
-    auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
-    s->sin6_family = AF_INET6;
-    s->sin6_port = htons(port);
-    s->sin6_scope_id = scope_id;
-    std::memcpy(&s->sin6_addr, gid, 16);
-    sl = sizeof *s;
-  } else {
-    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
-    s->sin_family = AF_INET;
-    s->sin_port = htons(port);
-    std::memcpy(&s->sin_addr, gid + 12, 4);
-    sl = sizeof *s;
-  }
+  const socklen_t sl = roce_sockaddr(gid, scope_id, port, &ss);
   int fd = socket(ss.ss_family, SOCK_DGRAM, 0);
   if (fd < 0) {
     errno = fail(why, addr + ": socket()", errno);

@@ -60,6 +60,9 @@ struct ShareJoin {
 // registry). Returns the descriptor, or -1 with errno set and *why naming the step that failed. A
 // failed bind sets *bind_failed (the address may be in use or gone); any other failure is a host
 // that cannot carry RoCEv2 correctly.
+// The UDP address of a GID (IPv4-mapped: sockaddr_in, else sockaddr_in6 with its scope); its length.
+socklen_t roce_sockaddr(const uint8_t gid[16], uint32_t scope_id, uint16_t port, sockaddr_storage* ss);
+
 int open_roce_socket(const uint8_t gid[16], uint32_t scope_id, uint16_t port, std::string* why, bool* bind_failed,
                      const ShareJoin* share = nullptr);
 
