@@ -145,7 +145,11 @@ done
 echo "ok: ucx_info -d lists rc_verbs and ud_verbs on mlx5_0:1"
 mlx5_tx=0 mlx5_rx=0 mlx5_rows=0
 
+# For a look at one failure: MELON_UCX_ROWS (a regex on "<device>|<transports>|<arguments>") runs
+# only the rows it matches; MELON_UCX_PCAP=<dir> keeps each row's RoCEv2 packets on the veth as
+# <dir>/row-<port>.pcap (for ../shared/tools/icrc_check.py or tshark).
 for row in "${runs[@]}"; do
+  [[ $row =~ ${MELON_UCX_ROWS:-.} ]] || continue
   sdev=${row%%|*}
   row=${row#*|}
   tls=${row%%|*}
@@ -156,6 +160,12 @@ for row in "${runs[@]}"; do
   env=(MELON_SOFT_STATS=1 UCX_NET_DEVICES=soft0:1)
   [ "$tls" != - ] && env+=("UCX_TLS=$tls")
   port=$((port + 1))
+  cap=
+  if [ -n "${MELON_UCX_PCAP:-}" ]; then
+    ip netns exec "$ns_a" tcpdump -q -n -i "ua$$" -s 0 -U -w "$MELON_UCX_PCAP/row-$port.pcap" udp port 4791 2> /dev/null &
+    cap=$!
+    sleep 0.5
+  fi
   in_ns "$ns_a" 10.224.0.1 env "${env[@]}" UCX_NET_DEVICES="$sdev:1" timeout 30 ucx_perftest -p "$port" > "$work/server" 2>&1 &
   server=$!
   # The client retries until the server listens (it exits at once on a refused connection).
@@ -172,6 +182,7 @@ for row in "${runs[@]}"; do
   done
   wait "$server"
   src=$?
+  if [ -n "$cap" ]; then sleep 0.2; kill "$cap"; wait "$cap" 2> /dev/null; fi
   label="$sdev<-soft0 ${tls/-/uct} $args"
   if [ $ok != 1 ] || [ $src != 0 ]; then
     echo "--- client:"
@@ -195,7 +206,7 @@ for row in "${runs[@]}"; do
       [ -n "${c[$side.$k]}" ] || fail "$label: $side printed no soft0 counter $k"
     done
     bad=$((c[$side.rx_bad_icrc] + c[$side.rx_malformed] + c[$side.rx_buffer_drops] + c[$side.tx_errors]))
-    [ "$bad" -eq 0 ] || fail "$label: $side dropped or refused packets ($bad)"
+    [ "$bad" -eq 0 ] || fail "$label: $side dropped or refused packets ($bad): $(grep "melondma soft: soft0 counters:" "$work/$side" | tail -1)"
   done
   if [ "$sdev" = mlx5_0 ]; then
     mlx5_tx=$((mlx5_tx + ${c[client.tx_packets]}))

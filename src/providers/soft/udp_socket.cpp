@@ -207,9 +207,10 @@ const char* gid_family_unusable(Platform p, bool ipv6) {
 }
 
 socklen_t roce_sockaddr(const uint8_t gid[16], uint32_t scope_id, uint16_t port, sockaddr_storage* ss) {
-  *ss = sockaddr_storage{};
+  // Only the address's own size is cleared (a packet's destination; the rest of ss is never read).
   if (!roce::gid_is_v4_mapped(gid)) {
     auto* s = reinterpret_cast<sockaddr_in6*>(ss);
+    *s = sockaddr_in6{};
     s->sin6_family = AF_INET6;
     s->sin6_port = htons(port);
     s->sin6_scope_id = scope_id;
@@ -217,6 +218,7 @@ socklen_t roce_sockaddr(const uint8_t gid[16], uint32_t scope_id, uint16_t port,
     return sizeof *s;
   }
   auto* s = reinterpret_cast<sockaddr_in*>(ss);
+  *s = sockaddr_in{};
   s->sin_family = AF_INET;
   s->sin_port = htons(port);
   std::memcpy(&s->sin_addr, gid + 12, 4);

@@ -34,25 +34,6 @@ namespace {
 
 thread_local const UdpTransport* tls_progress = nullptr;  // the transport whose progress thread this is
 
-socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss, uint32_t scope = 0) {
-  // Only the address's own size is cleared and passed (a message's; the rest of ss is never read).
-  if (gid_is_v4_mapped(gid)) {
-    auto* s = reinterpret_cast<sockaddr_in*>(ss);
-    memset(s, 0, sizeof *s);
-    s->sin_family = AF_INET;
-    s->sin_port = htons(port);
-    memcpy(&s->sin_addr, gid + 12, 4);
-    return sizeof *s;
-  }
-  auto* s = reinterpret_cast<sockaddr_in6*>(ss);
-  memset(s, 0, sizeof *s);
-  s->sin6_family = AF_INET6;
-  s->sin6_port = htons(port);
-  s->sin6_scope_id = scope;
-  memcpy(&s->sin6_addr, gid, 16);
-  return sizeof *s;
-}
-
 bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) {
   if (ss.ss_family == AF_INET) {
     auto* s = reinterpret_cast<const sockaddr_in*>(&ss);
@@ -84,29 +65,12 @@ UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemor
   window_ = std::max<uint32_t>(config.max_inflight_packets, 64);
   const SoftTunables t = soft_tunables();
   poll_interval_ns_ = t.poll_ns;
-  busy_ns_ = t.busy_ns;
+  lease_.set_busy_ns(t.busy_ns);
   defer_ = t.defer;
   stage_.reset(new TxBatch(window_));
+  sendq_.reset(new SendQueue(window_));
   gso_.reset(new std::atomic<bool>[socks_.size()]);
   for (size_t i = 0; i < socks_.size(); ++i) gso_[i] = false;
-}
-
-// A whole window's packets can be queued by one engine call (a large post, or an ACK opening the
-// window): all of them fit one batch, and go out in one sendmmsg per socket.
-UdpTransport::TxBatch::TxBatch(uint32_t window)
-    : slots(window), msgs(window), iov(size_t(window) * 4 + kMaxIovPerPkt), mmsg(window) {}
-
-uint8_t* UdpTransport::TxBatch::copy(const uint8_t* p, size_t n) {
-  constexpr size_t kChunk = 64 << 10;  // > the largest packet payload (path MTU 4096)
-  if (chunk_off + n > kChunk) {
-    ++chunk;
-    chunk_off = 0;
-  }
-  if (chunk == chunks.size()) chunks.emplace_back(new uint8_t[kChunk]);
-  uint8_t* d = chunks[chunk].get() + chunk_off;
-  memcpy(d, p, n);
-  chunk_off += n;
-  return d;
 }
 
 UdpTransport::~UdpTransport() { stop(); }
@@ -277,60 +241,12 @@ void UdpTransport::wake() {
 
 void UdpTransport::handoff() {
   if (!stage_->nmsgs) return;
-  if (replies_end_ == 1) join_held_reply();
+  if (replies_end_ == 1 && stage_->join_held_reply(gso_.get(), &join_delta_))
+    stats_.tx_replies_joined.fetch_add(1, std::memory_order_relaxed);
   replies_end_ = 0;
   held_.store(false, std::memory_order_relaxed);
   ++handoffs_;
-  std::lock_guard<std::mutex> g(q_mu_);
-  sendq_.push_back(std::move(stage_));
-  queued_.fetch_add(1, std::memory_order_relaxed);
-  if (spare_.empty()) {
-    stage_.reset(new TxBatch(window_));
-  } else {
-    stage_ = std::move(spare_.back());
-    spare_.pop_back();
-  }
-}
-
-void UdpTransport::join_held_reply() {
-  // A busy-polling ping-pong: the ACK a receive held (receive_batch) and the SEND the application
-  // posted next would leave as two datagrams, and the peer, which waits for both (its SEND's
-  // completion and our SEND), would wait for two trips through the stack. As one UDP GSO send
-  // they make one: the requests first (every GSO segment but the last has the segment size, and the
-  // ACK is the shortest packet), the reply as the last segment. Requests and replies are separate
-  // packet streams (a QP's requester and responder), so each stream keeps its order. The reply's
-  // ICRC changes with its IPv4 identification, which as segment i becomes i (transmit()).
-  TxBatch& b = *stage_;
-  if (b.nmsgs != 2) return;
-  TxMsg& a = b.msgs[0];
-  TxMsg& m = b.msgs[1];
-  TxSlot& s = b.slots[a.first_slot];
-  const int n = a.niov + m.niov;
-  if (a.kinds != kTxReply || a.npkts != 1 || a.niov != 2 || m.kinds != kTxRequest || !m.open || m.sock != a.sock ||
-      !gso_[m.sock].load(std::memory_order_relaxed) || a.seg > m.seg || m.npkts >= kMaxGsoSegments ||
-      size_t(m.npkts + 1) * m.seg > kMaxGsoBytes || n > kMaxIovPerMsg || memcmp(m.dgid, a.dgid, 16) ||
-      a.first_iov != 0 || m.first_iov != a.niov)
-    return;
-  const size_t pad = s.frame.tail_len - kIcrcSize;
-  const uint16_t id = uint16_t(m.npkts);
-  if (!s.ip.v6 && id != s.ip.ip_id) {  // IPv6 has no identification
-    // The ICRC is affine in the identification: one XOR with a difference kept per length and id
-    // (a ping-pong's ACKs all have one length and become segment 1).
-    const size_t len = s.frame.transport_len + pad;
-    if (len != join_delta_.len || s.ip.ip_id != join_delta_.from || id != join_delta_.to)
-      join_delta_ = {len, s.ip.ip_id, id, icrc_id_change(len, s.ip.ip_id, id)};
-    store_icrc(s.frame.tail + pad, load_icrc(s.frame.tail + pad) ^ join_delta_.delta);
-    s.ip.ip_id = id;
-  }
-  std::rotate(b.iov.begin(), b.iov.begin() + a.niov, b.iov.begin() + n);
-  m.first_iov = 0;
-  m.niov = n;
-  ++m.npkts;
-  m.kinds |= kTxReply;
-  m.open = false;
-  b.msgs[0] = m;
-  b.nmsgs = 1;
-  stats_.tx_replies_joined.fetch_add(1, std::memory_order_relaxed);
+  sendq_->push(&stage_);
 }
 
 void UdpTransport::transmit(const rc::TxPacket& p) {
@@ -339,68 +255,10 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
     stats_.tx_errors++;
     return;
   }
-  const int niov = p.niov + 2;
-  if (stage_->full(niov)) handoff();
+  if (stage_->full(p.niov + 2)) handoff();
   ++staged_;
-  TxBatch& b = *stage_;
   const Socket& k = socks_[sock];
-  uint32_t payload = 0;
-  for (int i = 0; i < p.niov; ++i) payload += p.iov[i].len;
-  const uint32_t len = uint32_t(transport_header_len(p.pkt.bth.opcode) + payload + pad_for(payload) + kIcrcSize);
-
-  // Join the message before when it goes to the same place and this packet can be its next GSO
-  // segment: every segment but the last has the segment size, the last may be shorter.
-  TxMsg* m = b.nmsgs ? &b.msgs[b.nmsgs - 1] : nullptr;
-  const bool join = m && gso_[sock].load(std::memory_order_relaxed) && m->open && m->sock == sock && len <= m->seg &&
-                    m->npkts < kMaxGsoSegments && size_t(m->npkts + 1) * m->seg <= kMaxGsoBytes &&
-                    m->niov + niov <= kMaxIovPerMsg && !memcmp(m->dgid, p.av->dgid, 16);
-
-  // The ICRC covers IP and UDP as the kernel will send them: from this socket's address and port (a
-  // socket has one source port, so the engine's entropy port in tx_ip() is replaced), DF set (see
-  // start()), and the IPv4 identification: 0 for a datagram of its own; GSO gives the segments of
-  // one send the identifications 0, 1, 2, ... (Linux inet_gso_segment), so the i-th packet of a
-  // message is summed with i.
-  IpUdp ip = rc::tx_ip(p);
-  ip.v6 = k.v6;
-  memcpy(ip.src, k.addr.gid, 16);
-  ip.sport = port_;
-  ip.dport = kRoceV2Port;
-  ip.ip_id = join ? uint16_t(m->npkts) : 0;
-  ip.df = true;
-  TxSlot& s = b.slots[b.nslots++];
-  write_payload_frame(ip, p.pkt, p.iov, p.niov, s.frame);
-  s.ip = ip;
-  iovec* v = &b.iov[b.n_iov];
-  int n = 0;
-  v[n++] = {s.frame.transport, s.frame.transport_len};
-  // RC payloads are sent from registered memory: their WQE completes only when the ACK comes,
-  // after the send. UC and UD sends complete when handed over, so the application may reuse the
-  // buffer before this batch leaves; and inline data lives in the engine's WQE, which a concurrent
-  // ibv_destroy_qp frees: those are copied.
-  const bool copy = (p.pkt.bth.opcode >> 5) != 0 || p.inline_payload;  // IBA 9.2: top three bits = transport
-  const OpInfo& op = op_info(p.pkt.bth.opcode);
-  const uint8_t kind = op.is(kRequest) ? kTxRequest : op.is(kAck | kAtomicAck | kReadResp) ? kTxReply : kTxOther;
-  for (int i = 0; i < p.niov; ++i) v[n++] = {copy ? b.copy(p.iov[i].ptr, p.iov[i].len) : p.iov[i].ptr, p.iov[i].len};
-  v[n++] = {s.frame.tail, s.frame.tail_len};
-  b.n_iov += n;
-  if (join) {
-    m->niov += n;
-    ++m->npkts;
-    m->kinds |= kind;
-    if (len < m->seg) m->open = false;
-  } else {
-    m = &b.msgs[b.nmsgs++];
-    m->sock = sock;
-    memcpy(m->dgid, p.av->dgid, 16);
-    m->first_iov = b.n_iov - n;
-    m->niov = n;
-    m->npkts = 1;
-    m->seg = len;
-    m->open = true;
-    m->kinds = kind;
-    m->first_slot = b.nslots - 1;
-    m->to_len = to_sockaddr(p.av->dgid, kRoceV2Port, &m->to);
-  }
+  stage_->add(p, TxSource{sock, k.addr.gid, k.v6, port_, gso_.get()});
 }
 
 void UdpTransport::drain() {
@@ -412,60 +270,11 @@ void UdpTransport::drain() {
 }
 
 void UdpTransport::send_queued(bool wait) {
-  // One sender at a time keeps the packets in queue order. A thread that finds another sending
-  // leaves its batches to it. The sender lets go of tx_mu_ inside q_mu_, at the moment it finds the
-  // queue empty (pop_queued): a batch queued before that moment is the sender's, one queued after
-  // it finds tx_mu_ free for the thread that queued it (every thread that queues calls this next).
-  // Nothing queued (a receive that made no reply, a post that held its packets): no lock. Our own
-  // handoffs are seen here; another thread's batch is that thread's to send (or the sender's).
-  if (!wait && !queued_.load(std::memory_order_relaxed)) return;
-  if (wait)
-    tx_mu_.lock();
-  else if (!tx_mu_.try_lock())
-    return;
-  std::unique_ptr<TxBatch> b = pop_queued(nullptr);
-  while (b) {
-    send_batch(*b);
-    b->clear();
-    b = pop_queued(std::move(b));  // the sent batch back to the spares and the next one, in one lock
-  }
-}
-
-std::unique_ptr<UdpTransport::TxBatch> UdpTransport::pop_queued(std::unique_ptr<TxBatch> sent) {
-  std::lock_guard<std::mutex> g(q_mu_);
-  if (sent) spare_.push_back(std::move(sent));
-  if (sendq_.empty()) {
-    tx_mu_.unlock();
-    return nullptr;
-  }
-  std::unique_ptr<TxBatch> b = std::move(sendq_.front());
-  sendq_.pop_front();
-  queued_.fetch_sub(1, std::memory_order_relaxed);
-  return b;
+  sendq_->send(wait, [this](TxBatch& b) { send_batch(b); });
 }
 
 void UdpTransport::send_batch(TxBatch& b) {
-  for (int i = 0; i < b.nmsgs; ++i) {
-    TxMsg& m = b.msgs[i];
-    msghdr& h = b.mmsg[i].msg_hdr;
-    memset(&b.mmsg[i], 0, sizeof(mmsghdr));
-    h.msg_name = &m.to;
-    h.msg_namelen = m.to_len;
-    h.msg_iov = &b.iov[m.first_iov];
-    h.msg_iovlen = m.niov;
-#if defined(__linux__)
-    if (m.npkts > 1) {  // one send, cut by the kernel into datagrams of m.seg bytes
-      h.msg_control = m.ctrl;
-      h.msg_controllen = sizeof m.ctrl;
-      cmsghdr* c = CMSG_FIRSTHDR(&h);
-      c->cmsg_level = SOL_UDP;
-      c->cmsg_type = UDP_SEGMENT;
-      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-      uint16_t seg = uint16_t(m.seg);
-      memcpy(CMSG_DATA(c), &seg, sizeof seg);
-    }
-#endif
-  }
+  b.prepare_send();
   // Consecutive messages from the same socket go out in one sendmmsg.
   int off = 0;
   while (off < b.nmsgs) {
@@ -730,7 +539,7 @@ int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
   } else {
     // More than a ping-pong's replies: a stream whose ACKs open the window. Sending it is work for
     // the progress thread on the other core, not for the polling thread: the lease ends (poll_progress).
-    if (hold) stream_seen_.store(true, std::memory_order_relaxed);
+    if (hold) lease_.note_stream();
     after_engine_call();
   }
   g.unlock();
@@ -750,23 +559,11 @@ bool UdpTransport::poll_progress() {
   // path last looked. Inside one the progress thread does not receive, so every poll does.
   if (!running_) return false;
   const uint64_t now = now_ns();
-  bool lease = lease_.load(std::memory_order_relaxed);
-  if (busy_ns_) {
-    // A load and a store, not an exchange (a locked instruction on every poll): two threads polling
-    // at once may both see the older time, which only delays a lease.
-    const uint64_t prev = app_polled_at_.load(std::memory_order_relaxed);
-    app_polled_at_.store(now, std::memory_order_relaxed);
-    if (now - prev > kSpinGapNs) {
-      spin_since_.store(now, std::memory_order_relaxed);
-    } else if (!lease && now - spin_since_.load(std::memory_order_relaxed) >= kSpinMinNs &&
-               now >= no_lease_until_.load(std::memory_order_relaxed)) {
-      lease = true;
-      if (!lease_.exchange(true)) {  // the progress thread leaves the sockets to us
-        waiter_lease_.store(false, std::memory_order_relaxed);  // a spin's lease, which arming ends
-        stats_.busy_poll_leases++;
-        wake();
-      }
-    }
+  const BusyPollLease::Poll poll = lease_.on_poll(now);
+  const bool lease = poll.leased;
+  if (poll.taken) {  // the progress thread leaves the sockets to us
+    stats_.busy_poll_leases++;
+    wake();
   }
   if (!lease && !rx_hint_.load(std::memory_order_relaxed)) {
     if (now - last_poll_rx_.load(std::memory_order_relaxed) < poll_interval_ns_) return false;
@@ -790,33 +587,15 @@ bool UdpTransport::poll_progress() {
   rx_mu_.unlock();
   send_queued(false);
   arm_timer();
-  if (lease && stream_seen_.exchange(false, std::memory_order_relaxed)) {
-    // Streaming: hand receiving back to the progress thread and stay away, twice as long each
-    // time in a row (10 ms .. 1.3 s), so a long stream pays for a few leases only.
-    const uint64_t backoff = no_lease_backoff_ns_.load(std::memory_order_relaxed);
-    no_lease_backoff_ns_.store(std::min<uint64_t>(backoff * 2, kNoLeaseAfterStreamNs << 7), std::memory_order_relaxed);
-    no_lease_until_.store(now + backoff, std::memory_order_relaxed);
-    if (lease_.exchange(false)) wake();
-  }
+  // Streaming: receiving goes back to the progress thread, for a back-off (busy_poll_lease.h).
+  if (lease && lease_.end_if_stream(now)) wake();
   return got > 0;
 }
 
 void UdpTransport::app_waits() {
-  no_lease_backoff_ns_.store(kNoLeaseAfterStreamNs, std::memory_order_relaxed);
-  // A poll right after arming (closing the race with a completion) starts a new spin, not a lease.
-  const uint64_t now = now_ns();
-  spin_since_.store(now, std::memory_order_relaxed);
-  app_polled_at_.store(now, std::memory_order_relaxed);
-  // The lease a waiter left after receiving its own event: the application arms to wait again, as
-  // a rule in ibv_get_cq_event, which receives itself. Waking the progress thread to take the
-  // sockets, and the next wait waking it again to leave them, would cost two wake-ups a message;
-  // the lease (its timer armed) stays, so an application that now blocks elsewhere (poll() on the
-  // channel fd) has its arrivals taken up at the latest busy_ns_ from here.
-  if (waiter_lease_.exchange(false, std::memory_order_relaxed) && lease_.load()) {
-    if (held_.load(std::memory_order_relaxed)) flush_held();
-    return;
-  }
-  if (lease_.exchange(false)) wake();
+  // A waiter's lease that stays has its timer armed, so an application that now blocks elsewhere
+  // (poll() on the channel fd) has its arrivals taken up at the latest busy_ns from here.
+  if (lease_.on_arm(now_ns()) == BusyPollLease::Arm::ended) wake();
   if (held_.load(std::memory_order_relaxed)) flush_held();
 }
 
@@ -824,12 +603,12 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
   if (!running_) return 0;
   waiters_.fetch_add(1);
   if (watching_.load()) wake();  // the progress thread leaves the sockets to waiters
-  if (busy_ns_) {
+  if (lease_.enabled()) {
     // The lease this wait leaves on its way out ends by the timer (below). Armed now, before the
     // wait, it need not be armed after the wake-up unless the wait outlasted it (timer_moved).
     {
       std::lock_guard<std::mutex> g(mu_);
-      timer_moved(now_ns() + busy_ns_);
+      timer_moved(now_ns() + lease_.busy_ns());
     }
     arm_timer();
   }
@@ -869,20 +648,15 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
   send_queued(false);
   // The last waiter out leaves a lease, as a poll does: the application's next poll, post or
   // ibv_req_notify_cq takes over from here (and sends the held replies); if none comes, the
-  // progress thread's timer ends the lease after busy_ns_. No wake-up on the way out.
+  // progress thread's timer ends the lease after busy_ns. No wake-up on the way out.
   const uint64_t now = now_ns();
-  if (busy_ns_) {
-    app_polled_at_.store(now, std::memory_order_relaxed);
-    spin_since_.store(now, std::memory_order_relaxed);
-    waiter_lease_.store(event_taken(), std::memory_order_relaxed);  // see app_waits()
-    lease_.store(true);
-  }
+  lease_.on_wait_left(now, event_taken());  // its own event: see BusyPollLease::on_arm
   if (waiters_.fetch_sub(1) == 1) {
-    if (!busy_ns_) {
+    if (!lease_.enabled()) {
       wake();
     } else {
       std::lock_guard<std::mutex> g(mu_);
-      timer_moved(now + busy_ns_);  // mostly armed already, on the way in
+      timer_moved(now + lease_.busy_ns());  // mostly armed already, on the way in
     }
   } else if (held_.load(std::memory_order_relaxed)) {
     flush_held();
@@ -914,7 +688,7 @@ void UdpTransport::run() {
       next_share_tick_ = now_ns() + AddressRegistry::kTickNs;
     }
     // While the application holds a busy-poll lease, watch only the wake pipe and the timers, and
-    // look again when the lease would run out; once no poll came for busy_ns_, take the sockets back.
+    // look again when the lease would run out; once no poll came for busy_ns, take the sockets back.
     // Threads blocked in wait_readable() receive too; the same holds while there are any.
     uint64_t deadline, lease_end;
     bool spin_leased, leased;
@@ -923,16 +697,11 @@ void UdpTransport::run() {
       // then calls timer_moved under mu_, so either this sees its lease or it sees the deadline
       // set here (and wakes this thread if its lease ends sooner).
       std::lock_guard<std::mutex> g(mu_);
-      lease_end =
-          lease_.load(std::memory_order_relaxed) ? app_polled_at_.load(std::memory_order_relaxed) + busy_ns_ : 0;
-      spin_leased = lease_end > now_ns();
+      lease_end = lease_.running_until(now_ns());
+      spin_leased = lease_end != 0;
       watching_.store(true);  // before looking at waiters_: an arriving waiter sees one or the other
       leased = spin_leased || waiters_.load() > 0;
       if (leased) watching_.store(false);
-      if (!spin_leased) {
-        lease_.store(false, std::memory_order_relaxed);
-        waiter_lease_.store(false, std::memory_order_relaxed);
-      }
       deadline = engine_.next_deadline();
       // The engine's retransmission counters, copied out at most every millisecond (a sum over
       // QPs); while they may be stale the wait is capped so they catch up.

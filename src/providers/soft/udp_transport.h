@@ -1,7 +1,7 @@
 // The soft provider's wire: one UDP socket on port 4791 of a device address, the transport engine
 // behind it, and a progress thread, so RDMA WRITE/READ/atomics aimed at this process complete
-// without the application calling any verb. Packets leave in sendmmsg batches gathered straight
-// from registered memory (runs of equal-size packets as one UDP GSO send where the kernel has it);
+// without the application calling any verb. Packets leave in sendmmsg batches, each payload copied
+// in before its ICRC is summed (runs of equal-size packets as one UDP GSO send where the kernel has it);
 // arrivals come in recvmmsg batches (several packets per buffer with UDP GRO) and are ICRC-checked
 // (icrc_udp.h). Batches are sized to the requester window.
 #pragma once
@@ -13,7 +13,6 @@
 #include <ctime>
 
 #include <atomic>
-#include <deque>
 #include <memory>
 #include <cstdint>
 #include <mutex>
@@ -21,9 +20,12 @@
 #include <thread>
 #include <vector>
 
+#include "providers/soft/busy_poll_lease.h"
 #include "providers/soft/msg_batch.h"  // mmsghdr off Linux
+#include "providers/soft/send_queue.h"
 #include "providers/soft/soft_counters.h"
 #include "providers/soft/steering.h"
+#include "providers/soft/tx_batch.h"
 #include "providers/soft/udp_socket.h"
 #include "rc/engine.h"
 #include "roce/frame.h"
@@ -120,16 +122,13 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // an empty CQ), so a busy-polling process needs no thread hand-off. False if nothing came or
   // the progress thread holds the engine.
   //
-  // Busy-poll lease: once the application has polled empty CQs without a pause for kSpinMinNs,
-  // the progress thread stops watching the sockets (it keeps the timers and its wake pipe) and
-  // every poll receives, so arrivals never wake a second thread that would race the spinning one
-  // for the socket and the CPU. The lease ends when no poll came for busy_ns_
-  // (MELON_SOFT_BUSY_NS, default 1 ms; 0 turns the lease off) or when a CQ is armed (app_waits).
+  // Inside a busy-poll lease (busy_poll_lease.h) every poll receives and the progress thread
+  // keeps off the sockets.
   bool poll_progress();
   // A CQ of this transport was armed (ibv_req_notify_cq): the application is about to block, so
   // the progress thread watches the sockets again at once; unless the lease was left by a waiter
   // that received its own event (the application most likely waits there again, receiving itself):
-  // then the lease stays, to its end busy_ns_ later.
+  // then the lease stays, to its end busy_ns later.
   void app_waits();
   // Blocks until `fd` (a completion channel) is readable or `event_taken()` says this thread's own
   // receive signalled it (verbs::channel_event_taken: the event then never passes through `fd`),
@@ -153,10 +152,11 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   static void print_counters(const char* name, const TransportStats& stats);
 
   // Locks, in the order they may nest: rx_mu_ (receive buffers, recvmmsg) -> mu_ (the engine and
-  // the batch being filled) -> q_mu_ (the send queue, held for pointer moves only). tx_mu_ (the
-  // one thread sending) -> q_mu_. timer_mu_ (arm_timer) -> mu_. Lanes: this lane's rx_mu_ -> another lane's mu_ (hand_over), and
-  // no thread holds two lanes' mu_. No thread makes a syscall while holding mu_, so a post waits at
-  // most for engine work, never for a recvmmsg or a sendmmsg.
+  // the batch being filled) -> the send queue's own (send_queue.h, held for pointer moves only; its
+  // sender lock is held without mu_). timer_mu_ (arm_timer) -> mu_. Lanes: this lane's rx_mu_ ->
+  // another lane's mu_ (hand_over), and no thread holds two lanes' mu_. No thread makes a syscall
+  // while holding mu_, so a post waits at most for engine work, never for a recvmmsg or a sendmmsg.
+  // The busy-poll lease (busy_poll_lease.h) takes no lock.
  private:
   enum class Mode { control, post, post_send };
   template <typename F>
@@ -215,12 +215,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   void arm_timer();  // without mu_: the timerfd_settime (or wake) that timer_moved asked for, if any
   size_t socket_for(const uint8_t sgid[16]) const;
 
-  // Transmit: packets queue in slots; consecutive full-size packets of one flow share one message
-  // (one UDP GSO send, UDP_SEGMENT = their size), and each socket's messages leave in one sendmmsg.
-  static constexpr int kMaxIovPerPkt = rc::TxPacket::kMaxIov + 2;
-  static constexpr int kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS of Linux 4.18..6.0 (128 since)
-  static constexpr size_t kMaxGsoBytes = 65507;  // the largest IPv4 UDP payload, all segments together
-  static constexpr int kMaxIovPerMsg = 1024;  // UIO_MAXIOV
+  // Transmit: packets fill a batch (tx_batch.h) that joins the send queue (send_queue.h).
   static constexpr int kMaxHeld = kMaxGsoSegments;  // held packets that make posts send (one GSO run)
   // Receive: one datagram per buffer, or with UDP GRO up to 64 KiB of one flow's packets.
   static constexpr size_t kRxBuf = 9216;
@@ -238,7 +233,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   uint16_t port_;
   int wake_rd_ = -1, wake_wr_ = -1;
   int timer_fd_ = -1;  // timerfd (Linux) the progress thread watches beside its ppoll timeout
-  std::mutex rx_mu_, mu_, q_mu_, tx_mu_;
+  std::mutex rx_mu_, mu_;
   rc::Engine engine_;
   std::thread thread_;
   std::atomic<bool> running_{false};
@@ -248,23 +243,11 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<bool> rx_hint_{false};
   std::atomic<uint64_t> last_poll_rx_{0};  // when poll_progress() last looked without the hint
   uint64_t poll_interval_ns_ = 2000;  // MELON_SOFT_POLL_NS overrides (benchmarks)
-  // Busy-poll lease (poll_progress): polls closer than kSpinGapNs are one spin; a spin of
-  // kSpinMinNs takes the lease (an event-driven application's empty polls around ibv_req_notify_cq
-  // are a few µs apart and shorter than that).
-  static constexpr uint64_t kSpinGapNs = 20000, kSpinMinNs = 50000;
-  uint64_t busy_ns_ = 1000000;  // MELON_SOFT_BUSY_NS overrides; 0: no lease
-  std::atomic<uint64_t> app_polled_at_{0};  // the last poll_progress()
-  std::atomic<uint64_t> spin_since_{0};  // start of the application's current spin
-  std::atomic<bool> lease_{false};
-  std::atomic<bool> waiter_lease_{false};  // lease_ was left by a waiter that received its own event
+  BusyPollLease lease_;  // MELON_SOFT_BUSY_NS overrides its 1 ms; 0: no lease
   // A leased receive that made more than kMaxHeldReplies packets to send (a window refill, not a
-  // ping-pong's ACK) ends the lease, and none is taken for kNoLeaseAfterStreamNs: a stream keeps
-  // the progress thread (and the second core) sending while the application posts.
+  // ping-pong's ACK) is a stream (BusyPollLease::note_stream): the progress thread (and the second
+  // core) is to send it while the application posts.
   static constexpr int kMaxHeldReplies = 4;
-  static constexpr uint64_t kNoLeaseAfterStreamNs = 10000000;
-  std::atomic<bool> stream_seen_{false};
-  std::atomic<uint64_t> no_lease_until_{0};
-  std::atomic<uint64_t> no_lease_backoff_ns_{kNoLeaseAfterStreamNs};  // reset when a CQ is armed
   std::atomic<int> waiters_{0};
   std::atomic<bool> watching_{false};  // the progress thread's next wait includes the sockets
   // Threads that must receive (the progress thread, waiters) take rx_mu_ through this, and a polling
@@ -308,64 +291,18 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::atomic<uint64_t> lane_rx_packets_{0}, lane_handed_over_{0};  // written under rx_mu_
 
   // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
-  // the send queue, and whichever thread holds tx_mu_ sends queued batches in order.
-  struct TxSlot {
-    roce::PayloadFrame frame;  // transport headers, pad + ICRC around the payload
-    roce::IpUdp ip;  // what its ICRC covers (join_held_reply computes it again for another IPv4 id)
-  };
-  struct TxMsg {
-    size_t sock;
-    uint8_t dgid[16];
-    int first_iov, niov;
-    int npkts;
-    uint32_t seg;  // size of every packet but the last (the GSO segment size)
-    bool open;  // a further packet of size <= seg may join
-    uint8_t kinds;  // TxKind bits of its packets (join_held_reply)
-    int first_slot;
-    sockaddr_storage to;
-    socklen_t to_len;
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(uint16_t))];
-  };
-  enum TxKind : uint8_t { kTxRequest = 1, kTxReply = 2, kTxOther = 4 };
-  struct TxBatch {
-    explicit TxBatch(uint32_t window);
-    bool full(int niov) const {
-      return nslots == int(slots.size()) || nmsgs == int(msgs.size()) || n_iov + niov > int(iov.size());
-    }
-    // A copy of `n` bytes that lives as long as the batch.
-    uint8_t* copy(const uint8_t* p, size_t n);
-    void clear() { nslots = nmsgs = n_iov = 0, chunk = chunk_off = 0; }
-    std::vector<TxSlot> slots;
-    std::vector<TxMsg> msgs;
-    std::vector<iovec> iov;
-    std::vector<mmsghdr> mmsg;
-    int nslots = 0, nmsgs = 0, n_iov = 0;
-    std::vector<std::unique_ptr<uint8_t[]>> chunks;
-    size_t chunk = 0, chunk_off = 0;
-  };
-  void handoff();  // with mu_ held: stage_ joins the send queue
-  // With mu_ held, from handoff(): a lone reply a receive held (replies_end_ == 1) and the one
-  // message of requests that followed it become one GSO send, the requests first.
-  void join_held_reply();
-  // The ICRC change for the last (length, identification) a joined reply moved between (guarded by mu_).
-  struct JoinDelta {
-    size_t len = 0;
-    uint16_t from = 0, to = 0;
-    uint32_t delta = 0;
-  } join_delta_;
+  // the send queue, and whichever thread holds the queue's sender lock sends queued batches in order.
+  // With mu_ held: stage_ joins the send queue; a lone reply a receive held (replies_end_ == 1) and
+  // the one message of requests that followed it become one GSO send first (TxBatch::join_held_reply).
+  void handoff();
+  JoinDelta join_delta_;  // guarded by mu_
   void send_queued(bool wait);
-  // With tx_mu_ held: `sent` (if any) back among the spares, and the oldest queued batch taken; if
-  // there is none, tx_mu_ is released (under q_mu_) and nullptr returned.
-  std::unique_ptr<TxBatch> pop_queued(std::unique_ptr<TxBatch> sent);
-  void send_batch(TxBatch& b);  // with tx_mu_ held
+  void send_batch(TxBatch& b);  // by the queue's one sender
   std::unique_ptr<TxBatch> stage_;  // guarded by mu_
   uint64_t staged_ = 0, handoffs_ = 0;  // packets transmit() staged, batches handed off (guarded by mu_)
   std::atomic<bool> held_{false};  // stage_ holds packets a post left there (set and cleared under mu_)
   int replies_end_ = 0;  // stage_'s first messages, held by a receive into an empty stage_ (guarded by mu_)
-  std::deque<std::unique_ptr<TxBatch>> sendq_;  // guarded by q_mu_
-  // sendq_.size(), changed under q_mu_; read without it by send_queued (a thread sees its own handoffs).
-  std::atomic<size_t> queued_{0};
-  std::vector<std::unique_ptr<TxBatch>> spare_;  // guarded by q_mu_
+  std::unique_ptr<SendQueue> sendq_;
   std::unique_ptr<std::atomic<bool>[]> gso_;  // per socket: cleared by the sender if the kernel refuses
 
   // Receive batch (guarded by rx_mu_), sized to the window; set up once in start().
