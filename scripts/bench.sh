@@ -12,6 +12,10 @@
 #                                                    (t_typical, p50) and one of averages
 #   wake-up         completion channel, blocked   vs a thread blocked in      goal <= 1.3
 #                   (tools/bench_soft_wake p50)      recv() (same tool, p50)
+#   mlx5_0          ib_write_bw 64 KiB from mlx5_0 vs the same from a soft     goal >= 0.5
+#   (melon-emud)    ib_send_lat 8 B from mlx5_0    device, same server    goal <= 2.0
+#                   melon-emud's CPU with an idle  vs one core            goal <= 0.01
+#                   context open (5 s)
 # Beside each row: receive-buffer drops / retransmissions / refused sends counted by the soft
 # processes of that row (MELON_SOFT_STATS=1); loss we cause ourselves, 0 on an idle loopback.
 #
@@ -19,11 +23,11 @@
 # namespace so other runs on 127.0.0.x cannot clash; the veth case in two namespaces joined by a veth
 # pair). Without root the veth case is skipped (with the reason) and loopback runs on 127.0.0.2/.3.
 # Usage: scripts/bench.sh [build-dir]   (default build/release; ./melon bench builds it first)
-# Only the sections named in MELON_BENCH (default "veth lo rate multi lat wake") run.
+# Only the sections named in MELON_BENCH (default "veth lo rate multi lat wake emud") run.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/build/release}
-sections=${MELON_BENCH:-veth lo rate multi lat wake}
+sections=${MELON_BENCH:-veth lo rate multi lat wake emud}
 # MELON_SOFT_STATS=1: each soft process prints its transport counters at exit (rx_buffer_drops,
 # retransmits, tx_errors: loss we cause ourselves, which should be 0 on loopback).
 export LD_LIBRARY_PATH=$build/lib MELON_SOFT_AUTO=0 MELON_SOFT_STATS=1
@@ -86,6 +90,8 @@ setup_veth() {  # setup_veth <mtu>
   nsA=$a nsB=$b addrA=10.231.0.1 addrB=10.231.0.2
 }
 
+# The client's device: bench1 (soft, at B) unless a case sets client_dev (mlx5_0 on melon-emud).
+client_dev=bench1
 pair() {  # pair <tool> <args...>: perftest server at A, client at B; prints the client's output
   local tool=$1; shift
   local port=$((20000 + RANDOM % 20000))
@@ -93,7 +99,7 @@ pair() {  # pair <tool> <args...>: perftest server at A, client at B; prints the
   local spid=$!
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     sleep 0.5
-    MELON_SOFT_DEVICES=bench1=$addrB in_ns $nsB timeout 90 "$tool" -d bench1 -F -p $port "$@" $addrA > "$tmp/client" 2>&1 || true
+    MELON_SOFT_DEVICES=bench1=$addrB in_ns $nsB timeout 90 "$tool" -d $client_dev -F -p $port "$@" $addrA > "$tmp/client" 2>&1 || true
     grep -q "Couldn't connect" "$tmp/client" || break
   done
   wait $spid || true
@@ -116,14 +122,14 @@ tcp_bw() {  # MB/s of one iperf3 TCP stream B -> A
 }
 
 rows=()
-row() {  # row <case> <soft> <baseline> <unit> <goal-op> <goal>
+row() {  # row <case> <soft> <baseline> <unit> <goal-op> <goal> [zero-ok]
   local ratio ok loss
   # Receive-buffer drops / retransmissions / refused sends of the soft runs behind this row.
   loss=$(awk '{ for (i = 1; i < NF; i++) { if ($i == "rx_buffer_drops") d += $(i + 1)
     if ($i == "retransmits") r += $(i + 1); if ($i == "tx_errors") e += $(i + 1) } }
     END { printf "%d/%d/%d", d, r, e }' "$tmp/stats" 2> /dev/null || echo "-")
   rm -f "$tmp/stats"
-  if python3 -c "import sys; sys.exit(0 if float('$2') > 0 else 1)"; then :; else
+  if python3 -c "import sys; sys.exit(0 if float('$2') > 0 or '${7:-}' == 'zero-ok' else 1)"; then :; else
     rows+=("$(printf '%-46s no result from the soft RoCE run (timed out or failed)' "$1")")
     return
   fi
@@ -193,6 +199,38 @@ for s in $sections; do
       r=$(awk '$1 == "soft:" {for (i = 1; i < NF; i++) if ($i == "p50") print $(i + 1)}' "$tmp/wake")
       u=$(awk '$1 == "udp:" {for (i = 1; i < NF; i++) if ($i == "p50") print $(i + 1)}' "$tmp/wake")
       row "loopback: comp-channel wake vs blocked recv()" "${r:-0}" "${u:-0}" us "<=" 1.3
+      ;;
+    emud)
+      setup_lo
+      emud=$build/src/dext/emuhost/melon-emud
+      if [ ! -x "$emud" ]; then skip "mlx5_0 (melon-emud)" "$emud is not built"; continue; fi
+      # The emulated ConnectX-4 Lx's wire on 127.0.0.4, beside the soft devices on .2 and .3. The
+      # same server (bench0) and message sizes for both clients, one right after the other.
+      (in_ns_exec $nsA "$emud" --socket "$tmp/emud.sock" --wire 127.0.0.4 > "$tmp/emud.log" 2>&1) &
+      emud_pid=$!
+      for _ in $(seq 200); do [ -S "$tmp/emud.sock" ] && break; sleep 0.05; done
+      export MELON_EMUD_SOCKET=$tmp/emud.sock
+      s_bw=$(write_bw -s 65536 -D 5 -x 0)
+      s_lat=$(pair ib_send_lat -s 8 -n 5000 -x 0 | awk '$1 == 8 {print $5}')
+      client_dev=mlx5_0
+      m_bw=$(write_bw -s 65536 -D 5 -x 0)
+      m_lat=$(pair ib_send_lat -s 8 -n 5000 -x 0 | awk '$1 == 8 {print $5}')
+      client_dev=bench1
+      row "mlx5_0: write_bw 64K vs soft -> soft" "$m_bw" "$s_bw" MB/s ">=" 0.5
+      row "mlx5_0: send_lat 8 B p50 vs soft -> soft" "${m_lat:-0}" "${s_lat:-0}" us "<=" 2.0
+      # Idle: a context with a QP and posted receives open on mlx5_0 (ibv_rc_pingpong waiting for
+      # its peer), melon-emud's user + system time over 5 s (clock ticks, /proc/<pid>/stat).
+      (in_ns_exec $nsA ibv_rc_pingpong -d mlx5_0 -g 0 -p $((20000 + RANDOM % 20000)) > /dev/null 2>&1) &
+      idle_pid=$!
+      sleep 1
+      kill -0 "$idle_pid" 2> /dev/null || echo "bench: the idle ibv_rc_pingpong on mlx5_0 did not stay up; idle means no context"
+      ticks() { awk '{print $14 + $15}' "/proc/$emud_pid/stat"; }
+      t0=$(ticks); sleep 5; t1=$(ticks)
+      kill "$idle_pid" 2> /dev/null || true; wait "$idle_pid" 2> /dev/null || true
+      cpu=$(python3 -c "print(($t1 - $t0) / $(getconf CLK_TCK))")
+      row "mlx5_0: idle melon-emud CPU s in 5 s vs 5 s" "$cpu" 5 s "<=" 0.01 zero-ok
+      kill "$emud_pid" 2> /dev/null || true; wait "$emud_pid" 2> /dev/null || true
+      unset MELON_EMUD_SOCKET
       ;;
   esac
 done
