@@ -62,7 +62,7 @@ enum Feature : uint64_t {
   V(stable_cycle, 0x10a6, CycleReq, CycleResp)       \
   V(create_srq, 0x10b8, CreateSrqReq, CreateSrqResp) \
   V(destroy_srq, 0x10b9, HandleReq, EmptyResp)       \
-  V(modify_srq, 0x10bc, ModifySrqReq, EmptyResp)    \
+  V(modify_srq, 0x10bc, ModifySrqReq, EmptyResp)     \
   V(resize_cq, 0x1032, ResizeCqReq, ResizeCqResp) /* last: the fuzz corpus indexes this list */
 
 #define MELON_UAPI_SEL_ENUM(name, value, req, resp) name = value,

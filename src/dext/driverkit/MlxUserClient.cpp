@@ -233,7 +233,8 @@ kern_return_t MlxUserClient::ExternalMethod(uint64_t selector, IOUserClientMetho
     memcpy(&h, in, sizeof h);
     forget_maps(iv, h.handle);
   }
-  if (r.status == uapi::Status::ok && in_len >= sizeof(uapi::ResizeCqReq) && sel == uint32_t(uapi::Selector::resize_cq)) {
+  if (r.status == uapi::Status::ok && in_len >= sizeof(uapi::ResizeCqReq) &&
+      sel == uint32_t(uapi::Selector::resize_cq)) {
     uapi::ResizeCqReq rq;
     memcpy(&rq, in, sizeof rq);
     forget_maps(iv, rq.handle, uint32_t(uapi::MapKind::cqe));

@@ -123,8 +123,8 @@ Err Hca::resize_cq(Cq* cq, uint32_t log_size, const DmaSegment* buf, uint32_t nb
   p::cmd_set_header(in.get(), p::opcode::MODIFY_CQ, p::kModifyCqOpModResize);
   p::modify_cq_in::view v(in.get());
   v.set(p::modify_cq_in::cqn, cq->cqn)
-      .set(p::modify_cq_in::field_select, p::cq_resize_select::LOG_CQ_SIZE | p::cq_resize_select::PAGE_OFFSET |
-                                              p::cq_resize_select::LOG_PAGE_SIZE);
+      .set(p::modify_cq_in::field_select,
+           p::cq_resize_select::LOG_CQ_SIZE | p::cq_resize_select::PAGE_OFFSET | p::cq_resize_select::LOG_PAGE_SIZE);
   v.at(p::modify_cq_in::cq_context)
       .set(p::cqc::log_cq_size, log_size)
       .set(p::cqc::page_offset, 0)

@@ -294,8 +294,8 @@ CmdStatus Hca::resize_cq(Cmd& c, Cq& cq) {
   if (cq.status != prm::cqc_status::OK) return fail(S::BAD_RES_STATE_ERR, synd::CQ_IN_ERROR);
   auto ctx = in.at(prm::modify_cq_in::cq_context);
   uint8_t log_size = uint8_t(ctx.get(prm::cqc::log_cq_size));
-  uint8_t log_page_size = sel & prm::cq_resize_select::LOG_PAGE_SIZE ? uint8_t(ctx.get(prm::cqc::log_page_size))
-                                                                      : cq.log_page_size;
+  uint8_t log_page_size =
+      sel & prm::cq_resize_select::LOG_PAGE_SIZE ? uint8_t(ctx.get(prm::cqc::log_page_size)) : cq.log_page_size;
   uint8_t page_offset =
       sel & prm::cq_resize_select::PAGE_OFFSET ? uint8_t(ctx.get(prm::cqc::page_offset)) : cq.page_offset;
   if (log_size > prm::get(cur_caps_, prm::cmd_hca_cap::log_max_cq_sz))

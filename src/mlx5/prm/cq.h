@@ -73,14 +73,14 @@ MELON_PRM_STRUCT(query_cq_in, 128, MELON_PRM_QUERY_CQ_IN)
   A(pas, 2176, 64)
 MELON_PRM_STRUCT(query_cq_out, 2176, MELON_PRM_QUERY_CQ_OUT)
 
-#define MELON_PRM_MODIFY_CQ_IN(F, S, A)                                                  \
-  F(opcode, 0, 16)                                                                       \
-  F(uid, 16, 16)                                                                         \
-  F(op_mod, 48, 16)                                                                      \
-  F(cqn, 72, 24)                                                                         \
-  F(field_select, 96, 32) /* modify: cq_modify bits; resize: cq_resize_select bits */      \
-  S(cq_context, 128, cqc)                                                                \
-  F(cq_umem_valid, 736, 1)                                                               \
+#define MELON_PRM_MODIFY_CQ_IN(F, S, A)                                               \
+  F(opcode, 0, 16)                                                                    \
+  F(uid, 16, 16)                                                                      \
+  F(op_mod, 48, 16)                                                                   \
+  F(cqn, 72, 24)                                                                      \
+  F(field_select, 96, 32) /* modify: cq_modify bits; resize: cq_resize_select bits */ \
+  S(cq_context, 128, cqc)                                                             \
+  F(cq_umem_valid, 736, 1)                                                            \
   A(pas, 2176, 64)
 MELON_PRM_STRUCT(modify_cq_in, 2176, MELON_PRM_MODIFY_CQ_IN)
 
