@@ -62,7 +62,8 @@ enum Feature : uint64_t {
   V(stable_cycle, 0x10a6, CycleReq, CycleResp)       \
   V(create_srq, 0x10b8, CreateSrqReq, CreateSrqResp) \
   V(destroy_srq, 0x10b9, HandleReq, EmptyResp)       \
-  V(modify_srq, 0x10bc, ModifySrqReq, EmptyResp)
+  V(modify_srq, 0x10bc, ModifySrqReq, EmptyResp)     \
+  V(resize_cq, 0x1032, ResizeCqReq, ResizeCqResp) /* last: the fuzz corpus indexes this list */
 
 #define MELON_UAPI_SEL_ENUM(name, value, req, resp) name = value,
 enum class Selector : uint32_t { MELON_UAPI_SELECTORS(MELON_UAPI_SEL_ENUM) };
@@ -249,6 +250,19 @@ struct CreateCqResp {
   uint32_t reserved;
 };
 static_assert(sizeof(CreateCqResp) == 24);
+
+// A new ring for the CQ (docs/uapi.md "Resizing a CQ"): same handle, CQN and doorbell record; the
+// CQ's Cqe mapping names the new ring from now on, and the old one stays mapped for the copy.
+struct ResizeCqReq {
+  uint32_t handle;  // first, as in HandleReq
+  uint32_t cqe;  // entries wanted (rounded up to a power of two above it, as in CreateCqReq)
+};
+static_assert(sizeof(ResizeCqReq) == 8);
+struct ResizeCqResp {
+  uint32_t cqe;  // entries of the new ring (a power of two)
+  uint32_t cqe_bytes;  // 64
+};
+static_assert(sizeof(ResizeCqResp) == 8);
 
 struct CreateSrqReq {
   uint32_t pd;

@@ -75,6 +75,8 @@ class Backend {
   virtual Status dereg_mr(void*) { return Status::unsupported; }
   virtual Status create_cq(const CqSpec&, Created*, CreateCqResp*) { return Status::unsupported; }
   virtual Status destroy_cq(void*) { return Status::unsupported; }
+  // A new ring of 1 << log_size CQEs; `ring` gets its Cqe mapping (the doorbell record stays).
+  virtual Status resize_cq(void*, uint32_t, MapRegion*, ResizeCqResp*) { return Status::unsupported; }
   virtual Status create_srq(const SrqSpec&, Created*, CreateSrqResp*) { return Status::unsupported; }
   virtual Status modify_srq(void*, uint32_t) { return Status::unsupported; }
   virtual Status destroy_srq(void*) { return Status::unsupported; }

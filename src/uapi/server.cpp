@@ -333,6 +333,8 @@ Reply Server::dispatch(Client& c, Selector s, const void* in, void* out) {
     case Selector::reg_mr: return ok(reg_mr(c, *static_cast<const RegMrReq*>(in), static_cast<RegMrResp*>(out)));
     case Selector::create_cq:
       return ok(create_cq(c, *static_cast<const CreateCqReq*>(in), static_cast<CreateCqResp*>(out)));
+    case Selector::resize_cq:
+      return ok(resize_cq(c, *static_cast<const ResizeCqReq*>(in), static_cast<ResizeCqResp*>(out)));
     case Selector::create_srq:
       return ok(create_srq(c, *static_cast<const CreateSrqReq*>(in), static_cast<CreateSrqResp*>(out)));
     case Selector::modify_srq: return ok(modify_srq(c, *static_cast<const ModifySrqReq*>(in)));
@@ -451,7 +453,38 @@ Status Server::create_cq(Client& c, const CreateCqReq& rq, CreateCqResp* rp) {
   rp->handle = commit(c, ObjType::cq, slot, cr.obj, &rq.uar, 1, bytes);
   Entry* e = lookup(c, rp->handle, ObjType::cq);
   e->id = rp->cqn;
+  e->log_entries = log;
   for (uint32_t i = 0; i < kMaxMaps; i++) e->maps[i] = cr.maps[i];
+  return Status::ok;
+}
+
+// The queue bytes move from the old ring's size to the new one's: a bigger ring is charged its
+// difference first, a smaller one gives it back once the device has moved.
+Status Server::resize_cq(Client& c, const ResizeCqReq& rq, ResizeCqResp* rp) {
+  Entry* e = lookup(c, rq.handle, ObjType::cq);
+  if (!e) return Status::bad_handle;
+  if (rq.cqe < 1 || rq.cqe > lim_.max_cqe) return Status::invalid;
+  uint32_t log = log2_ceil(rq.cqe + 1);  // as create_cq rounds
+  rp->cqe_bytes = 64;
+  if (log == e->log_entries) {  // the ring it has already (rdma-core's mlx5 does nothing either)
+    rp->cqe = 1u << log;
+    return Status::ok;
+  }
+  CqSpec spec{log, 0, nullptr, 0};
+  uint64_t bytes = be_.queue_cost(ring_bytes(spec));
+  if (bytes > e->queue_bytes)
+    if (Status s = afford(c, bytes - e->queue_bytes, 0); s != Status::ok) return s;
+  MapRegion ring;
+  stats_.backend_calls++;
+  if (Status s = be_.resize_cq(e->obj, log, &ring, rp); s != Status::ok) return s;
+  User& u = users_[c.user];
+  c.queue_bytes = c.queue_bytes - e->queue_bytes + bytes;
+  u.queue_bytes = u.queue_bytes - e->queue_bytes + bytes;
+  queue_bytes_ = queue_bytes_ - e->queue_bytes + bytes;
+  e->queue_bytes = bytes;
+  e->log_entries = log;
+  for (MapRegion& m : e->maps)
+    if (m.kind == uint8_t(MapKind::cqe)) m = ring;
   return Status::ok;
 }
 

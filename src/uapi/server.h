@@ -70,6 +70,7 @@ struct Entry {
   uint32_t parents[5] = {};  // tokens this object holds references on
   uint32_t id = 0;  // QPN / CQN, for event routing
   uint32_t srq_wrs = 0;  // SRQ: the WQEs it was given (a limit must stay below)
+  uint32_t log_entries = 0;  // CQ: log2 of its ring's entries (resize_cq)
   uint64_t queue_bytes = 0, pinned_bytes = 0;  // charged at commit, given back at release
   void* obj = nullptr;  // the backend's object
   MapRegion maps[kMaxMaps];
@@ -170,6 +171,7 @@ class Server {
   Status alloc_uar(Client& c, UarResp* rp);
   Status reg_mr(Client& c, const RegMrReq& rq, RegMrResp* rp);
   Status create_cq(Client& c, const CreateCqReq& rq, CreateCqResp* rp);
+  Status resize_cq(Client& c, const ResizeCqReq& rq, ResizeCqResp* rp);
   Status create_srq(Client& c, const CreateSrqReq& rq, CreateSrqResp* rp);
   Status modify_srq(Client& c, const ModifySrqReq& rq);
   Status create_qp(Client& c, const CreateQpReq& rq, CreateQpResp* rp);

@@ -457,6 +457,49 @@ TEST_F(DextGlue, CopyClientMemoryForTypeGivesOneInstancePerType) {
   expect_same(before, Ledger{});
 }
 
+// A resized CQ's ring is other memory: the glue lets the cached ring descriptor go, so the next
+// copy describes the new ring (mapped, it has the new size and fresh CQEs), and keeps the record's.
+TEST_F(DextGlue, ResizeCqRefreshesTheRingDescriptorOnly) {
+  Ledger before;
+  {
+    Driver d;
+    ASSERT_EQ(d.start_result, kIOReturnSuccess);
+    Conn c;
+    ASSERT_EQ(c.open(), Status::ok);
+    std::vector<uint8_t> buf(16384);
+    Objects o;
+    make_objects(c, &o, buf.data(), buf.size());
+    IOUserClient* uc = c.client();
+    auto copy = [&](uapi::MapKind k) {
+      uint64_t opts = 1;
+      IOMemoryDescriptor* m = nullptr;
+      EXPECT_EQ(uc->CopyClientMemoryForType(uapi::map_type(k, o.cq), &opts, &m), kIOReturnSuccess);
+      return m;
+    };
+    IOMemoryDescriptor* ring1 = copy(uapi::MapKind::cqe);
+    IOMemoryDescriptor* rec1 = copy(uapi::MapKind::db_record);
+    uapi::ResizeCqResp rr{};
+    ASSERT_EQ(c.call(Selector::resize_cq, uapi::ResizeCqReq{o.cq, 255}, &rr), Status::ok);
+    EXPECT_EQ(rr.cqe, 256u);
+    IOMemoryDescriptor* ring2 = copy(uapi::MapKind::cqe);
+    IOMemoryDescriptor* rec2 = copy(uapi::MapKind::db_record);
+    ASSERT_TRUE(ring1 && rec1 && ring2 && rec2);
+    EXPECT_NE(ring1, ring2);
+    EXPECT_EQ(rec1, rec2);
+    ring1->release(), rec1->release(), ring2->release(), rec2->release();
+    mach_vm_address_t addr = 0;
+    mach_vm_size_t size = 0;
+    ASSERT_EQ(IOConnectMapMemory64(c.port, uapi::map_type(uapi::MapKind::cqe, o.cq), mach_task_self(), &addr, &size,
+                                   kIOMapAnywhere),
+              kIOReturnSuccess);
+    ASSERT_GE(size, 64u * 256);
+    for (uint32_t i = 0; i < rr.cqe; i++) ASSERT_EQ(reinterpret_cast<uint8_t*>(addr)[i * 64 + 63], 0xf1) << i;
+    EXPECT_EQ(IOConnectUnmapMemory64(c.port, uapi::map_type(uapi::MapKind::cqe, o.cq), mach_task_self(), addr),
+              kIOReturnSuccess);
+  }
+  expect_same(before, Ledger{});
+}
+
 TEST_F(DextGlue, ClientDeathReleasesEverythingItHeld) {
   Ledger before;
   {

@@ -484,6 +484,45 @@ TEST_F(Emud, MappingsArriveAsSharedMemory) {
   close(fd);
 }
 
+// resize_cq through the daemon and the core: the boundary CQE in the old ring, a fresh new ring
+// behind the same map kind, the driver's queue bytes following the ring, and the device's refusal
+// of a ring smaller than what is unpolled (nobody polls here, so each boundary stays outstanding).
+TEST_F(Emud, ResizeCqMovesTheRingAndLeavesTheBoundaryInTheOldOne) {
+  auto c = client();
+  Objects o;
+  ASSERT_EQ(make_objects(*c, &o), Status::ok);
+  uint64_t before = usage().queue_bytes;
+  uint64_t len = 0;
+  Status st;
+  auto* old_ring = static_cast<uint8_t*>(c->map(uapi::MapKind::cqe, o.cq, &len, &st));
+  ASSERT_NE(old_ring, nullptr) << uapi::status_name(st);
+  uapi::ResizeCqResp rr{};
+  ASSERT_EQ(c->call(Selector::resize_cq, uapi::ResizeCqReq{o.cq, 255}, &rr), Status::ok);
+  EXPECT_EQ(rr.cqe, 256u);
+  EXPECT_EQ(old_ring[63], 0x50) << "RESIZE_CQ (opcode 5), owner 0: software's on the first pass";
+  munmap(old_ring, len);
+  auto* ring = static_cast<uint8_t*>(c->map(uapi::MapKind::cqe, o.cq, &len, &st));
+  ASSERT_NE(ring, nullptr) << uapi::status_name(st);
+  EXPECT_EQ(len, 64u * 256);
+  for (uint32_t i = 0; i < 256; i++) ASSERT_EQ(ring[64 * i + 63], 0xf1) << i;
+  munmap(ring, len);
+  EXPECT_EQ(usage().queue_bytes, before + 64 * 256);
+  // Smaller: the 256-entry ring goes, the 16-entry one comes.
+  ASSERT_EQ(c->call(Selector::resize_cq, uapi::ResizeCqReq{o.cq, 15}, &rr), Status::ok);
+  EXPECT_EQ(rr.cqe, 16u);
+  EXPECT_EQ(usage().queue_bytes, before + 4096);
+  // Two boundaries unpolled: a 2-entry ring cannot hold them and the device's next index.
+  EXPECT_EQ(c->call(Selector::resize_cq, uapi::ResizeCqReq{o.cq, 1}, &rr), Status::invalid);
+  EXPECT_EQ(c->call(Selector::resize_cq, uapi::ResizeCqReq{o.cq, 0}, &rr), Status::invalid);
+  EXPECT_EQ(c->call(Selector::resize_cq, uapi::ResizeCqReq{o.qp, 31}, &rr), Status::bad_handle);
+  ring = static_cast<uint8_t*>(c->map(uapi::MapKind::cqe, o.cq, &len, &st));
+  ASSERT_NE(ring, nullptr);
+  EXPECT_EQ(len, 4096u) << "a refused resize keeps the ring";
+  munmap(ring, len);
+  ASSERT_EQ(destroy_objects(*c, o), Status::ok);
+  EXPECT_EQ(usage().queue_bytes, 0u);
+}
+
 // A client that resizes the memory it was handed (queue rings, doorbell records, UAR pages) must
 // not make the daemon's next doorbell read or DMA fault: the memfds are sealed against shrinking and
 // growing, and another client's work goes on.

@@ -97,6 +97,16 @@ class RecordingBackend final : public Backend {
     return s;
   }
   Status destroy_cq(void* o) override { return destroy("cq", o); }
+  uint32_t last_resize_log = 0;
+  Status resize_cq(void*, uint32_t log_size, MapRegion* ring, ResizeCqResp* r) override {
+    calls.push_back("resize_cq");
+    if (Status s = take_fail(); s != Status::ok) return s;
+    last_resize_log = log_size;
+    *ring = MapRegion{uint8_t(MapKind::cqe), 0, 12, 0, 64ull << log_size};
+    r->cqe = 1u << log_size;
+    r->cqe_bytes = 64;
+    return Status::ok;
+  }
   Status create_srq(const SrqSpec& spec, Created* c, CreateSrqResp* r) override {
     Status s = make("srq", {spec.pd}, &c->obj);
     if (s != Status::ok) return s;

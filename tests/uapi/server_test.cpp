@@ -300,6 +300,58 @@ TEST_F(Uapi, QueueMemoryIsLimitedPerClientPerUserAndPerDevice) {
   refused(a, Selector::create_srq, CreateSrqReq{p, 16, 1, 0}, &sr, Status::quota_queue_device);
 }
 
+// Resize: the ring's bytes move from the old size to the new one (a bigger ring must fit the
+// quota before the backend is asked), and the CQ's Cqe mapping names the new ring.
+TEST_F(Uapi, ResizeCqMovesItsQueueBytesAndItsMapping) {
+  lim.queue_bytes = {8192, 8192, 8192};
+  restart();
+  Client& c = open_client();
+  uint32_t u = uar(c);
+  uint32_t q = cq(c, u);  // 32 entries, 2 KiB
+  ResizeCqResp rr{};
+  ASSERT_EQ(call(c, Selector::resize_cq, ResizeCqReq{q, 100}, &rr), Status::ok);  // 128 entries, 8 KiB
+  EXPECT_EQ(rr.cqe, 128u);
+  EXPECT_EQ(rr.cqe_bytes, 64u);
+  EXPECT_EQ(be.last_resize_log, 7u);
+  MapResp m{};
+  ASSERT_EQ(call(c, Selector::map, MapReq{uint32_t(MapKind::cqe), q}, &m), Status::ok);
+  EXPECT_EQ(m.length, 64u * 128);
+  MapRegion reg;
+  ASSERT_EQ(srv->mapping(c, map_type(MapKind::cqe, q), &reg), Status::ok);
+  EXPECT_EQ(reg.memory, 12u);  // the backend's new ring
+  ASSERT_EQ(srv->mapping(c, map_type(MapKind::db_record, q), &reg), Status::ok);
+  EXPECT_EQ(reg.memory, 9u);  // the record stays
+  // All 8 KiB are the CQ's now: nothing else fits, and a bigger ring neither.
+  CreateCqResp cr{};
+  refused(c, Selector::create_cq, CreateCqReq{1, 0, u, 0}, &cr, Status::quota_queue_client);
+  refused(c, Selector::resize_cq, ResizeCqReq{q, 200}, &rr, Status::quota_queue_client);
+  // Smaller gives the difference back; the same size again asks nothing of the backend.
+  ASSERT_EQ(call(c, Selector::resize_cq, ResizeCqReq{q, 15}, &rr), Status::ok);
+  EXPECT_EQ(rr.cqe, 16u);
+  refused(c, Selector::resize_cq, ResizeCqReq{q, 12}, &rr, Status::ok);
+  EXPECT_EQ(rr.cqe, 16u);
+  EXPECT_EQ(call(c, Selector::create_cq, CreateCqReq{16, 0, u, 0}, &cr), Status::ok);
+  // A backend refusal (the device's: too small for what is unpolled) changes nothing.
+  be.fail_next = Status::invalid;
+  EXPECT_EQ(call(c, Selector::resize_cq, ResizeCqReq{q, 31}, &rr), Status::invalid);
+  ASSERT_EQ(call(c, Selector::map, MapReq{uint32_t(MapKind::cqe), q}, &m), Status::ok);
+  EXPECT_EQ(m.length, 64u * 16);
+  ASSERT_EQ(call(c, Selector::resize_cq, ResizeCqReq{q, 31}, &rr), Status::ok);  // its bytes were not lost
+}
+
+TEST_F(Uapi, ResizeCqFieldsAreChecked) {
+  Client& c = open_client();
+  uint32_t u = uar(c);
+  uint32_t q = cq(c, u);
+  ResizeCqResp rr{};
+  refused(c, Selector::resize_cq, ResizeCqReq{q, 0}, &rr, Status::invalid);
+  refused(c, Selector::resize_cq, ResizeCqReq{q, lim.max_cqe + 1}, &rr, Status::invalid);
+  refused(c, Selector::resize_cq, ResizeCqReq{u, 16}, &rr, Status::bad_handle);  // a UAR
+  refused(c, Selector::resize_cq, ResizeCqReq{q ^ 0x200, 16}, &rr, Status::bad_handle);  // stale generation
+  ASSERT_EQ(call0(c, Selector::destroy_cq, HandleReq{q, 0}), Status::ok);
+  refused(c, Selector::resize_cq, ResizeCqReq{q, 16}, &rr, Status::bad_handle);
+}
+
 // Pinned bytes are whole pages (an MR from 0x10800 of 4 KiB pins two), as RLIMIT_MEMLOCK counts them.
 TEST_F(Uapi, PinnedMemoryIsLimitedPerClientPerUserAndPerDevice) {
   lim.pinned_bytes = {16384, 24576, 32768};

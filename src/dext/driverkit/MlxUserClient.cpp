@@ -49,10 +49,11 @@ struct MlxUserClient_IVars {
 };
 
 // The descriptors of a destroyed object's memory types go with it (map_type's low 24 bits are its
-// handle), or its queue memory would stay until the client goes.
-static void forget_maps(MlxUserClient_IVars* iv, uint32_t handle) {
+// handle), or its queue memory would stay until the client goes; a resized CQ's ring descriptor
+// goes too (`kind` Cqe), so the next CopyClientMemoryForType describes the new ring.
+static void forget_maps(MlxUserClient_IVars* iv, uint32_t handle, uint32_t kind = 0) {
   for (uint32_t i = 0; i < iv->nmaps;) {
-    if ((iv->maps[i].type & 0xffffffu) == (handle & 0xffffffu)) {
+    if ((iv->maps[i].type & 0xffffffu) == (handle & 0xffffffu) && (!kind || (iv->maps[i].type >> 24) == kind)) {
       OSSafeReleaseNULL(iv->maps[i].md);
       iv->maps[i] = iv->maps[--iv->nmaps];
     } else {
@@ -231,6 +232,12 @@ kern_return_t MlxUserClient::ExternalMethod(uint64_t selector, IOUserClientMetho
     uapi::HandleReq h;
     memcpy(&h, in, sizeof h);
     forget_maps(iv, h.handle);
+  }
+  if (r.status == uapi::Status::ok && in_len >= sizeof(uapi::ResizeCqReq) &&
+      sel == uint32_t(uapi::Selector::resize_cq)) {
+    uapi::ResizeCqReq rq;
+    memcpy(&rq, in, sizeof rq);
+    forget_maps(iv, rq.handle, uint32_t(uapi::MapKind::cqe));
   }
   if (r.status == uapi::Status::ok && r.out_len) {
     args->structureOutput = OSData::withBytes(out, r.out_len);

@@ -158,6 +158,9 @@ class Hca : private CmdWaitHooks, private VectorHandler {
   Err create_cq(const CqParams& p, Cq** out);
   Err query_cq(Cq* cq, CqQuery* q);
   Err modify_cq(Cq* cq, uint16_t period, uint16_t max_count);
+  // A new ring of 1 << log_size 64-byte CQEs (docs/prm.md "Resizing a CQ"); unsupported without cq_resize.
+  // `fail` gets the firmware's refusal (a ring too small for the unpolled CQEs is BAD_PARAM_ERR).
+  Err resize_cq(Cq* cq, uint32_t log_size, const DmaSegment* buf, uint32_t nbuf, CmdFailure* fail = nullptr);
   Err destroy_cq(Cq* cq);
   Err create_srq(const SrqParams& p, Srq** out);
   Err query_srq(Srq* srq, SrqQuery* q);

@@ -104,6 +104,38 @@ Err Hca::modify_cq(Cq* cq, uint16_t period, uint16_t max_count) {
   return cmd(in.get(), p::modify_cq_in::size_bytes, out, sizeof out);
 }
 
+// MODIFY_CQ op_mod RESIZE_CQ: the firmware moves the CQ to the new ring (same context, doorbell
+// record and CQN) and leaves a RESIZE_CQ CQE in the old one; the consumer carries the unpolled CQEs
+// over (rdma-core's mlx5 and Linux mlx5_ib do it the same way). The old ring stays the caller's to
+// free once the consumer has passed the boundary.
+Err Hca::resize_cq(Cq* cq, uint32_t log_size, const DmaSegment* buf, uint32_t nbuf, CmdFailure* fail) {
+  if (!cq || cq->kind != ObjKind::cq) return Err::invalid;
+  if (state() != HcaState::up) return state() == HcaState::fatal ? Err::dead : Err::bad_state;
+  if (!p::get(caps_.general, p::cmd_hca_cap::cq_resize)) return Err::unsupported;
+  uint32_t log_max_sz = uint32_t(p::get(caps_.general, p::cmd_hca_cap::log_max_cq_sz));
+  if (log_size > (log_max_sz ? log_max_sz : 22) || log_size > kMaxLogQueueSize) return Err::invalid;
+  if (!ring_ok(buf, nbuf, (uint64_t(1) << log_size) * 64)) return Err::invalid;
+  uint32_t npages = uint32_t(for_each_page(buf, nbuf, kQueuePageShift, [](uint64_t) {}));
+  uint32_t in_len = p::modify_cq_in::size_bytes + npages * 8;
+  Scratch in(*hal_, in_len);
+  uint8_t out[p::modify_cq_out::size_bytes] = {};
+  if (!in) return Err::no_memory;
+  p::cmd_set_header(in.get(), p::opcode::MODIFY_CQ, p::kModifyCqOpModResize);
+  p::modify_cq_in::view v(in.get());
+  v.set(p::modify_cq_in::cqn, cq->cqn)
+      .set(p::modify_cq_in::field_select,
+           p::cq_resize_select::LOG_CQ_SIZE | p::cq_resize_select::PAGE_OFFSET | p::cq_resize_select::LOG_PAGE_SIZE);
+  v.at(p::modify_cq_in::cq_context)
+      .set(p::cqc::log_cq_size, log_size)
+      .set(p::cqc::page_offset, 0)
+      .set(p::cqc::log_page_size, kQueuePageShift - 12);
+  fill_pas(v.elem(p::modify_cq_in::pas, 0), buf, nbuf);
+  if (Err e = cmd(in.get(), in_len, out, sizeof out, fail); e != Err::ok) return e;
+  MLX_DBG(*hal_, cq, "CQ %u: resized from %u to %u entries", cq->cqn, 1u << cq->log_size, 1u << log_size);
+  cq->log_size = log_size;
+  return Err::ok;
+}
+
 Err Hca::destroy_cq(Cq* cq) {
   if (!cq || cq->kind != ObjKind::cq) return Err::invalid;
   if (cq->refs) return Err::in_use;

@@ -33,6 +33,9 @@ Status status_of(c::Err e) {
 struct UapiBackend::Queue {
   QueuePlatform::Mem mem;
   uint64_t ring_bytes = 0;
+  // A resized CQ's ring, on its own (the doorbell record stays in `mem`, with the first ring,
+  // which goes only with the CQ); empty until the first resize.
+  QueuePlatform::Mem resized;
   c::Cq* cq = nullptr;
   c::Srq* srq = nullptr;
   c::Qp* qp = nullptr;
@@ -307,6 +310,10 @@ void UapiBackend::free_queue(Queue* q) {
   if (q->bound_kind) plat_.doorbell_unbind(q->bound_kind, q->bound_number);
   queue_bytes_ -= q->mem.size;
   plat_.queue_free(q->mem);
+  if (q->resized.size) {
+    queue_bytes_ -= q->resized.size;
+    plat_.queue_free(q->resized);
+  }
   hca_.hal().mem_free(q, sizeof(Queue));
 }
 
@@ -404,6 +411,39 @@ Status UapiBackend::destroy_cq(void* o) {
   }
   route_del(kCq, cqn);
   free_queue(q);
+  return Status::ok;
+}
+
+// The new ring, initialized as create_cq's, then MODIFY_CQ. The ring before it goes only now that
+// the device writes the new one: by the time a client resizes again it has copied out of it (its
+// mapping keeps the pages on hosts whose memory is refcounted, as after destroy_cq).
+Status UapiBackend::resize_cq(void* o, uint32_t log_size, MapRegion* ring, ResizeCqResp* r) {
+  Queue* q = static_cast<Queue*>(o);
+  uint64_t bytes = round_up(64ull << log_size, hca_.hal().host_page_size());
+  QueuePlatform::Mem m;
+  if (plat_.queue_alloc(bytes, &m) != c::kHalOk) return Status::no_memory;
+  uint8_t* va = static_cast<uint8_t*>(m.va);
+  for (uint64_t i = 0; i < (1ull << log_size); i++) va[i * 64 + 63] = 0xf1;
+  c::DmaSegment seg{m.iova, bytes};
+  c::CmdFailure f;
+  c::Err e = hca_.resize_cq(q->cq, log_size, &seg, 1, &f);
+  if (e != c::Err::ok) {
+    plat_.queue_free(m);
+    // The firmware's refusals a client can cause: a ring smaller than its unpolled CQEs (bad
+    // parameter), a CQ in error or with a full ring (bad state).
+    if (e == c::Err::cmd_status && f.status == p::cmd_status::BAD_PARAM_ERR) return Status::invalid;
+    if (e == c::Err::cmd_status && f.status == p::cmd_status::BAD_RES_STATE_ERR) return Status::wrong_state;
+    return status_of(e);
+  }
+  if (q->resized.size) {
+    queue_bytes_ -= q->resized.size;
+    plat_.queue_free(q->resized);
+  }
+  q->resized = m;
+  queue_bytes_ += m.size;
+  *ring = MapRegion{uint8_t(MapKind::cqe), 0, m.memory, 0, bytes};
+  r->cqe = 1u << log_size;
+  r->cqe_bytes = 64;
   return Status::ok;
 }
 

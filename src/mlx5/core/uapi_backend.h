@@ -90,6 +90,7 @@ class UapiBackend final : public uapi::Backend, private EventSink {
   uapi::Status dereg_mr(void*) override;
   uapi::Status create_cq(const uapi::CqSpec&, uapi::Created*, uapi::CreateCqResp*) override;
   uapi::Status destroy_cq(void*) override;
+  uapi::Status resize_cq(void*, uint32_t, uapi::MapRegion*, uapi::ResizeCqResp*) override;
   uapi::Status create_srq(const uapi::SrqSpec&, uapi::Created*, uapi::CreateSrqResp*) override;
   uapi::Status modify_srq(void*, uint32_t) override;
   uapi::Status destroy_srq(void*) override;

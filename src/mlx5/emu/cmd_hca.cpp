@@ -27,7 +27,7 @@ void Hca::build_caps() {
   c.set(cap::gid_table_size, 256).set(cap::pkey_table_size, 0).set(cap::local_ca_ack_delay, 16);
   c.set(cap::port_type, prm::kPortTypeEth).set(cap::num_ports, 1).set(cap::log_max_msg, 30);
   c.set(cap::max_tc, 8).set(cap::stat_rate_support, 0).set(cap::cqe_version, 1).set(cap::cmdif_checksum, 3);
-  c.set(cap::roce, 1).set(cap::atomic, 1).set(cap::cq_oi, 1).set(cap::cq_resize, 0).set(cap::cq_moderation, 1);
+  c.set(cap::roce, 1).set(cap::atomic, 1).set(cap::cq_oi, 1).set(cap::cq_resize, 1).set(cap::cq_moderation, 1);
   c.set(cap::ud, 1).set(cap::uc, 1).set(cap::rc, 1).set(cap::xrc, 0).set(cap::dct, 0);
   c.set(cap::uar_4k, 1).set(cap::uar_sz, 13).set(cap::log_pg_sz, 12).set(cap::bf, 1).set(cap::log_bf_reg_size, 9);
   c.set(cap::driver_version, 0).set(cap::cache_line_128byte, 1);

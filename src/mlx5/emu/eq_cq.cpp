@@ -268,7 +268,8 @@ CmdStatus Hca::modify_cq(Cmd& c) {
   prm::modify_cq_in::cview in(c.in);
   auto it = cqs_.find(uint32_t(in.get(prm::modify_cq_in::cqn)));
   if (it == cqs_.end()) return fail(S::BAD_RES_ERR, synd::UNKNOWN_CQ);
-  if (c.op_mod == prm::kModifyCqOpModResize) return fail(S::BAD_PARAM_ERR, synd::BAD_OP_MOD);  // cq_resize = 0
+  if (c.op_mod == prm::kModifyCqOpModResize) return resize_cq(c, it->second);
+  if (c.op_mod != prm::kModifyCqOpModModify) return fail(S::BAD_PARAM_ERR, synd::BAD_OP_MOD);
   uint32_t sel = uint32_t(in.get(prm::modify_cq_in::field_select));
   if (sel & ~uint32_t(prm::cq_modify::PERIOD | prm::cq_modify::COUNT | prm::cq_modify::OVERRUN))
     return fail(S::BAD_PARAM_ERR, synd::BAD_FIELD_SELECT);
@@ -276,6 +277,52 @@ CmdStatus Hca::modify_cq(Cmd& c) {
   if (sel & prm::cq_modify::PERIOD) it->second.cq_period = uint16_t(ctx.get(prm::cqc::cq_period));
   if (sel & prm::cq_modify::COUNT) it->second.cq_max_count = uint16_t(ctx.get(prm::cqc::cq_max_count));
   if (sel & prm::cq_modify::OVERRUN) it->second.oi = ctx.get(prm::cqc::oi);
+  return {};
+}
+
+// MODIFY_CQ op_mod RESIZE_CQ: the CQ moves to a new ring at once. The RESIZE_CQ CQE goes into the
+// old ring where the next CQE would have gone, and the producer counter moves on past it, so the
+// next CQE lands one after it in the new ring: the consumer copies the CQEs it has not polled to
+// the same indexes of the new ring (rdma-core's mlx5 does), polls the boundary CQE and goes on.
+CmdStatus Hca::resize_cq(Cmd& c, Cq& cq) {
+  prm::modify_cq_in::cview in(c.in);
+  uint32_t sel = uint32_t(in.get(prm::modify_cq_in::field_select));
+  constexpr uint32_t kKnown =
+      prm::cq_resize_select::LOG_CQ_SIZE | prm::cq_resize_select::PAGE_OFFSET | prm::cq_resize_select::LOG_PAGE_SIZE;
+  if (!(sel & prm::cq_resize_select::LOG_CQ_SIZE) || (sel & ~kKnown) || in.get(prm::modify_cq_in::cq_umem_valid))
+    return fail(S::BAD_PARAM_ERR, synd::BAD_FIELD_SELECT);
+  if (cq.status != prm::cqc_status::OK) return fail(S::BAD_RES_STATE_ERR, synd::CQ_IN_ERROR);
+  auto ctx = in.at(prm::modify_cq_in::cq_context);
+  uint8_t log_size = uint8_t(ctx.get(prm::cqc::log_cq_size));
+  uint8_t log_page_size =
+      sel & prm::cq_resize_select::LOG_PAGE_SIZE ? uint8_t(ctx.get(prm::cqc::log_page_size)) : cq.log_page_size;
+  uint8_t page_offset =
+      sel & prm::cq_resize_select::PAGE_OFFSET ? uint8_t(ctx.get(prm::cqc::page_offset)) : cq.page_offset;
+  if (log_size > prm::get(cur_caps_, prm::cmd_hca_cap::log_max_cq_sz))
+    return fail(S::BAD_PARAM_ERR, synd::BAD_QUEUE_SIZE);
+  uint32_t n = pas_count(c, prm::modify_cq_in::size_bytes);
+  uint64_t bytes = uint64_t(cq.cqe_sz ? 128 : 64) << log_size;
+  if (n < ring_pages(bytes, log_page_size, page_offset * 64u)) return fail(S::BAD_PARAM_ERR, synd::PAS_TOO_SHORT);
+  // The unpolled CQEs and the boundary's place in the count must fit the new ring, and the
+  // boundary needs a free entry in the old one.
+  uint32_t outstanding = (cq.prod + cq.queued - cq_consumer_index(cq)) & 0xffffff;
+  if ((1ull << log_size) < uint64_t(outstanding) + 1) return fail(S::BAD_PARAM_ERR, synd::RESIZE_TOO_SMALL);
+  uint32_t old_size = 1u << cq.log_size;
+  if (outstanding >= old_size) return fail(S::BAD_RES_STATE_ERR, synd::CQ_RING_FULL);
+  uint8_t cqe[64] = {};
+  prm::cqe64::view v(cqe);
+  v.set(prm::cqe64::opcode, prm::cqe_opcode::RESIZE_CQ).set(prm::cqe64::owner, (cq.prod >> cq.log_size) & 1);
+  uint32_t stride = cq.cqe_sz == prm::cqc_cqe_sz::BYTES_128 ? 128 : 64;
+  uint64_t iova;
+  if (!queue_addr(cq.pas, cq.log_page_size, cq.page_offset * 64u,
+                  uint64_t(cq.prod & (old_size - 1)) * stride + stride - 64, &iova) ||
+      !dma_write(iova, cqe, 63) || !dma_write(iova + 63, cqe + 63, 1))
+    return fail(S::INT_ERR, synd::PAGE_DMA_FAULT);
+  ++cq.prod;
+  cq.log_size = log_size;
+  cq.log_page_size = log_page_size;
+  cq.page_offset = page_offset;
+  cq.pas = read_pas(in.elem(prm::modify_cq_in::pas, 0), n);
   return {};
 }
 

@@ -341,6 +341,7 @@ class Hca {
   bool post_cqe(Cq& cq, uint8_t* cqe64, bool solicited);
   uint32_t cq_consumer_index(Cq& cq);
   void cq_error(Cq& cq, uint8_t syndrome);
+  CmdStatus resize_cq(Cmd& c, Cq& cq);  // MODIFY_CQ with op_mod RESIZE_CQ
 
   // Command handlers, one per opcode (cmd_*.cpp).
 #define MELON_EMU_HANDLER(name) CmdStatus name(Cmd& c);

@@ -50,6 +50,9 @@ namespace melon::mlx5::emu {
   V(BAD_INTR, 0xe0000054)                \
   V(BAD_CQE_SIZE, 0xe0000055)            \
   V(BAD_DBR_ADDR, 0xe0000056)            \
+  V(RESIZE_TOO_SMALL, 0xe0000057)        \
+  V(CQ_IN_ERROR, 0xe0000058)             \
+  V(CQ_RING_FULL, 0xe0000059)            \
   V(BAD_ACCESS_MODE, 0xe0000060)         \
   V(BAD_MKEY_LENGTH, 0xe0000061)         \
   V(MTT_TOO_SHORT, 0xe0000062)           \

@@ -73,14 +73,14 @@ MELON_PRM_STRUCT(query_cq_in, 128, MELON_PRM_QUERY_CQ_IN)
   A(pas, 2176, 64)
 MELON_PRM_STRUCT(query_cq_out, 2176, MELON_PRM_QUERY_CQ_OUT)
 
-#define MELON_PRM_MODIFY_CQ_IN(F, S, A)                                                  \
-  F(opcode, 0, 16)                                                                       \
-  F(uid, 16, 16)                                                                         \
-  F(op_mod, 48, 16)                                                                      \
-  F(cqn, 72, 24)                                                                         \
-  F(field_select, 96, 32) /* modify: CqModify bits; resize: bit 0 selects log_cq_size */ \
-  S(cq_context, 128, cqc)                                                                \
-  F(cq_umem_valid, 736, 1)                                                               \
+#define MELON_PRM_MODIFY_CQ_IN(F, S, A)                                               \
+  F(opcode, 0, 16)                                                                    \
+  F(uid, 16, 16)                                                                      \
+  F(op_mod, 48, 16)                                                                   \
+  F(cqn, 72, 24)                                                                      \
+  F(field_select, 96, 32) /* modify: cq_modify bits; resize: cq_resize_select bits */ \
+  S(cq_context, 128, cqc)                                                             \
+  F(cq_umem_valid, 736, 1)                                                            \
   A(pas, 2176, 64)
 MELON_PRM_STRUCT(modify_cq_in, 2176, MELON_PRM_MODIFY_CQ_IN)
 
@@ -109,6 +109,19 @@ MELON_PRM_VALUES(cqc_st, uint8_t, MELON_PRM_CQC_ST)
   V(COUNT, 1 << 1)             \
   V(OVERRUN, 1 << 2)
 MELON_PRM_VALUES(cq_modify, uint32_t, MELON_PRM_CQ_MODIFY)
-inline constexpr uint16_t kModifyCqOpModModify = 0, kModifyCqOpModResize = 1;
+// modify_cq_in.op_mod.
+#define MELON_PRM_MODIFY_CQ_OP_MOD(V) \
+  V(MODIFY_CQ, 0x0)                   \
+  V(RESIZE_CQ, 0x1)
+MELON_PRM_VALUES(modify_cq_op_mod, uint16_t, MELON_PRM_MODIFY_CQ_OP_MOD)
+// modify_cq_in.field_select when op_mod is RESIZE_CQ: which of the context's ring fields the new
+// ring takes (the page list always comes with it).
+#define MELON_PRM_CQ_RESIZE_SELECT(V) \
+  V(LOG_CQ_SIZE, 0x1)                 \
+  V(PAGE_OFFSET, 0x2)                 \
+  V(LOG_PAGE_SIZE, 0x4)
+MELON_PRM_VALUES(cq_resize_select, uint32_t, MELON_PRM_CQ_RESIZE_SELECT)
+inline constexpr uint16_t kModifyCqOpModModify = modify_cq_op_mod::MODIFY_CQ,
+                          kModifyCqOpModResize = modify_cq_op_mod::RESIZE_CQ;
 
 }  // namespace melon::mlx5::prm

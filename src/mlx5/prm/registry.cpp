@@ -184,6 +184,8 @@ const ConstantSet* const kConstantSets[] = {
     &cqc_cqe_sz::set,
     &cqc_st::set,
     &cq_modify::set,
+    &modify_cq_op_mod::set,
+    &cq_resize_select::set,
     &cqe_opcode::set,
     &cqe_syndrome::set,
     &eqc_status::set,

@@ -300,6 +300,64 @@ ibv_cq_ex* Mlx5Context::create_cq(const ibv_cq_init_attr_ex* attr) {
   return &cq->ibv;
 }
 
+// rdma-core mlx5_resize_cq / mlx5_cq_resize_copy_cqes, with the driver allocating the ring: the
+// device moves to the new ring and leaves a RESIZE_CQ CQE in the old one where its next CQE would
+// have gone; the CQEs before it are copied to one index further on in the new ring (the boundary
+// took an index), each with the owner bit of its new slot, and the consumer index steps over the
+// boundary. Everything happens under the CQ's lock, so no poller sees the half-moved ring.
+int Mlx5Context::resize_cq(ibv_cq* ibcq, int cqe) {
+  if (ibcq->context != &vctx.context) return EINVAL;
+  if (cqe < 1 || uint32_t(cqe) > attr_.max_cqe) return EINVAL;
+  Mlx5Cq* cq = Mlx5Cq::from(ibcq);
+  std::lock_guard<std::mutex> lock(cq->mu);
+  uint32_t outstanding = 0;
+  while (outstanding < cq->cqe_cnt && take_cqe(cqe_at(cq, cq->ci + outstanding), cq->ci + outstanding, cq->log_cnt))
+    outstanding++;
+  if (uint32_t(cqe) < outstanding) return EINVAL;  // the unpolled completions would not fit
+  update_ci(cq);  // the device counts what is outstanding from the record
+  uapi::ResizeCqResp rp{};
+  if (uapi::Status s = t_->call(uapi::Selector::resize_cq, uapi::ResizeCqReq{cq->handle, uint32_t(cqe)}, &rp);
+      s != uapi::Status::ok)
+    return errno_of(s);
+  if (rp.cqe == cq->cqe_cnt) return 0;  // the ring it has already holds that many
+  Mapping next;
+  uapi::Status st;
+  next.addr = t_->map(uapi::MapKind::cqe, cq->handle, &next.len, &st);
+  // Past this point the device writes the new ring: a failure leaves the CQ unusable, as a failed
+  // copy does in rdma-core.
+  if (!next.addr) return errno_of(st);
+  if (rp.cqe_bytes != p::kCqeBytes || (rp.cqe & (rp.cqe - 1)) || uint64_t(rp.cqe) * p::kCqeBytes > next.len) {
+    free_map(next);
+    return EPROTO;
+  }
+  uint8_t* ring = static_cast<uint8_t*>(next.addr);
+  uint32_t log_cnt = 0;
+  while ((1u << log_cnt) < rp.cqe) log_cnt++;
+  uint32_t i = cq->ci;
+  for (;; ++i) {
+    const uint8_t* src = i - cq->ci < cq->cqe_cnt ? take_cqe(cqe_at(cq, i), i, cq->log_cnt) : nullptr;
+    if (!src) {  // no boundary where the device must have left it
+      free_map(next);
+      return EPROTO;
+    }
+    if (cqe_get(src, q::opcode) == p::cqe_opcode::RESIZE_CQ) break;
+    uint8_t* dst = ring + size_t((i + 1) & (rp.cqe - 1)) * p::kCqeBytes;
+    memcpy(dst, src, p::kCqeBytes - 1);
+    // The owner byte last, as the device writes it: a CQE is whole once its owner says so.
+    // (op_own: the opcode in the high nibble, the owner in bit 0.)
+    dst[p::kCqeBytes - 1] = uint8_t((src[p::kCqeBytes - 1] & ~1u) | (((i + 1) >> log_cnt) & 1));
+  }
+  free_map(cq->ring_map);
+  cq->ring_map = next;
+  cq->ring = ring;
+  cq->cqe_cnt = rp.cqe;
+  cq->log_cnt = log_cnt;
+  cq->ci++;  // the boundary
+  update_ci(cq);
+  ibcq->cqe = int(rp.cqe - 1);
+  return 0;
+}
+
 int Mlx5Context::destroy_cq(ibv_cq* ibcq) {
   if (ibcq->context != &vctx.context) return EINVAL;
   Mlx5Cq* cq = Mlx5Cq::from(ibcq);

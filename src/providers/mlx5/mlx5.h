@@ -129,6 +129,7 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   void unimport_mr(ibv_mr* mr) override;
 
   ibv_cq_ex* create_cq(const ibv_cq_init_attr_ex* attr) override;
+  int resize_cq(ibv_cq* cq, int cqe) override;
   int destroy_cq(ibv_cq* cq) override;
 
   ibv_srq* create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) override;

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "mlx5/emu/syndromes.h"
 #include "mlx5/prm/prm.h"
 #include "rig.h"
 
@@ -152,6 +153,43 @@ TEST_F(Objects, CqCreateQueryModifyDestroy) {
   EXPECT_EQ(q.max_count, 8u);
   EXPECT_EQ(r.hca.modify_cq(c, 5000, 1), Err::invalid) << "cq_period is 12 bits";
   EXPECT_EQ(r.hca.destroy_cq(c), Err::ok);
+}
+
+// The core's half of a resize: the command, the new size in the record, the boundary CQE where the
+// firmware left it, and the firmware's refusal of a ring too small for what is outstanding.
+TEST_F(Objects, CqResize) {
+  core::CqParams c;
+  core::DmaSegment ring = r.buffer(64 << 6), dbr = r.buffer(4096);
+  c.log_size = 6, c.buf = &ring, c.nbuf = 1, c.dbr_iova = dbr.iova;
+  core::Cq* cq = nullptr;
+  ASSERT_EQ(r.hca.create_cq(c, &cq), Err::ok);
+  core::DmaSegment big = r.buffer(64 << 8);
+  ASSERT_EQ(r.hca.resize_cq(cq, 8, &big, 1), Err::ok);
+  EXPECT_EQ(cq->log_size, 8u);
+  core::CqQuery q;
+  ASSERT_EQ(r.hca.query_cq(cq, &q), Err::ok);
+  EXPECT_EQ(q.log_size, 8u);
+  const uint8_t* first = static_cast<const uint8_t*>(r.va(ring.iova));
+  EXPECT_EQ(p::get(first, p::cqe64::opcode), p::cqe_opcode::RESIZE_CQ);
+  EXPECT_TRUE(p::cqe_sw_owned(first, 0, 6));
+  // Nobody polled that boundary: one CQE outstanding, so a 1-entry ring is refused by the firmware.
+  core::DmaSegment tiny = r.buffer(4096);
+  core::CmdFailure f;
+  EXPECT_EQ(r.hca.resize_cq(cq, 0, &tiny, 1, &f), Err::cmd_status);
+  EXPECT_EQ(f.opcode, p::opcode::MODIFY_CQ);
+  EXPECT_EQ(f.status, p::cmd_status::BAD_PARAM_ERR);
+  EXPECT_EQ(f.syndrome, melon::mlx5::emu::synd::RESIZE_TOO_SMALL);
+  EXPECT_EQ(cq->log_size, 8u);
+  EXPECT_EQ(r.hca.resize_cq(cq, 1, &tiny, 1), Err::ok);  // two entries hold it
+  EXPECT_EQ(cq->log_size, 1u);
+  // Refused before any command.
+  uint64_t cmds = r.hca.cmdq().commands_run();
+  EXPECT_EQ(r.hca.resize_cq(cq, 7, &tiny, 1), Err::invalid) << "8 KiB of CQEs on one page";
+  EXPECT_EQ(r.hca.resize_cq(cq, 30, &big, 1), Err::invalid);
+  EXPECT_EQ(r.hca.resize_cq(nullptr, 6, &big, 1), Err::invalid);
+  EXPECT_EQ(r.hca.resize_cq(cq, 6, nullptr, 0), Err::invalid);
+  EXPECT_EQ(r.hca.cmdq().commands_run(), cmds);
+  EXPECT_EQ(r.hca.destroy_cq(cq), Err::ok);
 }
 
 TEST_F(Objects, CqInvalidCases) {

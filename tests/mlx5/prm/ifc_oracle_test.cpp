@@ -167,6 +167,8 @@ const SetMap kSetMaps[] = {
      {{"BYTES_64", "MLX5_CQC_CQE_SZ_64_BYTES"}, {"BYTES_128", "MLX5_CQC_CQE_SZ_128_BYTES"}}},
     {"cqc_st", "MLX5_CQC_ST_", {}},
     {"cq_modify", "MLX5_CQ_MODIFY_", {}},
+    {"modify_cq_op_mod", "MLX5_MODIFY_CQ_IN_OP_MOD_", {}},
+    {"cq_resize_select", "MLX5_RESIZE_FIELD_SELECT_RESIZE_FIELD_SELECT_", {}},
     {"mkc_access_mode", "MLX5_MKC_ACCESS_MODE_", {}},
     {"qpc_state", "MLX5_QPC_STATE_", {}},
     {"qpc_st", "MLX5_QPC_ST_", {}},

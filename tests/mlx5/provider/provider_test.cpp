@@ -755,6 +755,57 @@ TEST_F(Mlx5Provider, ResetQpLeavesNoCompletionsInItsCqAndKeepsTheOthers) {
   EXPECT_EQ(ibv_destroy_qp(d.qp), 0);
 }
 
+// ibv_resize_cq (rdma-core mlx5_resize_cq): the completions left unpolled in the old ring come out
+// of the new one first, in order; a size below them is EINVAL and loses none.
+TEST_F(Mlx5Provider, ResizeCqKeepsUnpolledCompletionsInOrder) {
+  a_.ch = ibv_create_comp_channel(ctx_);
+  a_.cq = ibv_create_cq(ctx_, 7, nullptr, a_.ch, 0);  // an 8-entry ring
+  ASSERT_NE(a_.cq, nullptr);
+  ASSERT_EQ(a_.cq->cqe, 7);
+  pair();
+  // Five SENDs, none of their completions polled: wait for the receiver's, then for the ACKs.
+  auto sends = [&](uint64_t first, int n) {
+    for (int i = 0; i < n; i++) {
+      ASSERT_EQ(post_recv(b_, addr(b_, 64 * i), 64), 0);
+      ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 32, 0, 0, IBV_SEND_SIGNALED, first + i), 0);
+    }
+    for (int i = 0; i < n; i++) ASSERT_EQ(poll_one(b_.cq).status, IBV_WC_SUCCESS);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  };
+  sends(1, 5);
+  EXPECT_EQ(ibv_resize_cq(a_.cq, 4), EINVAL) << "4 entries for 5 unpolled completions";
+  EXPECT_EQ(a_.cq->cqe, 7);
+  ASSERT_EQ(ibv_resize_cq(a_.cq, 100), 0);
+  EXPECT_EQ(a_.cq->cqe, 127);
+  ibv_wc wc[16];
+  ASSERT_EQ(ibv_poll_cq(a_.cq, 16, wc), 5);
+  for (int i = 0; i < 5; i++) {
+    EXPECT_EQ(wc[i].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc[i].opcode, IBV_WC_SEND);
+    EXPECT_EQ(wc[i].wr_id, uint64_t(1 + i));
+    EXPECT_EQ(wc[i].qp_num, a_.qp->qp_num);
+  }
+  EXPECT_EQ(ibv_poll_cq(a_.cq, 16, wc), 0);
+  // Twelve more than the old ring could have held, all waiting at once in the new one.
+  sends(6, 12);
+  ASSERT_EQ(ibv_poll_cq(a_.cq, 16, wc), 12);
+  for (int i = 0; i < 12; i++) EXPECT_EQ(wc[i].wr_id, uint64_t(6 + i)) << i;
+  // Smaller again, with two waiting: they come through this resize too.
+  sends(18, 2);
+  ASSERT_EQ(ibv_resize_cq(a_.cq, 3), 0);
+  EXPECT_EQ(a_.cq->cqe, 3);
+  ASSERT_EQ(ibv_poll_cq(a_.cq, 16, wc), 2);
+  EXPECT_EQ(wc[0].wr_id, 18u);
+  EXPECT_EQ(wc[1].wr_id, 19u);
+  // Still armable and still delivering.
+  armed_completion(a_, [&] {
+    ASSERT_EQ(post_recv(b_, addr(b_), 64), 0);
+    ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 32, 0, 0, IBV_SEND_SIGNALED, 20), 0);
+  });
+  EXPECT_EQ(poll_one(a_.cq).wr_id, 20u);
+  EXPECT_EQ(ibv_resize_cq(a_.cq, 0), EINVAL);
+}
+
 // rdma-core __mlx5_cq_clean on destroy: the SRQ WQEs of completions left in the CQ go back to the
 // SRQ. Without the clean, the SRQ stayed full after its QP was destroyed (ENOMEM on the next post).
 TEST_F(Mlx5Provider, DestroyedQpGivesItsUnpolledSrqWqesBack) {
