@@ -192,7 +192,7 @@ Id* child_of(Id* l, Device* d, const cm::IpCmHeader& h, const MadAddress& from) 
   p.pkey = htons(0xffff);
   p.hop_limit = 64;
   p.traffic_class = c->tos;
-  p.mtu = uint8_t(d->port.active_mtu);
+  p.mtu = route_mtu(d, &a.src_addr);
   p.mtu_selector = 2;
   p.rate = 0;
   p.packet_life_time = 18;

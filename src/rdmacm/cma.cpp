@@ -713,7 +713,8 @@ MELON_CM_EXPORT int rdma_resolve_route(struct rdma_cm_id* cid, int timeout_ms) {
   if (!valid_id(cid)) return fail(EINVAL);
   Id* id = Id::from(cid);
   if (id->state != IdState::addr_resolved || !id->dev) return fail(EINVAL);
-  // RoCE has no subnet administrator: the path is the two GIDs, the port's MTU and our defaults
+  // RoCE has no subnet administrator: the path is the two GIDs, the MTU the port and the interface
+  // both carry (route_mtu.cpp) and our defaults
   // (the neighbour's MAC is the provider's business when it builds the AV: docs/rdmacm.md).
   ibv_sa_path_rec& p = id->path;
   p = {};
@@ -725,7 +726,7 @@ MELON_CM_EXPORT int rdma_resolve_route(struct rdma_cm_id* cid, int timeout_ms) {
   p.reversible = 1;
   p.numb_path = 1;
   p.mtu_selector = 2;
-  p.mtu = uint8_t(id->dev->port.active_mtu);
+  p.mtu = route_mtu(id->dev, &id->id.route.addr.src_addr);
   p.rate_selector = 2;
   p.packet_life_time_selector = 2;
   p.packet_life_time = 18;

@@ -146,6 +146,10 @@ uint64_t now_ns();
 int ensure_init();  // devices opened, agent thread running
 Device* device_of(ibv_context* ctx);
 int open_mad_port(Device* d);  // errno value
+// route_mtu.cpp: a route's path MTU (ibv_mtu), the port's active MTU capped so that a packet with its
+// RoCEv2 headers fits the MTU of the interface holding `local`; cap_mtu does the arithmetic.
+uint8_t route_mtu(const Device* d, const sockaddr* local);
+uint8_t cap_mtu(uint8_t ib_mtu, unsigned if_mtu);
 void queue_event(Id* id, rdma_cm_event_type type, int status, const void* pdata = nullptr, size_t plen = 0,
                  Id* listen = nullptr);
 void wake_agent();

@@ -71,35 +71,36 @@ enum class Selector : uint32_t { MELON_UAPI_SELECTORS(MELON_UAPI_SEL_ENUM) };
 
 // Every answer's status. Kept apart from errno (Darwin and Linux numbers differ); the provider
 // maps them (errno_name() in docs/uapi.md gives the intended errno for each).
-#define MELON_UAPI_STATUSES(V)                                                                    \
-  V(ok, 0, "ok")                                                                                  \
-  V(unknown_selector, 1, "unknown selector")                                                      \
-  V(truncated, 2, "request shorter than the selector's first version")                            \
-  V(trailing_nonzero, 3, "request longer than this server knows, with nonzero extra")             \
-  V(out_too_small, 4, "response buffer shorter than the selector's first version")                \
-  V(not_open, 5, "Open has not been called (or Close has)")                                       \
-  V(already_open, 6, "Open called twice")                                                         \
-  V(bad_version, 7, "ABI version not served")                                                     \
-  V(invalid, 8, "a field is out of range or a reserved field is nonzero")                         \
-  V(bad_handle, 9, "handle stale, forged, of the wrong type or another client's")                 \
-  V(quota_client, 10, "the client's quota for this object is used up")                            \
-  V(quota_device, 11, "the device's quota for this object is used up")                            \
-  V(wrong_state, 12, "the object is not in a state that allows this")                             \
-  V(busy, 13, "the object still has dependents")                                                  \
-  V(no_memory, 14, "out of memory")                                                               \
-  V(firmware, 15, "the firmware refused the command")                                             \
-  V(device_dead, 16, "the device is in a fatal state")                                            \
-  V(unsupported, 17, "not supported")                                                             \
-  V(no_event, 18, "no event pending")                                                             \
-  V(quota_queue_client, 19, "the client's queue memory limit is used up (queue_bytes.client)")    \
-  V(quota_queue_user, 20, "the user's queue memory limit is used up (queue_bytes.user)")          \
-  V(quota_queue_device, 21, "the device's queue memory limit is used up (queue_bytes.device)")    \
-  V(quota_pinned_client, 22, "the client's pinned memory limit is used up (pinned_bytes.client)") \
-  V(quota_pinned_user, 23, "the user's pinned memory limit is used up (pinned_bytes.user)")       \
-  V(quota_pinned_device, 24, "the device's pinned memory limit is used up (pinned_bytes.device)") \
-  V(quota_user_clients, 25, "the user's client connections are used up (clients_per_user)")       \
-  V(bad_address, 26, "the range is not the client's memory with the access asked")                \
-  V(not_permitted, 27, "a diagnostic selector this host does not allow (melon-emud --diagnostics)")
+#define MELON_UAPI_STATUSES(V)                                                                      \
+  V(ok, 0, "ok")                                                                                    \
+  V(unknown_selector, 1, "unknown selector")                                                        \
+  V(truncated, 2, "request shorter than the selector's first version")                              \
+  V(trailing_nonzero, 3, "request longer than this server knows, with nonzero extra")               \
+  V(out_too_small, 4, "response buffer shorter than the selector's first version")                  \
+  V(not_open, 5, "Open has not been called (or Close has)")                                         \
+  V(already_open, 6, "Open called twice")                                                           \
+  V(bad_version, 7, "ABI version not served")                                                       \
+  V(invalid, 8, "a field is out of range or a reserved field is nonzero")                           \
+  V(bad_handle, 9, "handle stale, forged, of the wrong type or another client's")                   \
+  V(quota_client, 10, "the client's quota for this object is used up")                              \
+  V(quota_device, 11, "the device's quota for this object is used up")                              \
+  V(wrong_state, 12, "the object is not in a state that allows this")                               \
+  V(busy, 13, "the object still has dependents")                                                    \
+  V(no_memory, 14, "out of memory")                                                                 \
+  V(firmware, 15, "the firmware refused the command")                                               \
+  V(device_dead, 16, "the device is in a fatal state")                                              \
+  V(unsupported, 17, "not supported")                                                               \
+  V(no_event, 18, "no event pending")                                                               \
+  V(quota_queue_client, 19, "the client's queue memory limit is used up (queue_bytes.client)")      \
+  V(quota_queue_user, 20, "the user's queue memory limit is used up (queue_bytes.user)")            \
+  V(quota_queue_device, 21, "the device's queue memory limit is used up (queue_bytes.device)")      \
+  V(quota_pinned_client, 22, "the client's pinned memory limit is used up (pinned_bytes.client)")   \
+  V(quota_pinned_user, 23, "the user's pinned memory limit is used up (pinned_bytes.user)")         \
+  V(quota_pinned_device, 24, "the device's pinned memory limit is used up (pinned_bytes.device)")   \
+  V(quota_user_clients, 25, "the user's client connections are used up (clients_per_user)")         \
+  V(bad_address, 26, "the range is not the client's memory with the access asked")                  \
+  V(not_permitted, 27, "a diagnostic selector this host does not allow (melon-emud --diagnostics)") \
+  V(taken, 28, "the port's QP1 (GSI) belongs to another client")
 
 #define MELON_UAPI_STATUS_ENUM(name, value, text) name = value,
 enum class Status : uint32_t { MELON_UAPI_STATUSES(MELON_UAPI_STATUS_ENUM) };
@@ -285,14 +286,17 @@ struct ModifySrqReq {
 };
 static_assert(sizeof(ModifySrqReq) == 8);
 
-// qp_type values (the anchor's): RC 0, UD 1, UC 2.
-enum : uint8_t { kQpRc = 0, kQpUd = 1, kQpUc = 2 };
+// qp_type values (the anchor's): RC 0, UD 1, UC 2; GSI 3 is QP1 of `port` (a UD QP numbered 1 with
+// the GSI's Q_Key, the IB CM's), one per port and device: another client asking while it lives gets
+// `taken`; it is free again once its owner destroys it or goes.
+enum : uint8_t { kQpRc = 0, kQpUd = 1, kQpUc = 2, kQpGsi = 3 };
 struct CreateQpReq {
   uint32_t pd, send_cq, recv_cq;
   uint32_t srq;  // 0: the QP has its own RQ
   uint32_t uar;  // the client's UAR the send doorbells go to
   uint8_t qp_type;
-  uint8_t reserved0[3];
+  uint8_t port;  // kQpGsi: the port (1); 0 for the other types
+  uint8_t reserved0[2];
   uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
 };
 static_assert(sizeof(CreateQpReq) == 44);

@@ -41,7 +41,7 @@ struct SrqSpec {
   uint64_t event_tag;
 };
 struct QpSpec {
-  uint8_t type;  // kQpRc / kQpUd / kQpUc
+  uint8_t type;  // kQpRc / kQpUd / kQpUc / kQpGsi (the server has checked the port: the device has one)
   void *pd, *send_cq, *recv_cq, *srq, *uar;
   uint32_t log_sq_size;  // 64-byte basic blocks
   uint32_t log_rq_size, log_rq_stride;  // 0 / unused with an SRQ

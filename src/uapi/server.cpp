@@ -248,6 +248,7 @@ void Server::release(Client& c, ObjType t, uint32_t slot) {
   for (uint32_t p : e.parents)
     if (p)
       if (Entry* pe = lookup(c, p, token_type(p))) pe->refs--;
+  if (e.gsi_port) gsi_ports_ &= ~(1u << e.gsi_port);  // the port's QP1 is free for the next owner
   User& u = users_[c.user];
   c.queue_bytes -= e.queue_bytes, u.queue_bytes -= e.queue_bytes, queue_bytes_ -= e.queue_bytes;
   c.pinned_bytes -= e.pinned_bytes, u.pinned_bytes -= e.pinned_bytes, pinned_bytes_ -= e.pinned_bytes;
@@ -540,9 +541,14 @@ Status Server::create_qp(Client& c, const CreateQpReq& rq, CreateQpResp* rp) {
   Entry* uar = lookup(c, rq.uar, ObjType::uar);
   Entry* srq = rq.srq ? lookup(c, rq.srq, ObjType::srq) : nullptr;
   if (!pd || !scq || !rcq || !uar || (rq.srq && !srq)) return Status::bad_handle;
-  if (rq.qp_type > kQpUc || !all_zero(rq.reserved0, sizeof(rq.reserved0))) return Status::invalid;
-  if ((rq.qp_type == kQpUc && !(lim_.features & kFeatUc)) || (rq.qp_type == kQpUd && !(lim_.features & kFeatUd)))
+  const bool gsi = rq.qp_type == kQpGsi;
+  if (rq.qp_type > kQpGsi || !all_zero(rq.reserved0, sizeof(rq.reserved0))) return Status::invalid;
+  if (gsi ? (rq.port < 1 || rq.port > lim_.ports || srq) : rq.port != 0) return Status::invalid;
+  if ((rq.qp_type == kQpUc && !(lim_.features & kFeatUc)) ||
+      ((rq.qp_type == kQpUd || gsi) && !(lim_.features & kFeatUd)))
     return Status::unsupported;
+  // One owner of a port's QP1 at a time, across clients (the CM of one process: docs/rdmacm.md).
+  if (gsi && (gsi_ports_ & (1u << rq.port))) return Status::taken;
   if (rq.max_send_wr < 1 || rq.max_send_wr > lim_.max_qp_wr || rq.max_send_sge > lim_.max_sge ||
       rq.max_inline_data > lim_.max_inline)
     return Status::invalid;
@@ -554,7 +560,7 @@ Status Server::create_qp(Client& c, const CreateQpReq& rq, CreateQpResp* rp) {
   if (Status s = reserve(c, ObjType::qp, &slot); s != Status::ok) return s;
   // Send WQE size (64-byte basic blocks): control 16 + (UD: address vector 48) + either the
   // scatter list (16 per entry) or the inline data (4-byte header + data, 16-byte aligned).
-  uint32_t ctrl = 16 + (rq.qp_type == kQpUd ? 48 : 0) + (rq.qp_type == kQpRc ? 16 : 0);  // + raddr seg
+  uint32_t ctrl = 16 + (rq.qp_type == kQpUd || gsi ? 48 : 0) + (rq.qp_type == kQpRc ? 16 : 0);  // + raddr seg
   uint32_t data = 16 * (rq.max_send_sge ? rq.max_send_sge : 1);
   uint32_t inl = (4 + rq.max_inline_data + 15) & ~15u;
   uint32_t wqe = ctrl + (inl > data ? inl : data);
@@ -582,6 +588,7 @@ Status Server::create_qp(Client& c, const CreateQpReq& rq, CreateQpResp* rp) {
   e->id = rp->qpn;
   e->qp_type = rq.qp_type;
   e->state = kStateReset;
+  if (gsi) e->gsi_port = rq.port, gsi_ports_ |= 1u << rq.port;
   rp->max_inline_data = rq.max_inline_data;
   for (uint32_t i = 0; i < kMaxMaps; i++) e->maps[i] = cr.maps[i];
   return Status::ok;
@@ -623,7 +630,7 @@ Status Server::modify_qp(Client& c, const ModifyQpReq& rq) {
 
   Transition t;
   uint8_t from = e->state;
-  uint32_t qt = e->qp_type;
+  uint32_t qt = e->qp_type == kQpGsi ? kQpUd : e->qp_type;  // QP1 takes UD's attributes
   if (to == kStateReset || to == kStateErr) {
     if (m & ~(kQpState | kQpCurState)) return Status::invalid;
     if (to == kStateReset && from == kStateReset) return Status::ok;  // nothing to tell the device

@@ -66,6 +66,7 @@ struct Entry {
   bool live = false;
   uint8_t state = 0;  // QP: ibv_qp_state; SRQ: armed
   uint8_t qp_type = 0;
+  uint8_t gsi_port = 0;  // QP1 of this port (kQpGsi); 0 for any other object
   uint32_t refs = 0;  // live objects that depend on this one
   uint32_t parents[5] = {};  // tokens this object holds references on
   uint32_t id = 0;  // QPN / CQN, for event routing
@@ -207,6 +208,7 @@ class Server {
   };
   User users_[kMaxClients];
   uint64_t queue_bytes_ = 0, pinned_bytes_ = 0;
+  uint32_t gsi_ports_ = 0;  // bit p: port p's QP1 has an owner
   ServerStats stats_;
   EventNotify* notify_ = nullptr;
 };

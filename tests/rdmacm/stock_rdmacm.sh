@@ -2,13 +2,23 @@
 # Debian's rdmacm-utils and perftest, unmodified, on our librdmacm.so.1 + libibverbs.so.1 across two
 # network namespaces this test creates (veth, 10.231.<n>.1 and .2, soft0 on each end), one case per
 # run: the server in one namespace, the client in the other, then the same with the ends swapped.
-#   usage: stock_rdmacm.sh <our library directory> <case>
+#   usage: stock_rdmacm.sh <our library directory> <case>[_mlx5] [<melon-emud>]
 #   cases: rping ucmatose udaddy rdma_server ib_send_bw ib_write_lat
+# <case>_mlx5: the first namespace's end is mlx5_0 instead, melon-emud with its wire on 10.231.<n>.1
+# (its QP1 carries the CM: docs/rdmacm.md "Where QP1 lives"), the other end soft0 as before; the
+# daemon must stop cleanly at the end (nothing leaked).
 # Each case asserts on what the tools print (data verified by the tools themselves where they can:
 # rping -V compares every ping it reads back). Needs root and the tools; otherwise SKIP (exit 77).
 set -u
 libdir=$(realpath "$1")
 name=$2
+mlx5=""
+if [ "${name%_mlx5}" != "$name" ]; then
+  name=${name%_mlx5}
+  mlx5=1
+  emud=${3:-}
+  [ -n "$emud" ] && [ -x "$emud" ] || { echo "usage: $0 <libdir> <case>_mlx5 <melon-emud>"; exit 2; }
+fi
 skip() {
   echo "SKIP: $*"
   exit 77
@@ -31,17 +41,20 @@ ib_send_bw | ib_write_lat) tool=$name ;;
 esac
 command -v "$tool" > /dev/null || skip "$tool not installed (rdmacm-utils / perftest)"
 
-# A subnet per case, so cases may run side by side.
+# A subnet per case, so cases may run side by side (the mlx5 variants: 10.231.1<n>).
 declare -A net=([rping]=1 [ucmatose]=2 [udaddy]=3 [rdma_server]=4 [ib_send_bw]=5 [ib_write_lat]=6)
 n=${net[$name]}
+[ -n "$mlx5" ] && n=$((10 + n))
 a=10.231.$n.1
 b=10.231.$n.2
 ns_a=cmh-a$n-$$
 ns_b=cmh-b$n-$$
 work=$(mktemp -d)
 pids=()
+emud_pid=""
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2> /dev/null; done
+  [ -n "$emud_pid" ] && kill "$emud_pid" 2> /dev/null && wait "$emud_pid" 2> /dev/null
   ip netns del "$ns_a" 2> /dev/null
   ip netns del "$ns_b" 2> /dev/null
   rm -rf "$work"
@@ -59,17 +72,35 @@ for p in "$ns_a:$va" "$ns_b:$vb"; do
   { ip -n "${p%%:*}" link set "${p#*:}" up && ip -n "${p%%:*}" link set lo up; } || fail "links up"
 done
 
-# in_ns <ns> <addr> <cmd...>: soft0 on <addr>, our libraries first, nothing else of the host's.
+# The mlx5 variants: melon-emud in the first namespace, its wire on that end's address.
+if [ -n "$mlx5" ]; then
+  ip netns exec "$ns_a" "$emud" --socket "$work/emud.sock" --wire "$a" > "$work/emud.out" 2>&1 &
+  emud_pid=$!
+  for _ in $(seq 200); do [ -S "$work/emud.sock" ] && break; sleep 0.05; done
+  [ -S "$work/emud.sock" ] || fail "melon-emud did not come up"
+fi
+# The device at an end: mlx5_0 at the first namespace's in the mlx5 variants, soft0 otherwise.
+dev_in() { if [ -n "$mlx5" ] && [ "$1" = "$ns_a" ]; then echo mlx5_0; else echo soft0; fi; }
+
+# in_ns <ns> <addr> <cmd...>: that end's device on <addr> (soft0, or mlx5_0 of our melon-emud), our
+# libraries first, nothing else of the host's.
 in_ns() {
   local ns=$1 addr=$2
   shift 2
+  local devs=(MELON_SOFT_DEVICES="soft0=$addr" MELON_EMUD_SOCKET="$work/none.sock")
+  [ "$(dev_in "$ns")" = mlx5_0 ] && devs=(MELON_EMUD_SOCKET="$work/emud.sock")
   ip netns exec "$ns" env LD_LIBRARY_PATH="$libdir" MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG=/nonexistent \
-    MELON_SOFT_DEVICES="soft0=$addr" "$@"
+    "${devs[@]}" "$@"
 }
 
-# The server's listen id is bound before the client starts: wait for its UDP 4791 socket.
+# The server's listen id is bound before the client starts: wait for its UDP 4791 socket. melon-emud's
+# wire has that socket from its start, so an mlx5_0 server gets a moment to reach rdma_listen.
 wait_bound() {
   local ns=$1 addr=$2
+  if [ "$(dev_in "$ns")" = mlx5_0 ]; then
+    sleep 1
+    return 0
+  fi
   for _ in $(seq 100); do
     ip netns exec "$ns" ss -Hlun "sport = :4791" 2> /dev/null | grep -q . && return 0
     sleep 0.05
@@ -147,13 +178,15 @@ for dir in ab ba; do
     expect $dir-client.out "^rdma_client: end 0"
     ;;
   ib_send_bw | ib_write_lat)
-    pair $dir "${S[@]}" "${C[@]}" "$name" -d soft0 -R -n 200 -F -- "$name" -d soft0 -R -n 200 -F "$sip"
+    pair $dir "${S[@]}" "${C[@]}" "$name" -d "$(dev_in "${S[0]}")" -R -n 200 -F -- \
+      "$name" -d "$(dev_in "${C[0]}")" -R -n 200 -F "$sip"
     expect $dir-client.out "^ *[0-9]+ +200 "
     ;;
   esac
 done
-# IPv6: a ULA each way, and link-local addresses with their scope (rping -a fe80::...%if).
-if [ "$name" = rping ]; then
+# IPv6: a ULA each way, and link-local addresses with their scope (rping -a fe80::...%if). Soft
+# ends only (melon-emud's wire here is the IPv4 address).
+if [ "$name" = rping ] && [ -z "$mlx5" ]; then
   { ip -n "$ns_a" addr add "fd31:$n::1/64" dev "$va" nodad && ip -n "$ns_b" addr add "fd31:$n::2/64" dev "$vb" nodad &&
     ip -n "$ns_a" addr add "fe80::31:1/64" dev "$va" nodad && ip -n "$ns_b" addr add "fe80::31:2/64" dev "$vb" nodad; } ||
     fail "IPv6 addresses"
@@ -168,7 +201,7 @@ fi
 # Nobody at all at the far address: the client resends
 # its REQ max-CM-retries (15) times and then reports UNREACHABLE (-ETIMEDOUT). MELON_CM_TIMEOUT=12
 # (16 ms per try) keeps that short; the REQs are counted on the far side's link.
-if [ "$name" = rping ] && command -v tcpdump > /dev/null && command -v tshark > /dev/null; then
+if [ "$name" = rping ] && [ -z "$mlx5" ] && command -v tcpdump > /dev/null && command -v tshark > /dev/null; then
   ip netns exec "$ns_a" tcpdump -q -n -i "$va" -U --immediate-mode -w "$work/timeout.pcap" udp port 4791 2> "$work/timeout-capture.log" &
   cap=$!
   pids+=("$cap")
@@ -196,4 +229,12 @@ if [ "$name" = rping ]; then
   in_ns "$ns_b" "$b" timeout 10 rping -c -a "$a" -p 7175 -C 1 > "$work/rej-client.out" 2>&1
   expect rej-client.out "RDMA_CM_EVENT_REJECTED, error 8"
 fi
-echo "PASS: $name both directions"
+# melon-emud stops cleanly: every client object released, nothing leaked in the core.
+if [ -n "$emud_pid" ]; then
+  kill -TERM "$emud_pid"
+  wait "$emud_pid"
+  rc=$?
+  emud_pid=""
+  [ "$rc" -eq 0 ] || fail "melon-emud exited $rc after SIGTERM"
+fi
+echo "PASS: $name${mlx5:+ (mlx5_0 and soft0)} both directions"

@@ -139,7 +139,7 @@ class Emud : public ::testing::Test {
 struct Objects {
   uint32_t pd = 0, uar = 0, cq = 0, qp = 0;
 };
-Status make_objects(uapi::SocketClient& c, Objects* o) {
+Status make_objects(uapi::SocketClient& c, Objects* o, uint8_t qp_type = uapi::kQpRc, uint32_t* qpn = nullptr) {
   uapi::HandleResp pd{};
   if (Status s = c.call(Selector::alloc_pd, uapi::EmptyReq{}, &pd); s != Status::ok) return s;
   uapi::UarResp uar{};
@@ -150,11 +150,13 @@ Status make_objects(uapi::SocketClient& c, Objects* o) {
   q.pd = pd.handle;
   q.send_cq = q.recv_cq = cq.handle;
   q.uar = uar.handle;
-  q.qp_type = uapi::kQpRc;
+  q.qp_type = qp_type;
+  q.port = qp_type == uapi::kQpGsi ? 1 : 0;
   q.max_send_wr = q.max_recv_wr = 32;
   q.max_send_sge = q.max_recv_sge = 1;
   uapi::CreateQpResp qr{};
   if (Status s = c.call(Selector::create_qp, q, &qr); s != Status::ok) return s;
+  if (qpn) *qpn = qr.qpn;
   *o = Objects{pd.handle, uar.handle, cq.handle, qr.handle};
   return Status::ok;
 }
@@ -616,6 +618,61 @@ TEST_F(Emud, AKilledClientLeavesNothingBehind) {
   EXPECT_EQ(after.pinned_bytes, 0u);
   EXPECT_EQ(after.dma_buffers, before.dma_buffers);
   EXPECT_EQ(after.fw_pages, before.fw_pages);
+}
+
+// QP1 belongs to one process at a time: another asking gets `taken` (EADDRINUSE in the provider)
+// while the owner lives, and has it once the owner is killed.
+TEST_F(Emud, QpOneHasOneOwnerProcessAtATime) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    uapi::SocketClient c;
+    if (!c.connect(sock.c_str()) || c.open() != Status::ok) _exit(1);
+    Objects o;
+    uint32_t qpn = 0;
+    if (Status s = make_objects(c, &o, uapi::kQpGsi, &qpn); s != Status::ok) _exit(30 + int(s));
+    if (qpn != 1) _exit(3);
+    (void)!write(ready[1], "r", 1);
+    for (;;) pause();  // holds QP1 until killed
+  }
+  close(ready[1]);
+  char r = 0;
+  if (read(ready[0], &r, 1) != 1) {
+    int st = 0;
+    waitpid(child, &st, 0);
+    FAIL() << "owner did not get QP1, exit " << WEXITSTATUS(st) << "\n" << slurp(dir + "/emud.log");
+  }
+  close(ready[0]);
+  uapi::SocketClient c;
+  ASSERT_TRUE(c.connect(sock.c_str()));
+  ASSERT_EQ(c.open(), Status::ok);
+  Objects ud;
+  uint32_t ud_qpn = 0;
+  ASSERT_EQ(make_objects(c, &ud, uapi::kQpUd, &ud_qpn), Status::ok);  // other QPs are unaffected
+  EXPECT_GT(ud_qpn, 1u);
+  uapi::CreateQpReq q{};
+  q.pd = ud.pd;
+  q.send_cq = q.recv_cq = ud.cq;
+  q.uar = ud.uar;
+  q.qp_type = uapi::kQpGsi;
+  q.port = 1;
+  q.max_send_wr = q.max_recv_wr = 32;
+  q.max_send_sge = q.max_recv_sge = 1;
+  uapi::CreateQpResp qr{};
+  EXPECT_EQ(c.call(Selector::create_qp, q, &qr), Status::taken);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  Status s = Status::taken;
+  for (int i = 0; i < 500 && s == Status::taken; i++) {
+    s = c.call(Selector::create_qp, q, &qr);
+    if (s == Status::taken) usleep(10000);  // the daemon notices the hang-up on its own time
+  }
+  ASSERT_EQ(s, Status::ok);
+  EXPECT_EQ(qr.qpn, 1u);
+  uapi::EmptyResp e;
+  EXPECT_EQ(c.call(Selector::destroy_qp, uapi::HandleReq{qr.handle, 0}, &e), Status::ok);
+  EXPECT_EQ(destroy_objects(c, ud), Status::ok);
 }
 
 // Listing, connecting and opening grant the daemon no ptrace right over the client (842afb3 named

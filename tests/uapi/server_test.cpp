@@ -674,6 +674,43 @@ TEST_F(Uapi, UdQpNeedsQkeyNotPath) {
   ASSERT_EQ(call0(c, Selector::modify_qp, s), Status::ok);
 }
 
+TEST_F(Uapi, GsiQpHasOneOwnerPerPortUntilItGoes) {
+  Client& a = open_client();
+  Client& b = open_client();
+  uint32_t pa = pd(a), ua = uar(a), qa = cq(a, ua);
+  uint32_t pb = pd(b), ub = uar(b), qb = cq(b, ub);
+  CreateQpReq g = qp_req(pa, qa, qa, ua, kQpGsi);
+  CreateQpResp rp{};
+  refused(a, Selector::create_qp, g, &rp, Status::invalid);  // QP1 names its port
+  g.port = 2;
+  refused(a, Selector::create_qp, g, &rp, Status::invalid);  // the device has one
+  CreateQpReq ud = qp_req(pa, qa, qa, ua, kQpUd);
+  ud.port = 1;
+  refused(a, Selector::create_qp, ud, &rp, Status::invalid);  // only QP1 takes a port
+  g.port = 1;
+  ASSERT_EQ(call(a, Selector::create_qp, g, &rp), Status::ok);
+  uint32_t mine = rp.handle;
+  CreateQpReq other = qp_req(pb, qb, qb, ub, kQpGsi);
+  other.port = 1;
+  refused(b, Selector::create_qp, other, &rp, Status::taken);
+  refused(a, Selector::create_qp, g, &rp, Status::taken);  // its owner has it already, too
+  // QP1 takes UD's attributes: a Q_Key, no path.
+  ModifyQpReq m{};
+  m.handle = mine;
+  m.attr_mask = kQpState | kQpPkeyIndex | kQpPort | kQpQkey;
+  m.qp_state = kStateInit;
+  m.port = 1;
+  m.qkey = 0x80010000;
+  EXPECT_EQ(call0(a, Selector::modify_qp, m), Status::ok);
+  // Its owner destroys it: the next client may have it.
+  EXPECT_EQ(call0(a, Selector::destroy_qp, HandleReq{mine, 0}), Status::ok);
+  ASSERT_EQ(call(b, Selector::create_qp, other, &rp), Status::ok);
+  refused(a, Selector::create_qp, g, &rp, Status::taken);
+  // Its owner goes: free again.
+  srv->detach(b);
+  EXPECT_EQ(call(a, Selector::create_qp, g, &rp), Status::ok);
+}
+
 TEST_F(Uapi, QueryFollowsTheDevicesState) {
   Client& c = open_client();
   uint32_t h = qp(c);

@@ -19,6 +19,7 @@ namespace melon::mlx5::core {
   V(bad_state, "object is in the wrong state for this operation") \
   V(not_found, "no such object")                                  \
   V(in_use, "object still has dependents")                        \
+  V(taken, "the port's one QP1 (GSI) exists already")             \
   V(leak, "resources left over")
 
 #define MELON_MLX_ERR_ENUM(n, s) n,

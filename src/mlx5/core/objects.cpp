@@ -20,6 +20,7 @@ const char* qp_type_name(QpType t) {
     case QpType::rc: return "RC";
     case QpType::uc: return "UC";
     case QpType::ud: return "UD";
+    case QpType::gsi: return "GSI";
   }
   return "?";
 }

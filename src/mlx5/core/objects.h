@@ -130,7 +130,9 @@ struct SrqQuery {
   uint32_t state, log_size, pd, lwm, wqe_cnt;
 };
 
-enum class QpType : uint8_t { rc, uc, ud };
+// gsi: QP1, the port's General Services QP (PRM st QP1): a UD QP that is number 1 on the wire and
+// takes the GSI's Q_Key; one per port (a second is Err::taken).
+enum class QpType : uint8_t { rc, uc, ud, gsi };
 const char* qp_type_name(QpType t);
 
 // Software view of the QP state machine (IBA 10.3.1); values are prm::qpc_state.

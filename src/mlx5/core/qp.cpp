@@ -1,4 +1,4 @@
-// Queue pairs: RC, UC and UD, every transition of the IBA state machine (10.3.1) through the PRM's
+// Queue pairs: RC, UC, UD and the GSI (QP1), every transition of the IBA state machine (10.3.1) through the PRM's
 // modify commands, and the RoCEv2 address path.
 #include <string.h>
 
@@ -48,11 +48,14 @@ uint32_t log2_ceil(uint32_t v) {
   return l;
 }
 
+bool datagram(QpType t) { return t == QpType::ud || t == QpType::gsi; }
+
 uint8_t st_of(QpType t) {
   switch (t) {
     case QpType::rc: return p::qpc_st::RC;
     case QpType::uc: return p::qpc_st::UC;
     case QpType::ud: return p::qpc_st::UD;
+    case QpType::gsi: return p::qpc_st::QP1;
   }
   return p::qpc_st::RC;
 }
@@ -103,7 +106,7 @@ Err set_optional(const Qp* qp, uint16_t opcode, const QpAttr& a, uint8_t* qpc, u
     switch (f.bit) {
       case o::RRE: c.set(p::qpc::rre, rc && (a.access & kAccessRemoteRead)); break;
       case o::RAE: c.set(p::qpc::rae, rc && (a.access & kAccessRemoteAtomic)); break;
-      case o::RWE: c.set(p::qpc::rwe, qp->type != QpType::ud && (a.access & kAccessRemoteWrite)); break;
+      case o::RWE: c.set(p::qpc::rwe, !datagram(qp->type) && (a.access & kAccessRemoteWrite)); break;
       case o::PKEY_INDEX: path.set(p::ads::pkey_index, a.pkey_index); break;
       case o::Q_KEY: c.set(p::qpc::q_key, a.qkey); break;
       case o::RNR_TIMEOUT: c.set(p::qpc::min_rnr_nak, a.min_rnr_timer); break;
@@ -162,7 +165,12 @@ Err Hca::create_qp(const QpParams& qp_p, Qp** out) {
   uint32_t i = 0;
   for_each_page(q.buf, q.nbuf, kQueuePageShift,
                 [&](uint64_t pa) { p::pas_set(v.elem(p::create_qp_in::pas, i++), pa); });
-  if (Err e = cmd(in.get(), in_len, o, sizeof o); e != Err::ok) return e;
+  CmdFailure f;
+  if (Err e = cmd(in.get(), in_len, o, sizeof o, &f); e != Err::ok) {
+    // The firmware keeps one QP1 per port and answers RES_BUSY for another.
+    if (q.type == QpType::gsi && e == Err::cmd_status && f.status == p::cmd_status::RES_BUSY) return Err::taken;
+    return e;
+  }
   uint32_t qpn = uint32_t(p::create_qp_out::cview(o).get(p::create_qp_out::qpn));
   Qp* qp = new_obj<Qp>(ObjKind::qp);
   if (!qp) {
@@ -219,7 +227,7 @@ Err Hca::modify_qp(Qp* qp, QpTransition t, const QpAttr& a) {
   if (r->has_qpc) {
     auto c = p::rst2init_qp_in::view(in).at(p::rst2init_qp_in::qpc);
     auto path = c.at(p::qpc::primary_address_path);
-    bool rc = qp->type == QpType::rc, ud = qp->type == QpType::ud;
+    bool rc = qp->type == QpType::rc, ud = datagram(qp->type);
     switch (t) {
       case QpTransition::rst2init:
       case QpTransition::init2init:

@@ -24,6 +24,7 @@ Status status_of(c::Err e) {
     case c::Err::unsupported: return Status::unsupported;
     case c::Err::bad_state: return Status::wrong_state;
     case c::Err::not_found: return Status::bad_handle;
+    case c::Err::taken: return Status::taken;
     default: return Status::firmware;  // timeout, cmd_status, delivery, leak
   }
 }
@@ -510,7 +511,10 @@ Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) 
   if (spec.srq) cr->maps[2] = MapRegion{};
   c::DmaSegment seg{q->mem.iova, q->ring_bytes};
   c::QpParams qp;
-  qp.type = spec.type == kQpUd ? c::QpType::ud : spec.type == kQpUc ? c::QpType::uc : c::QpType::rc;
+  qp.type = spec.type == kQpUd    ? c::QpType::ud
+            : spec.type == kQpUc  ? c::QpType::uc
+            : spec.type == kQpGsi ? c::QpType::gsi
+                                  : c::QpType::rc;
   qp.pd = static_cast<c::Pd*>(spec.pd);
   qp.send_cq = static_cast<Queue*>(spec.send_cq)->cq;
   qp.recv_cq = static_cast<Queue*>(spec.recv_cq)->cq;
@@ -599,7 +603,7 @@ Status UapiBackend::modify_qp(void* o, Transition t, const ModifyQpReq& rq) {
     if (m & x.ibv) a.optional |= x.prm;
   // Access bits a QP type has no field for (UC: no read/atomic, UD: none) are not asked for.
   if (q->qp->type != c::QpType::rc) a.optional &= ~uint32_t(po::RRE | po::RAE);
-  if (q->qp->type == c::QpType::ud) a.optional &= ~uint32_t(po::RWE);
+  if (q->qp->type == c::QpType::ud || q->qp->type == c::QpType::gsi) a.optional &= ~uint32_t(po::RWE);
   if (m & kQpAccessFlags) a.access = rq.access;
   if (m & kQpQkey) a.qkey = rq.qkey;
   if (m & kQpDestQpn) a.dest_qpn = rq.dest_qpn;

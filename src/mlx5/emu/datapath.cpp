@@ -63,7 +63,7 @@ void Hca::write_completion(const PendingCqe& p) {
   v.set(prm::cqe64::opcode, op).set(prm::cqe64::byte_cnt, wc.byte_len);
   v.set(prm::cqe64::wqe_counter, uint16_t(wc.wr_id));
   if (wc.wc_flags & (rc::kWcWithImm | rc::kWcWithInv)) v.set(prm::cqe64::imm_inval_pkey, wc.imm);
-  if (qit != qps_.end() && qit->second.st == prm::qpc_st::UD) {
+  if (qit != qps_.end() && prm::qpc_st_datagram(qit->second.st)) {
     v.set(prm::cqe64::rqpn, wc.src_qp);
     // g (bits 5:4): a GRH came with it (rdma-core cq.c); bits 3:0, the SL's place: the RoCE packet type.
     if (wc.wc_flags & rc::kWcGrh) v.set(prm::cqe64::flags, 0x10 | (wc.sl & 0xf));
@@ -167,7 +167,7 @@ void Hca::sq_process(Qp& qp) {
       case w::NOP: break;
       default: ok = false;
     }
-    if (qp.st == prm::qpc_st::UD && ok && opcode != w::NOP) {
+    if (prm::qpc_st_datagram(qp.st) && ok && opcode != w::NOP) {
       if (off + prm::wqe_datagram_seg::size_bytes > wqe.size()) ok = false;
       if (ok) {
         prm::wqe_datagram_seg::cview d(wqe.data() + off);

@@ -47,8 +47,12 @@ CmdStatus Hca::create_qp(Cmd& c) {
   qp.page_offset = uint8_t(ctx.get(q::page_offset));
   qp.dbr = ctx.get(q::dbr_addr);
   qp.counter_set = uint32_t(ctx.get(q::counter_set_id));
-  if (qp.st != prm::qpc_st::RC && qp.st != prm::qpc_st::UC && qp.st != prm::qpc_st::UD)
+  if (qp.st != prm::qpc_st::RC && qp.st != prm::qpc_st::UC && qp.st != prm::qpc_st::UD && qp.st != prm::qpc_st::QP1)
     return fail(S::BAD_PARAM_ERR, synd::BAD_QP_TYPE);
+  // One QP1 per port, and this device has one port: a second is refused until the first goes.
+  if (qp.st == prm::qpc_st::QP1)
+    for (const auto& [n, other] : qps_)
+      if (other.st == prm::qpc_st::QP1) return fail(S::RES_BUSY, synd::GSI_TAKEN);
   if (in.get(prm::create_qp_in::input_qpn) || in.get(prm::create_qp_in::wq_umem_valid) || ctx.get(q::dbr_umem_valid))
     return fail(S::BAD_PARAM_ERR, synd::BAD_FIELD_SELECT);
   if (qp.rq_type != 0 && qp.rq_type != 1 && qp.rq_type != 3) return fail(S::BAD_PARAM_ERR, synd::BAD_RQ_TYPE);
@@ -123,6 +127,8 @@ CmdStatus Hca::modify_qp(Cmd& c) {
     tp_modify_qp(qp, t->to);
     qp.state = t->to;
     prm::set(qp.qpc, q::state, t->to);
+    // Receive WQEs posted and not yet fetched complete now, flushed (IBA 10.3.1: ERR flushes the RQ).
+    if (t->to == st::ERR) rq_replenish(qp);
     if (t->to == st::RST) qp.sq_pi = qp.rq_taken = qp.sq_wqe_cnt = 0;
     return {};
   }
@@ -141,7 +147,7 @@ CmdStatus Hca::modify_qp(Cmd& c) {
     if (opt & f.bit) copy_field(next, src, f.field);
   prm::qpc::cview nv(next);
   auto path = nv.at(q::primary_address_path);
-  bool connected = qp.st != prm::qpc_st::UD;
+  bool connected = !prm::qpc_st_datagram(qp.st);
   if (c.opcode == op::RST2INIT_QP || (opt & opt::PRI_PORT)) {
     if (path.get(a::vhca_port_num) != 1) return fail(S::BAD_PARAM_ERR, synd::BAD_PORT);
   }

@@ -66,6 +66,7 @@ namespace melon::mlx5::emu {
   V(BAD_PKEY_INDEX, 0xe0000076)          \
   V(BAD_RD_ATOMIC, 0xe0000077)           \
   V(ROCE_DISABLED, 0xe0000078)           \
+  V(GSI_TAKEN, 0xe0000079)               \
   V(BAD_REGISTER, 0xe0000080)            \
   V(BAD_REGISTER_VALUE, 0xe0000081)      \
   V(BAD_ROCE_ADDRESS, 0xe0000082)        \

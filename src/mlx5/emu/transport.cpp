@@ -194,6 +194,8 @@ void Hca::engine_done() {
 bool Hca::tp_create_qp(Qp& qp, uint32_t* qpn) {
   rc::QpInit init;
   init.type = qp.st == prm::qpc_st::RC ? rc::QpType::rc : qp.st == prm::qpc_st::UC ? rc::QpType::uc : rc::QpType::ud;
+  // QP1 is a UD QP whose number on the wire is 1 (IBA 13.4): the GSI's datagrams reach it.
+  if (qp.st == prm::qpc_st::QP1) init.fixed_qpn = 1;
   init.pd = qp.pd;
   if (!qp.no_sq) {
     Cq& c = cqs_[qp.cqn_snd];
@@ -226,7 +228,9 @@ bool Hca::tp_modify_qp(Qp& qp, uint8_t to) {
   auto path = c.at(q::primary_address_path);
   rc::QpAttr at;
   uint32_t mask = rc::kAttrState;
-  bool ud = qp.st == prm::qpc_st::UD, rc_qp = qp.st == prm::qpc_st::RC;
+  bool ud = prm::qpc_st_datagram(qp.st), rc_qp = qp.st == prm::qpc_st::RC;
+  // QP1's Q_Key is the GSI's, whatever the context says: a MAD with any other is dropped (IBA 13.4.6.1).
+  auto qkey_of = [&] { return qp.st == prm::qpc_st::QP1 ? prm::kGsiQkey : uint32_t(c.get(q::q_key)); };
   switch (to) {
     case prm::qpc_state::RST: at.qp_state = rc::QpState::reset; break;
     case prm::qpc_state::ERR: at.qp_state = rc::QpState::err; break;
@@ -235,7 +239,7 @@ bool Hca::tp_modify_qp(Qp& qp, uint8_t to) {
       at.pkey_index = uint16_t(path.get(a::pkey_index));
       mask |= rc::kAttrPkeyIndex | rc::kAttrPort;
       if (ud) {
-        at.qkey = uint32_t(c.get(q::q_key));
+        at.qkey = qkey_of();
         mask |= rc::kAttrQkey;
       } else {
         at.qp_access_flags = (c.get(q::rwe) ? rc::kRemoteWrite : 0) | (c.get(q::rre) ? rc::kRemoteRead : 0) |
@@ -269,7 +273,7 @@ bool Hca::tp_modify_qp(Qp& qp, uint8_t to) {
       if (qp.state == prm::qpc_state::RTR) mask |= rc::kAttrSqPsn;
       // What the optional parameters may have changed on the way to RTS (prm/qp_modify.h).
       if (ud) {
-        at.qkey = uint32_t(c.get(q::q_key));
+        at.qkey = qkey_of();
         mask |= rc::kAttrQkey;
       } else {
         at.qp_access_flags = (c.get(q::rwe) ? rc::kRemoteWrite : 0) | (c.get(q::rre) ? rc::kRemoteRead : 0) |

@@ -236,6 +236,9 @@ MELON_PRM_VALUES(qpc_state, uint8_t, MELON_PRM_QP_STATE)
   V(RAW_DATAGRAM, 0x9)     \
   V(REG_UMR, 0xc)
 MELON_PRM_VALUES(qpc_st, uint8_t, MELON_PRM_QP_ST)
+// QP1 (the GSI) is a UD QP to everything but its number and its Q_Key (IBA 13.4.6).
+inline constexpr bool qpc_st_datagram(uint8_t st) { return st == qpc_st::UD || st == qpc_st::QP1; }
+inline constexpr uint32_t kGsiQkey = 0x80010000;  // the GSI's well-known Q_Key (IBA 13.4.6.1)
 
 #define MELON_PRM_QP_PM_STATE(V) \
   V(ARMED, 0)                    \

@@ -107,7 +107,7 @@ struct QpTransitionRule {
   const QpcField* fields;
   uint32_t nfields;
   uint32_t allowed_opt(uint8_t st) const {
-    return st == qpc_st::RC ? opt_rc : st == qpc_st::UC ? opt_uc : st == qpc_st::UD ? opt_ud : 0;
+    return st == qpc_st::RC ? opt_rc : st == qpc_st::UC ? opt_uc : qpc_st_datagram(st) ? opt_ud : 0;
   }
 };
 inline constexpr uint8_t kQpAnyState = 0xff;

@@ -138,6 +138,7 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   int destroy_srq(ibv_srq* srq) override;
 
   ibv_qp* create_qp(ibv_qp_init_attr_ex* attr) override;
+  ibv_qp* create_gsi_qp(ibv_qp_init_attr_ex* attr) override;  // QP1, port 1 (the CM's)
   int modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) override;
   int query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) override;
   int destroy_qp(ibv_qp* qp) override;
@@ -160,6 +161,7 @@ class Mlx5Context : public verbs::ContextBase, public verbs::ContextOps {
   bool owns(const ibv_cq* cq) const { return cq && cq->context == &vctx.context; }
 
  private:
+  ibv_qp* make_qp(ibv_qp_init_attr_ex* attr, bool gsi);
   void event_loop();
   // A call whose response is empty (destroy, dealloc): its errno.
   int call_empty(uapi::Selector sel, uint32_t handle);

@@ -56,7 +56,16 @@ Mlx5Qp* Mlx5Context::qp_by_qpn(uint32_t qpn) {
 
 // ---- QP -----------------------------------------------------------------------------------------
 
-ibv_qp* Mlx5Context::create_qp(ibv_qp_init_attr_ex* attr) {
+ibv_qp* Mlx5Context::create_qp(ibv_qp_init_attr_ex* attr) { return make_qp(attr, false); }
+
+// QP1 on port 1 for the CM (librdmacm's gsi_port.cpp): a UD QP to the verbs, numbered 1, which the
+// device keeps for one process at a time (EADDRINUSE while another has it).
+ibv_qp* Mlx5Context::create_gsi_qp(ibv_qp_init_attr_ex* attr) {
+  if (attr->qp_type != IBV_QPT_UD || attr->srq) return fail<ibv_qp>(EINVAL);
+  return make_qp(attr, true);
+}
+
+ibv_qp* Mlx5Context::make_qp(ibv_qp_init_attr_ex* attr, bool gsi) {
   const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS |
                          IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
   if (attr->comp_mask & ~known) return fail<ibv_qp>(EOPNOTSUPP);
@@ -80,7 +89,8 @@ ibv_qp* Mlx5Context::create_qp(ibv_qp_init_attr_ex* attr) {
   rq.srq = attr->srq ? Mlx5Srq::from(attr->srq)->handle : 0;
   rq.uar = uar_.handle;
   const bool reliable_uc = attr->qp_type == IBV_QPT_UC && verbs::reliable_uc_wanted(dev_->name(), false);
-  rq.qp_type = reliable_uc ? uapi::kQpRc : uapi_qp_type(attr->qp_type);
+  rq.qp_type = gsi ? uapi::kQpGsi : reliable_uc ? uapi::kQpRc : uapi_qp_type(attr->qp_type);
+  rq.port = gsi ? 1 : 0;
   rq.max_send_wr = cap.max_send_wr ? cap.max_send_wr : 1;
   rq.max_send_sge = cap.max_send_sge ? cap.max_send_sge : 1;
   rq.max_inline_data = cap.max_inline_data;

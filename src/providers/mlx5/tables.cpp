@@ -87,6 +87,7 @@ int errno_of(uapi::Status st) {
     case S::quota_user_clients: return EDQUOT;
     case S::bad_address: return EFAULT;  // as ibv_reg_mr's pinning fails on Linux
     case S::busy: return EBUSY;
+    case S::taken: return EADDRINUSE;  // QP1 is another process's, as the soft provider's claim says
     case S::unsupported: return EOPNOTSUPP;
     case S::not_permitted: return EPERM;
     case S::device_dead:

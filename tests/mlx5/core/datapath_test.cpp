@@ -207,6 +207,38 @@ TEST_F(CoreDataPathUd, SendThroughAnAddressVectorFromTheCore) {
   ASSERT_NE(a.poll_cq(), nullptr);
 }
 
+class CoreDataPathGsi : public CoreDataPath {
+ protected:
+  void SetUp() override {
+    a.build(core::QpType::gsi);
+    b.build(core::QpType::gsi);
+    a.connect(b);
+    b.connect(a);
+  }
+};
+
+TEST_F(CoreDataPathGsi, MadFromQp1ToQp1WithTheGsiQkey) {
+  ASSERT_EQ(a.qp->qpn, 1u);
+  ASSERT_EQ(b.qp->qpn, 1u);
+  b.post_recv(b.data.iova, 40 + 256);
+  core::AddressPath path;
+  b.gid(path.dgid);
+  memcpy(path.dmac, b.r.hca.port().mac, 6);
+  path.hop_limit = 64;
+  core::AddressVector av;
+  core::make_address_vector(path, 1, p::kGsiQkey, &av);
+  for (int i = 0; i < 256; ++i) a.bytes()[i] = uint8_t(i + 5);
+  a.post_send(p::wqe_opcode::SEND, a.data.iova, 256, 0, 0, 0, &av);
+  pump();
+  const uint8_t* e = b.poll_cq();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(p::get(e, p::cqe64::opcode), p::cqe_opcode::RESP_SEND);
+  EXPECT_EQ(p::get(e, p::cqe64::byte_cnt), 40u + 256);
+  EXPECT_EQ(p::get(e, p::cqe64::rqpn), 1u);
+  EXPECT_EQ(memcmp(b.bytes() + 40, a.bytes(), 256), 0);
+  ASSERT_NE(a.poll_cq(), nullptr);
+}
+
 class CoreDataPathSrq : public CoreDataPath {
  protected:
   void SetUp() override {

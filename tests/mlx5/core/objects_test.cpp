@@ -324,6 +324,37 @@ TEST_F(Objects, UcAndUdQps) {
   EXPECT_EQ(r.hca.destroy_qp(ud), Err::ok);
 }
 
+TEST_F(Objects, GsiIsQpOneOncePerPort) {
+  core::Cq* c = cq();
+  core::Qp* gsi = qp(core::QpType::gsi, c, c);
+  ASSERT_NE(gsi, nullptr);
+  EXPECT_EQ(gsi->qpn, 1u);
+  EXPECT_STREQ(core::qp_type_name(gsi->type), "GSI");
+  // A second one: the firmware's RES_BUSY, as the core's own error, and no object left behind.
+  core::QpParams q;
+  q.type = core::QpType::gsi;
+  q.pd = pd;
+  q.send_cq = q.recv_cq = c;
+  core::DmaSegment ring = r.buffer(64 * 64 + 64 * 16), dbr = r.buffer(4096);
+  q.buf = &ring, q.nbuf = 1, q.dbr_iova = dbr.iova;
+  core::Qp* second = nullptr;
+  EXPECT_EQ(r.hca.create_qp(q, &second), Err::taken);
+  EXPECT_EQ(second, nullptr);
+  core::QpAttr a;
+  a.qkey = p::kGsiQkey;
+  using T = core::QpTransition;
+  for (auto t : {T::rst2init, T::init2rtr, T::rtr2rts}) ASSERT_EQ(r.hca.modify_qp(gsi, t, a), Err::ok);
+  core::QpQuery qq;
+  ASSERT_EQ(r.hca.query_qp(gsi, &qq), Err::ok);
+  EXPECT_EQ(qq.st, p::qpc_st::QP1);
+  EXPECT_EQ(qq.qkey, p::kGsiQkey);
+  EXPECT_EQ(qq.state, core::QpState::rts);
+  EXPECT_EQ(r.hca.destroy_qp(gsi), Err::ok);
+  ASSERT_EQ(r.hca.create_qp(q, &second), Err::ok) << "free again once the first is gone";
+  EXPECT_EQ(second->qpn, 1u);
+  EXPECT_EQ(r.hca.destroy_qp(second), Err::ok);
+}
+
 TEST_F(Objects, QpOnAnSrq) {
   core::Cq* c = cq();
   core::SrqParams s;

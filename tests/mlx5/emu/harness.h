@@ -369,7 +369,7 @@ class Harness {
   uint16_t post_send(QpRing& q, uint8_t opcode, const std::vector<Seg>& sges, const SendOpts& o) {
     std::vector<uint8_t> w(16, 0);
     auto put = [&](const uint8_t* p, size_t n) { w.insert(w.end(), p, p + n); };
-    if (q.st == prm::qpc_st::UD) {
+    if (prm::qpc_st_datagram(q.st)) {
       uint8_t d[prm::wqe_datagram_seg::size_bytes] = {};
       prm::wqe_datagram_seg::view v(d);
       v.set(prm::wqe_datagram_seg::qkey, o.qkey)

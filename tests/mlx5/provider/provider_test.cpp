@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "providers/mlx5/dv_types.h"
+#include "verbs/provider.h"
 
 namespace {
 
@@ -852,6 +853,105 @@ TEST_F(Mlx5Provider, DestroyedQpGivesItsUnpolledSrqWqesBack) {
   ibv_wc wc;
   EXPECT_EQ(ibv_poll_cq(b_.cq, 1, &wc), 0);
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
+}
+
+}  // namespace
+
+namespace {
+
+constexpr uint32_t kGsiQkey = 0x80010000;
+
+// QP1 on mlx5_0, made as librdmacm's gsi_port.cpp makes it (the provider's private hook): number 1,
+// one per device (EADDRINUSE for another), and UD traffic both ways with a UD QP whose own Q_Key is
+// the GSI's (a WQE Q_Key with the high bit set sends the QP's own: IBA 10.2.5).
+TEST_F(Mlx5Provider, GsiQpIsNumberOneAndCarriesMadsBothWays) {
+  make_qp(b_, IBV_QPT_UD);
+  ASSERT_NE(b_.qp, nullptr);
+  a_.ch = ibv_create_comp_channel(ctx_);
+  a_.cq = ibv_create_cq(ctx_, 64, nullptr, a_.ch, 0);
+  a_.mr = ibv_reg_mr(pd_, a_.buf.data(), kBuf, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(a_.cq && a_.mr);
+  ibv_qp_init_attr_ex at{};
+  at.qp_type = IBV_QPT_UD;
+  at.send_cq = at.recv_cq = a_.cq;
+  at.cap.max_send_wr = at.cap.max_recv_wr = 16;
+  at.cap.max_send_sge = at.cap.max_recv_sge = 1;
+  at.comp_mask = IBV_QP_INIT_ATTR_PD;
+  at.pd = pd_;
+  melon::verbs::ContextOps* ops = melon::verbs::ContextBase::from(ctx_)->ops;
+  ibv_qp_init_attr_ex rc = at;
+  rc.qp_type = IBV_QPT_RC;
+  errno = 0;
+  EXPECT_EQ(ops->create_gsi_qp(&rc), nullptr);  // QP1 is a UD QP
+  EXPECT_EQ(errno, EINVAL);
+  a_.qp = ops->create_gsi_qp(&at);
+  ASSERT_NE(a_.qp, nullptr) << strerror(errno);
+  EXPECT_EQ(a_.qp->qp_num, 1u);
+  EXPECT_EQ(a_.qp->qp_type, IBV_QPT_UD);
+  ibv_qp_init_attr_ex again = at;
+  errno = 0;
+  EXPECT_EQ(ops->create_gsi_qp(&again), nullptr);
+  EXPECT_EQ(errno, EADDRINUSE);
+  for (Side* s : {&a_, &b_}) {
+    ibv_qp_attr m{};
+    m.qp_state = IBV_QPS_INIT;
+    m.port_num = 1;
+    m.qkey = kGsiQkey;
+    ASSERT_EQ(ibv_modify_qp(s->qp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+    m.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(ibv_modify_qp(s->qp, &m, IBV_QP_STATE), 0);
+    m.qp_state = IBV_QPS_RTS;
+    m.sq_psn = 0;
+    ASSERT_EQ(ibv_modify_qp(s->qp, &m, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  }
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.port_num = 1;
+  std::memcpy(ah.grh.dgid.raw, gid_, 16);
+  ah.grh.hop_limit = 64;
+  ibv_ah* h = ibv_create_ah(pd_, &ah);
+  ASSERT_NE(h, nullptr);
+  auto send = [&](Side& from, uint32_t to_qpn, const char* text) {
+    std::memcpy(from.buf.data() + 4096, text, 8);
+    ibv_sge sg{addr(from, 4096), 8, from.mr->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &sg;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = h;
+    wr.wr.ud.remote_qpn = to_qpn;
+    wr.wr.ud.remote_qkey = kGsiQkey;
+    ibv_send_wr* bad;
+    ASSERT_EQ(ibv_post_send(from.qp, &wr, &bad), 0);
+    EXPECT_EQ(poll_one(from.cq).status, IBV_WC_SUCCESS);
+  };
+  ASSERT_EQ(post_recv(a_, addr(a_), 40 + 256, 5), 0);
+  send(b_, 1, "to qp 1!");
+  ibv_wc r = poll_one(a_.cq);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r.wr_id, 5u);
+  EXPECT_EQ(r.qp_num, 1u);
+  EXPECT_EQ(r.byte_len, 40u + 8);
+  EXPECT_EQ(r.src_qp, b_.qp->qp_num);
+  EXPECT_TRUE(r.wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(std::memcmp(a_.buf.data() + 40, "to qp 1!", 8), 0);
+  // The reply's address from the GRH, as the CM agent makes it.
+  ibv_ah_attr back{};
+  ASSERT_EQ(ibv_init_ah_from_wc(ctx_, 1, &r, reinterpret_cast<ibv_grh*>(a_.buf.data()), &back), 0);
+  EXPECT_EQ(std::memcmp(back.grh.dgid.raw, gid_, 16), 0);
+  ASSERT_EQ(post_recv(b_, addr(b_), 40 + 256, 6), 0);
+  send(a_, b_.qp->qp_num, "from qp1");
+  ibv_wc rb = poll_one(b_.cq);
+  EXPECT_EQ(rb.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(rb.src_qp, 1u);
+  EXPECT_EQ(std::memcmp(b_.buf.data() + 40, "from qp1", 8), 0);
+  EXPECT_EQ(ibv_destroy_ah(h), 0);
+  // Destroyed, it may be made again.
+  ASSERT_EQ(ibv_destroy_qp(a_.qp), 0);
+  a_.qp = ops->create_gsi_qp(&again);
+  ASSERT_NE(a_.qp, nullptr) << strerror(errno);
+  EXPECT_EQ(a_.qp->qp_num, 1u);
 }
 
 }  // namespace
