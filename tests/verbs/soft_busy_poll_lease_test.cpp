@@ -186,8 +186,7 @@ TEST(BusyPollLease, OfManyThreadsPollingAtOnceOneTakesIt) {
     std::vector<std::thread> ts;
     for (int i = 0; i < 6; ++i)
       ts.emplace_back([&] {
-        while (!go.load()) {
-        }
+        while (!go.load()) {}
         const Lease::Poll p = l.on_poll(kT0 + Lease::kSpinMinNs + 1);
         taken += p.taken;
         leased += p.leased;

@@ -101,7 +101,8 @@ class BusyPollLease {
   // (no poll for busy_ns). Called under the transport's engine lock, where the waiter that leaves
   // a lease also moves the progress thread's deadline, so either sees the other.
   uint64_t running_until(uint64_t now) {
-    const uint64_t end = lease_.load(std::memory_order_relaxed) ? polled_at_.load(std::memory_order_relaxed) + busy_ns_ : 0;
+    const uint64_t end =
+        lease_.load(std::memory_order_relaxed) ? polled_at_.load(std::memory_order_relaxed) + busy_ns_ : 0;
     if (end > now) return end;
     lease_.store(false, std::memory_order_relaxed);
     waiter_lease_.store(false, std::memory_order_relaxed);
