@@ -124,12 +124,16 @@ pair() {
   crc=$?
   # perftest's -R client connects twice and may send its second REQ before the server's second
   # rdma_listen: the server's CM rejects it (IBA reason 8, as Linux's does) and perftest gives up.
-  # That race is perftest's; run the pair once more, with a new server.
+  # That race is perftest's; run the pair once more, with a new server on another port: the first
+  # server ($spid is the subshell; its timeout and tool are its children) may still hold the port's
+  # listen for a moment after it is told to stop.
   if [ "$crc" -ne 0 ] && [ -z "${retried:-}" ] && grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$work/$tag-client.out"; then
+    pkill -TERM -P "$spid" 2> /dev/null
     kill "$spid" 2> /dev/null
     wait "$spid" 2> /dev/null
     cp "$work/$tag-client.out" "$work/$tag-client.first.out"
-    retried=1 pair "$tag" "$sns" "$sa" "$cns" "$ca" "${scmd[@]}" -- "${ccmd[@]}"
+    local last=$((${#ccmd[@]} - 1))
+    retried=1 pair "$tag" "$sns" "$sa" "$cns" "$ca" "${scmd[@]}" -p 18600 -- "${ccmd[@]:0:last}" -p 18600 "${ccmd[last]}"
     return
   fi
   wait "$spid"
