@@ -47,7 +47,7 @@ unsigned interface_mtu_of(const sockaddr* local) {
   unsigned mtu = 0;
   for (ifaddrs* i = list; i && !mtu; i = i->ifa_next) {
     if (!i->ifa_addr || !same_address(i->ifa_addr, local)) continue;
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);  // closed below; no SOCK_CLOEXEC on macOS
     if (fd < 0) break;
     ifreq req{};
     std::snprintf(req.ifr_name, sizeof(req.ifr_name), "%s", i->ifa_name);
