@@ -19,7 +19,7 @@
 namespace melon::soft {
 
 // The rules above are per platform, and macOS's are compiled on every platform, so that tests on
-// Linux show their logic with stand-in calls (tests/verbs/soft_platform_rules_test.cpp; docs/macos.md
+// Linux show their logic with stand-in calls (tests/providers/soft/soft_platform_rules_test.cpp; docs/macos.md
 // says what only a Mac can show). A Linux build has both platforms' rules, a Mac build macOS's.
 enum class Platform { linux_host, darwin };
 #if defined(__APPLE__)
