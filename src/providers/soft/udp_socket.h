@@ -9,6 +9,9 @@
 //   IPv6, Linux   UDP_NO_CHECK6_RX = 1: RoCEv2 senders (rxe, ConnectX) leave the UDP checksum 0;
 //                 without it the kernel drops every such datagram (RFC 6936 lets a socket opt in).
 //   IPv6, macOS   unusable: XNU's udp6_input drops zero-checksum datagrams and has no opt-in.
+//
+// Locks: none. A socket is set up by one thread (device open or transport start) before any other
+// thread sees its descriptor; the checks read the kernel's state, not ours.
 #pragma once
 
 #include <sys/socket.h>
