@@ -349,18 +349,20 @@ int source_for(const sockaddr* dst, sockaddr_storage* src) {
 
 uint16_t ephemeral_port() { return uint16_t(32768 + random32() % (61000 - 32768)); }
 
-// Binds the id to `sa` (a local address or the wildcard); port 0 draws one.
-int bind_to(Id* id, const sockaddr* sa) {
+// Binds the id to `sa` (a local address or the wildcard); port 0 draws one. A loopback address is
+// the wildcard to rdma_bind_addr, as in Linux's rdma_cm (cma_any_addr): no device, and a listener
+// there hears requests to every device's addresses. libfabric's verbs provider relies on it: its
+// passive fi_getinfo binds "localhost" and, finding no device, offers the "any" domain. Only
+// address resolution (`loopback_device`) puts a loopback source on the first device.
+int bind_to(Id* id, const sockaddr* sa, bool loopback_device = false) {
   const socklen_t len = addr_len(sa);
   if (!len) return EAFNOSUPPORT;
   sockaddr_storage a{};
   std::memcpy(&a, sa, len);
   if (!get_port(sa)) set_port(reinterpret_cast<sockaddr*>(&a), ephemeral_port());
-  if (!addr_is_any(sa)) {
+  if (!addr_is_any(sa) && (loopback_device || !is_loopback(sa))) {
     uint8_t gi = 0;
     Device* d = device_for(sa, &gi);
-    // Linux's rdma_cm binds a loopback address to the first device (libfabric's verbs provider
-    // probes with 127.0.0.1); a listener there hears requests to any of that device's addresses.
     if (!d && is_loopback(sa) && !lib().devices.empty()) d = lib().devices.front().get();
     if (!d) return EADDRNOTAVAIL;
     id->dev = d;
@@ -690,7 +692,7 @@ MELON_CM_EXPORT int rdma_resolve_addr(struct rdma_cm_id* cid, struct sockaddr* s
     }
     if (!err) {
       id->bound = false;
-      err = bind_to(id, reinterpret_cast<sockaddr*>(&src));
+      err = bind_to(id, reinterpret_cast<sockaddr*>(&src), true);
     }
   }
   if (!err) {
