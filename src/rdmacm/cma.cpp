@@ -259,6 +259,11 @@ void purge_events(Channel* ch, Id* id) {
   }
 }
 
+ibv_pd* device_pd(Device* d) {
+  if (!d->pd) d->pd = ibv_alloc_pd(d->ctx);
+  return d->pd;
+}
+
 namespace {
 
 // MELON_CM_DEBUG=1: each failing call says where it failed (stderr).
@@ -368,6 +373,7 @@ int bind_to(Id* id, const sockaddr* sa, bool loopback_device = false) {
     id->dev = d;
     id->gid_index = gi;
     id->id.verbs = d->ctx;
+    id->id.pd = device_pd(d);
     id->id.port_num = 1;
   }
   std::memcpy(&id->id.route.addr.src_storage, &a, len);
@@ -784,8 +790,7 @@ int create_qp_locked(Id* id, ibv_qp_init_attr_ex* attr) {
   if (!id->dev) return EINVAL;
   Device* d = id->dev;
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
-    if (!d->pd && !(d->pd = ibv_alloc_pd(d->ctx))) return errno;
-    attr->pd = d->pd;
+    if (!(attr->pd = device_pd(d))) return errno;
     attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
   }
   if (attr->pd->context != d->ctx) return EINVAL;
@@ -1117,7 +1122,7 @@ MELON_CM_EXPORT int rdma_create_srq_ex(struct rdma_cm_id* cid, struct ibv_srq_in
   if (!valid_id(cid) || !attr || !cid->verbs) return fail(EINVAL);
   Id* id = Id::from(cid);
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
-    if (!id->dev->pd && !(id->dev->pd = ibv_alloc_pd(id->dev->ctx))) return fail(errno);
+    if (!device_pd(id->dev)) return fail(errno);
     attr->pd = id->id.pd ? id->id.pd : id->dev->pd;
     attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
   }
