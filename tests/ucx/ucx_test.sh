@@ -104,7 +104,7 @@ if [ "${3:-}" = sockaddr ]; then
   for dir in ab ba; do
     if [ $dir = ab ]; then S=("$ns_a" 10.224.0.1) C=("$ns_b" 10.224.0.2); else S=("$ns_b" 10.224.0.2) C=("$ns_a" 10.224.0.1); fi
     port=$((port + 1))
-    env=(UCX_SOCKADDR_TLS_PRIORITY=rdmacm UCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=soft0:1 MELON_CM_DEBUG=1)
+    env=(UCX_SOCKADDR_TLS_PRIORITY=rdmacm "UCX_TLS=rc_verbs,ud_verbs" UCX_NET_DEVICES=soft0:1 MELON_CM_DEBUG=1)
     in_ns "${S[@]}" env "${env[@]}" timeout 40 io_demo -p "$port" -q -o read,write -d 1024:65536 \
       > "$work/$dir-server" 2>&1 &
     server=$!
