@@ -29,7 +29,7 @@ namespace melon::soft {
 
 namespace {
 
-constexpr char kMagic[8] = {'M', 'E', 'L', 'S', 'H', 'R', '0', '1'};
+constexpr char kMagic[8] = {'M', 'E', 'L', 'S', 'H', 'R', '0', '2'};
 constexpr uint8_t kBucketFree = 0, kBucketReserved = 0xff;  // else: socket slot + 1
 constexpr off_t kMemberLockBase = 4096;  // member m holds a write lock on byte kMemberLockBase + m
 enum SocketState : uint8_t { kFree = 0, kClaimed = 1, kJoined = 2 };
@@ -97,9 +97,14 @@ struct AddressRegistry::Layout {
   uint32_t rebuilds, reclaimed;  // programs attached; dead members reclaimed (for people and tests)
   uint64_t probed_at;  // CLOCK_MONOTONIC of the last probe round
   uint8_t gsi_socket;  // QP1's socket slot + 1 (kGsiUnclaimed: none); the CM agent's hook
-  uint8_t pad[7];
+  uint8_t owner;  // forward mode: the member holding the port + 1 (0: none)
+  uint8_t handover_to;  // forward mode: the member an owner that left named to take over + 1
+  uint8_t pad[5];
+  uint32_t routes;  // bumped when a bucket, QP1 or a ring changes hands (read without the lock)
+  uint32_t pad2;
   struct Member {
     uint32_t in_use, pid;
+    uint64_t ring;  // forward mode: the nonce of its ring (0: none)
   } members[kShareMaxMembers];
   struct Socket {
     uint8_t state, member, lane, pad;
@@ -176,7 +181,7 @@ std::shared_ptr<AddressRegistry> AddressRegistry::open(const uint8_t gid[16], ui
   r->sweep_locked();
   for (uint32_t i = 0; i < kShareMaxMembers && r->member_ < 0; ++i)
     if (!l.members[i].in_use && lock_byte(r->fd_, kMemberLockBase + off_t(i), F_WRLCK, false)) {
-      l.members[i] = {1, uint32_t(getpid())};
+      l.members[i] = {1, uint32_t(getpid()), 0};
       r->member_ = int(i);
     }
   if (r->member_ < 0) {
@@ -195,7 +200,9 @@ AddressRegistry::~AddressRegistry() {
       if (l.sockets[s].state != kFree && l.sockets[s].member == member_) l.sockets[s].state = kFree;
     for (uint8_t& b : l.bucket)
       if (b != kBucketFree && b != kBucketReserved && l.sockets[b - 1].state == kFree) b = kBucketFree;
-    l.members[member_] = {0, 0};
+    if (l.owner == uint8_t(member_ + 1)) l.owner = 0;  // gone without disown(): a member takes over at its tick
+    l.members[member_] = {0, 0, 0};
+    l.routes++;
     lock_byte(fd_, kMemberLockBase + member_, F_UNLCK, false);
   }
   if (map_) munmap(map_, sizeof(Layout));
@@ -215,8 +222,15 @@ bool AddressRegistry::sweep_locked() {
         moved |= l.sockets[s].state == kJoined;
         l.sockets[s].state = kFree;
       }
-    l.members[m] = {0, 0};
+    if (l.members[m].ring) {  // its ring and wake socket: nobody reads them any more
+      unlink(member_file(l.members[m].ring, "ring").c_str());
+      unlink(member_file(l.members[m].ring, "wake").c_str());
+    }
+    if (l.owner == m + 1) l.owner = 0;  // a member's tick binds the port (share_forward.h)
+    if (l.handover_to == m + 1) l.handover_to = 0;
+    l.members[m] = {0, 0, 0};
     l.reclaimed++;
+    l.routes++;
   }
   // Whatever a member that died halfway through a change left: sockets of no member, buckets and
   // QP1 of no socket.
@@ -226,10 +240,16 @@ bool AddressRegistry::sweep_locked() {
       l.sockets[s].state = kFree;
     }
   for (uint8_t& b : l.bucket)
-    if (b != kBucketFree && b != kBucketReserved && (b > kShareMaxSockets || l.sockets[b - 1].state == kFree))
+    if (b != kBucketFree && b != kBucketReserved && (b > kShareMaxSockets || l.sockets[b - 1].state == kFree)) {
       b = kBucketFree;
-  if (l.gsi_socket && (l.gsi_socket > kShareMaxSockets || l.sockets[l.gsi_socket - 1].state != kJoined))
+      l.routes++;
+    }
+  // A socket that joined (reuseport mode) or claimed (forward mode, where sockets never join) holds QP1.
+  if (l.gsi_socket && (l.gsi_socket > kShareMaxSockets || l.sockets[l.gsi_socket - 1].state == kFree)) {
     l.gsi_socket = kGsiUnclaimed;
+    l.routes++;
+  }
+  if (l.owner > kShareMaxMembers || (l.owner && !l.members[l.owner - 1].in_use)) l.owner = 0;
   if (moved) {
     l.generation++;
     l.verify_rounds = 1;  // once more a tick later: sockets that closed after these probes
@@ -344,6 +364,7 @@ int AddressRegistry::claim(const std::vector<AddressRegistry*>& regs_in, uint32_
       for (size_t i = 0; i < regs_in.size(); ++i) regs_in[i]->map_->bucket[b] = uint8_t((*slots)[i][lane] + 1);
     }
   }
+  for (AddressRegistry* r : regs) r->map_->routes++;
   return 0;
 }
 
@@ -379,6 +400,7 @@ void AddressRegistry::move_out_locked(int slot) {
   l.sockets[slot].state = kFree;
   for (uint8_t& b : l.bucket)
     if (b == uint8_t(slot + 1)) b = kBucketFree;
+  l.routes++;
   if (!known) {  // indices were still being learnt: learn them again after this one is gone
     l.generation++;
     l.verify_rounds = 1;
@@ -396,6 +418,8 @@ void AddressRegistry::leave(int slot, int fd) {
     l.sockets[slot].state = kFree;
     for (uint8_t& b : l.bucket)
       if (b == uint8_t(slot + 1)) b = kBucketFree;
+    if (l.gsi_socket == uint8_t(slot + 1)) l.gsi_socket = kGsiUnclaimed;
+    l.routes++;
     if (fd >= 0) close(fd);
     return;
   }
@@ -417,6 +441,7 @@ int AddressRegistry::claim_gsi(int slot) {
   if (slot < 0 || uint32_t(slot) >= kShareMaxSockets || l.sockets[slot].member != member_) return EINVAL;
   if (l.gsi_socket && l.sockets[l.gsi_socket - 1].member != member_) return EADDRINUSE;
   l.gsi_socket = uint8_t(slot + 1);
+  l.routes++;
   return rebuild_locked();
 }
 
@@ -472,9 +497,78 @@ AddressRegistry::View AddressRegistry::view() {
   }
   for (uint8_t b : l.bucket) v.buckets_claimed += b != kBucketFree && b != kBucketReserved;
   v.generation = l.generation;
+  v.owner_pid = l.owner && l.owner <= kShareMaxMembers ? l.members[l.owner - 1].pid : 0;
+  for (const auto& m : l.members) v.rings += m.in_use && m.ring;
   v.rebuilds = l.rebuilds;
   v.reclaimed = l.reclaimed;
   return v;
+}
+
+std::string AddressRegistry::member_file(uint64_t nonce, const char* kind) const {
+  // Short, beside the registry: a Unix socket's path has 104 bytes on macOS.
+  char name[40];
+  std::snprintf(name, sizeof name, "/share-%016llx.%s", (unsigned long long)nonce, kind);
+  return path_.substr(0, path_.rfind('/')) + name;
+}
+
+void AddressRegistry::set_ring(uint64_t nonce) {
+  Locked g(this);
+  map_->members[member_].ring = nonce;
+  map_->routes++;
+}
+
+uint32_t AddressRegistry::routes_version() const { return __atomic_load_n(&map_->routes, __ATOMIC_ACQUIRE); }
+
+void AddressRegistry::routes(Routes* out) {
+  Locked g(this);
+  sweep_locked();
+  const Layout& l = *map_;
+  for (uint32_t b = 0; b < kQpnBuckets; ++b) {
+    const uint8_t v = l.bucket[b];
+    out->member_of_bucket[b] = v == kBucketFree || v == kBucketReserved || v > kShareMaxSockets ||
+                                       l.sockets[v - 1].state == kFree
+                                   ? kNoMember
+                                   : uint8_t(l.sockets[v - 1].member % kShareMaxMembers);
+  }
+  out->gsi_member = l.gsi_socket && l.gsi_socket <= kShareMaxSockets && l.sockets[l.gsi_socket - 1].state != kFree
+                        ? uint8_t(l.sockets[l.gsi_socket - 1].member % kShareMaxMembers)
+                        : kNoMember;
+  for (uint32_t m = 0; m < kShareMaxMembers; ++m) out->nonce[m] = l.members[m].in_use ? l.members[m].ring : 0;
+  out->self = member_;
+}
+
+int AddressRegistry::own(const std::function<int()>& bind) {
+  Locked g(this);
+  if (!g.ok) return EIO;
+  sweep_locked();  // a dead owner is no owner
+  Layout& l = *map_;
+  if (l.owner == uint8_t(member_ + 1)) return 0;
+  if (l.owner) return EBUSY;
+  if (int e = bind()) return e;
+  l.owner = uint8_t(member_ + 1);
+  if (l.handover_to == uint8_t(member_ + 1)) l.handover_to = 0;
+  return 0;
+}
+
+uint64_t AddressRegistry::disown(const std::function<void()>& close) {
+  Locked g(this);
+  Layout& l = *map_;
+  close();
+  if (l.owner != uint8_t(member_ + 1)) return 0;
+  l.owner = 0;
+  l.handover_to = 0;
+  sweep_locked();
+  for (uint32_t m = 0; m < kShareMaxMembers; ++m)  // the oldest slot with a ring: any would do
+    if (int(m) != member_ && l.members[m].in_use && l.members[m].ring) {
+      l.handover_to = uint8_t(m + 1);
+      return l.members[m].ring;
+    }
+  return 0;
+}
+
+bool AddressRegistry::handed_to_us() {
+  const uint8_t h = __atomic_load_n(&map_->handover_to, __ATOMIC_ACQUIRE);
+  return h == uint8_t(member_ + 1) && __atomic_load_n(&map_->owner, __ATOMIC_ACQUIRE) == 0;
 }
 
 }  // namespace melon::soft

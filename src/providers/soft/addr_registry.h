@@ -29,6 +29,7 @@
 
 #include <stdint.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +77,7 @@ class AddressRegistry {
   // For tests and melonctl: what the file holds now.
   struct View {
     uint32_t members = 0, sockets = 0, buckets_claimed = 0, generation = 0, unknown = 0, rebuilds = 0, reclaimed = 0;
+    uint32_t owner_pid = 0, rings = 0;  // forward mode: the process holding the port (0: none); members with a ring
   };
   View view();
   const std::string& path() const { return path_; }
@@ -85,6 +87,32 @@ class AddressRegistry {
   // live socket of another member has it. It goes with the socket (sweep, leave).
   static constexpr uint8_t kGsiUnclaimed = 0;
   int claim_gsi(int slot);
+
+  // Forward mode (share_forward.h): one member, the owner, binds the port and receives for all; the
+  // others read their datagrams from a ring (share_ring.h) named by a nonce of theirs.
+  static constexpr uint8_t kNoMember = 0xff;
+  // The file of a ring's `kind` ("ring", "wake") of the member whose ring is tagged `nonce`.
+  std::string member_file(uint64_t nonce, const char* kind) const;
+  // Our ring's nonce (0: none), published for the owner.
+  void set_ring(uint64_t nonce);
+  // Bumped whenever a bucket, QP1 or a ring changes hands: the owner refreshes its routes when it
+  // moved (one load, no lock).
+  uint32_t routes_version() const;
+  struct Routes {
+    uint8_t member_of_bucket[kQpnBuckets];  // kNoMember: unclaimed, or reserved
+    uint8_t gsi_member = kNoMember;  // QP1's
+    uint64_t nonce[kShareMaxMembers];  // each member's ring (0: none)
+    int self = -1;  // our member index
+  };
+  void routes(Routes* out);
+  // Becomes the owner if no live member is: bind() (binding the port) is called under the lock, so no
+  // two members bind at once. 0: owner now (or already); EBUSY: another live member is; else bind's errno.
+  int own(const std::function<int()>& bind);
+  // The owner leaves: close() (closing its socket) under the lock, then no owner, and the member to
+  // take over named (handover_to). The successor's ring nonce, 0 when no member with a ring is left.
+  uint64_t disown(const std::function<void()>& close);
+  // Whether we were named to take over by an owner that left (cleared by own()).
+  bool handed_to_us();
 
  private:
   AddressRegistry() = default;
