@@ -97,19 +97,19 @@ struct AddressRegistry::Layout {
   uint32_t rebuilds, reclaimed;  // programs attached; dead members reclaimed (for people and tests)
   uint64_t probed_at;  // CLOCK_MONOTONIC of the last probe round
   uint8_t gsi_socket;  // QP1's socket slot + 1 (kGsiUnclaimed: none); the CM agent's hook
-  uint8_t owner;  // forward mode: the member holding the port + 1 (0: none)
-  uint8_t handover_to;  // forward mode: the member an owner that left named to take over + 1
+  uint8_t owner;  // forward mode: the socket slot holding the port + 1 (0: none)
+  uint8_t handover_to;  // forward mode: the slot an owner that left named to take over + 1
   uint8_t pad[5];
   uint32_t routes;  // bumped when a bucket, QP1 or a ring changes hands (read without the lock)
   uint32_t pad2;
   struct Member {
     uint32_t in_use, pid;
-    uint64_t ring;  // forward mode: the nonce of its ring (0: none)
   } members[kShareMaxMembers];
   struct Socket {
     uint8_t state, member, lane, pad;
     uint32_t index;  // in the kernel's group
     uint32_t index_gen;  // the generation in which index was known; older: believed, not known
+    uint64_t ring;  // forward mode: the nonce of its receive ring (0: none)
   } sockets[kShareMaxSockets];
   uint8_t bucket[kQpnBuckets];
 };
@@ -181,7 +181,7 @@ std::shared_ptr<AddressRegistry> AddressRegistry::open(const uint8_t gid[16], ui
   r->sweep_locked();
   for (uint32_t i = 0; i < kShareMaxMembers && r->member_ < 0; ++i)
     if (!l.members[i].in_use && lock_byte(r->fd_, kMemberLockBase + off_t(i), F_WRLCK, false)) {
-      l.members[i] = {1, uint32_t(getpid()), 0};
+      l.members[i] = {1, uint32_t(getpid())};
       r->member_ = int(i);
     }
   if (r->member_ < 0) {
@@ -197,11 +197,10 @@ AddressRegistry::~AddressRegistry() {
     Locked g(this);
     Layout& l = *map_;
     for (uint32_t s = 0; s < kShareMaxSockets; ++s)
-      if (l.sockets[s].state != kFree && l.sockets[s].member == member_) l.sockets[s].state = kFree;
+      if (l.sockets[s].state != kFree && l.sockets[s].member == member_) free_socket_locked(s);
     for (uint8_t& b : l.bucket)
       if (b != kBucketFree && b != kBucketReserved && l.sockets[b - 1].state == kFree) b = kBucketFree;
-    if (l.owner == uint8_t(member_ + 1)) l.owner = 0;  // gone without disown(): a member takes over at its tick
-    l.members[member_] = {0, 0, 0};
+    l.members[member_] = {0, 0};
     l.routes++;
     lock_byte(fd_, kMemberLockBase + member_, F_UNLCK, false);
   }
@@ -220,15 +219,9 @@ bool AddressRegistry::sweep_locked() {
     for (uint32_t s = 0; s < kShareMaxSockets; ++s)
       if (l.sockets[s].state != kFree && l.sockets[s].member == m) {
         moved |= l.sockets[s].state == kJoined;
-        l.sockets[s].state = kFree;
+        free_socket_locked(s);
       }
-    if (l.members[m].ring) {  // its ring and wake socket: nobody reads them any more
-      unlink(member_file(l.members[m].ring, "ring").c_str());
-      unlink(member_file(l.members[m].ring, "wake").c_str());
-    }
-    if (l.owner == m + 1) l.owner = 0;  // a member's tick binds the port (share_forward.h)
-    if (l.handover_to == m + 1) l.handover_to = 0;
-    l.members[m] = {0, 0, 0};
+    l.members[m] = {0, 0};
     l.reclaimed++;
     l.routes++;
   }
@@ -237,7 +230,7 @@ bool AddressRegistry::sweep_locked() {
   for (uint32_t s = 0; s < kShareMaxSockets; ++s)
     if (l.sockets[s].state != kFree && !l.members[l.sockets[s].member % kShareMaxMembers].in_use) {
       moved |= l.sockets[s].state == kJoined;
-      l.sockets[s].state = kFree;
+      free_socket_locked(s);
     }
   for (uint8_t& b : l.bucket)
     if (b != kBucketFree && b != kBucketReserved && (b > kShareMaxSockets || l.sockets[b - 1].state == kFree)) {
@@ -249,7 +242,7 @@ bool AddressRegistry::sweep_locked() {
     l.gsi_socket = kGsiUnclaimed;
     l.routes++;
   }
-  if (l.owner > kShareMaxMembers || (l.owner && !l.members[l.owner - 1].in_use)) l.owner = 0;
+  if (l.owner > kShareMaxSockets || (l.owner && l.sockets[l.owner - 1].state == kFree)) l.owner = 0;
   if (moved) {
     l.generation++;
     l.verify_rounds = 1;  // once more a tick later: sockets that closed after these probes
@@ -324,7 +317,7 @@ int AddressRegistry::claim(const std::vector<AddressRegistry*>& regs_in, uint32_
       for (int s : (*slots)[i])
         if (s >= 0) {
           Layout& l = *regs_in[i]->map_;
-          l.sockets[s].state = kFree;
+          regs_in[i]->free_socket_locked(uint32_t(s));
           for (uint8_t& b : l.bucket)
             if (b == uint8_t(s + 1)) b = kBucketFree;
         }
@@ -397,7 +390,7 @@ void AddressRegistry::move_out_locked(int slot) {
   for (const Layout::Socket& s : l.sockets) known &= s.state != kJoined || s.index_gen == l.generation;
   for (Layout::Socket& s : l.sockets)
     if (s.state == kJoined && s.index == n - 1 && &s != &l.sockets[slot]) s.index = i;
-  l.sockets[slot].state = kFree;
+  free_socket_locked(uint32_t(slot));
   for (uint8_t& b : l.bucket)
     if (b == uint8_t(slot + 1)) b = kBucketFree;
   l.routes++;
@@ -415,7 +408,7 @@ void AddressRegistry::leave(int slot, int fd) {
     return;
   }
   if (l.sockets[slot].state != kJoined || fd < 0) {
-    l.sockets[slot].state = kFree;
+    free_socket_locked(uint32_t(slot));
     for (uint8_t& b : l.bucket)
       if (b == uint8_t(slot + 1)) b = kBucketFree;
     if (l.gsi_socket == uint8_t(slot + 1)) l.gsi_socket = kGsiUnclaimed;
@@ -497,8 +490,8 @@ AddressRegistry::View AddressRegistry::view() {
   }
   for (uint8_t b : l.bucket) v.buckets_claimed += b != kBucketFree && b != kBucketReserved;
   v.generation = l.generation;
-  v.owner_pid = l.owner && l.owner <= kShareMaxMembers ? l.members[l.owner - 1].pid : 0;
-  for (const auto& m : l.members) v.rings += m.in_use && m.ring;
+  v.owner_pid = l.owner && l.owner <= kShareMaxSockets ? l.members[l.sockets[l.owner - 1].member % kShareMaxMembers].pid : 0;
+  for (const auto& s : l.sockets) v.rings += s.state != kFree && s.ring;
   v.rebuilds = l.rebuilds;
   v.reclaimed = l.reclaimed;
   return v;
@@ -511,10 +504,32 @@ std::string AddressRegistry::member_file(uint64_t nonce, const char* kind) const
   return path_.substr(0, path_.rfind('/')) + name;
 }
 
-void AddressRegistry::set_ring(uint64_t nonce) {
+bool AddressRegistry::ours_locked(int slot) const {
+  return slot >= 0 && uint32_t(slot) < kShareMaxSockets && map_->sockets[slot].state != kFree &&
+         map_->sockets[slot].member == member_;
+}
+
+void AddressRegistry::free_socket_locked(uint32_t s) {
+  Layout& l = *map_;
+  Layout::Socket& k = l.sockets[s];
+  k.state = kFree;
+  if (k.ring) {  // its ring and wake socket: nobody reads them any more (a member that left removed them)
+    unlink(member_file(k.ring, "ring").c_str());
+    unlink(member_file(k.ring, "wake").c_str());
+    k.ring = 0;
+    l.routes++;
+  }
+  if (l.owner == s + 1) l.owner = 0;  // gone without disown(): another member's tick binds the port
+  if (l.handover_to == s + 1) l.handover_to = 0;
+}
+
+int AddressRegistry::set_ring(int slot, uint64_t nonce) {
   Locked g(this);
-  map_->members[member_].ring = nonce;
+  if (!g.ok) return EIO;
+  if (!ours_locked(slot)) return EINVAL;
+  map_->sockets[slot].ring = nonce;
   map_->routes++;
+  return 0;
 }
 
 uint32_t AddressRegistry::routes_version() const { return __atomic_load_n(&map_->routes, __ATOMIC_ACQUIRE); }
@@ -525,50 +540,47 @@ void AddressRegistry::routes(Routes* out) {
   const Layout& l = *map_;
   for (uint32_t b = 0; b < kQpnBuckets; ++b) {
     const uint8_t v = l.bucket[b];
-    out->member_of_bucket[b] = v == kBucketFree || v == kBucketReserved || v > kShareMaxSockets ||
-                                       l.sockets[v - 1].state == kFree
-                                   ? kNoMember
-                                   : uint8_t(l.sockets[v - 1].member % kShareMaxMembers);
+    out->slot_of_bucket[b] =
+        v == kBucketFree || v == kBucketReserved || v > kShareMaxSockets || l.sockets[v - 1].state == kFree
+            ? kNoSlot
+            : uint8_t(v - 1);
   }
-  out->gsi_member = l.gsi_socket && l.gsi_socket <= kShareMaxSockets && l.sockets[l.gsi_socket - 1].state != kFree
-                        ? uint8_t(l.sockets[l.gsi_socket - 1].member % kShareMaxMembers)
-                        : kNoMember;
-  for (uint32_t m = 0; m < kShareMaxMembers; ++m) out->nonce[m] = l.members[m].in_use ? l.members[m].ring : 0;
-  out->self = member_;
+  out->gsi_slot = l.gsi_socket && l.gsi_socket <= kShareMaxSockets && l.sockets[l.gsi_socket - 1].state != kFree
+                      ? uint8_t(l.gsi_socket - 1)
+                      : kNoSlot;
+  for (uint32_t s = 0; s < kShareMaxSockets; ++s) out->ring[s] = l.sockets[s].state != kFree ? l.sockets[s].ring : 0;
 }
 
-int AddressRegistry::own(const std::function<int()>& bind) {
+int AddressRegistry::own(int slot, const std::function<int()>& bind) {
   Locked g(this);
   if (!g.ok) return EIO;
   sweep_locked();  // a dead owner is no owner
   Layout& l = *map_;
-  if (l.owner == uint8_t(member_ + 1)) return 0;
+  if (!ours_locked(slot)) return EINVAL;
+  if (l.owner == uint8_t(slot + 1)) return 0;
   if (l.owner) return EBUSY;
   if (int e = bind()) return e;
-  l.owner = uint8_t(member_ + 1);
-  if (l.handover_to == uint8_t(member_ + 1)) l.handover_to = 0;
+  l.owner = uint8_t(slot + 1);
+  if (l.handover_to == uint8_t(slot + 1)) l.handover_to = 0;
   return 0;
 }
 
-uint64_t AddressRegistry::disown(const std::function<void()>& close) {
+bool AddressRegistry::owned() const { return __atomic_load_n(&map_->owner, __ATOMIC_ACQUIRE) != 0; }
+
+uint64_t AddressRegistry::disown(int slot, const std::function<void()>& close) {
   Locked g(this);
   Layout& l = *map_;
   close();
-  if (l.owner != uint8_t(member_ + 1)) return 0;
+  if (!ours_locked(slot) || l.owner != uint8_t(slot + 1)) return 0;
   l.owner = 0;
   l.handover_to = 0;
   sweep_locked();
-  for (uint32_t m = 0; m < kShareMaxMembers; ++m)  // the oldest slot with a ring: any would do
-    if (int(m) != member_ && l.members[m].in_use && l.members[m].ring) {
-      l.handover_to = uint8_t(m + 1);
-      return l.members[m].ring;
+  for (uint32_t s = 0; s < kShareMaxSockets; ++s)  // the lowest slot with a ring: any would do
+    if (int(s) != slot && l.sockets[s].state != kFree && l.sockets[s].ring) {
+      l.handover_to = uint8_t(s + 1);
+      return l.sockets[s].ring;
     }
   return 0;
-}
-
-bool AddressRegistry::handed_to_us() {
-  const uint8_t h = __atomic_load_n(&map_->handover_to, __ATOMIC_ACQUIRE);
-  return h == uint8_t(member_ + 1) && __atomic_load_n(&map_->owner, __ATOMIC_ACQUIRE) == 0;
 }
 
 }  // namespace melon::soft

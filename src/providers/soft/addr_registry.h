@@ -88,31 +88,32 @@ class AddressRegistry {
   static constexpr uint8_t kGsiUnclaimed = 0;
   int claim_gsi(int slot);
 
-  // Forward mode (share_forward.h): one member, the owner, binds the port and receives for all; the
-  // others read their datagrams from a ring (share_ring.h) named by a nonce of theirs.
-  static constexpr uint8_t kNoMember = 0xff;
-  // The file of a ring's `kind` ("ring", "wake") of the member whose ring is tagged `nonce`.
+  // Forward mode (share_forward.h): one socket slot's process, the owner, binds the port and receives
+  // for all; every other slot's datagrams go to a receive ring (share_ring.h) tagged by a nonce of
+  // its own. Slots, not processes: two devices of one process on the address have a ring each.
+  static constexpr uint8_t kNoSlot = 0xff;
+  // The file of kind `kind` ("ring", "wake") of the ring tagged `nonce`, beside the registry.
   std::string member_file(uint64_t nonce, const char* kind) const;
-  // Our ring's nonce (0: none), published for the owner.
-  void set_ring(uint64_t nonce);
+  // Our slot's ring nonce (0: none), published for the owner. 0, or EINVAL for a slot not ours.
+  int set_ring(int slot, uint64_t nonce);
   // Bumped whenever a bucket, QP1 or a ring changes hands: the owner refreshes its routes when it
   // moved (one load, no lock).
   uint32_t routes_version() const;
   struct Routes {
-    uint8_t member_of_bucket[kQpnBuckets];  // kNoMember: unclaimed, or reserved
-    uint8_t gsi_member = kNoMember;  // QP1's
-    uint64_t nonce[kShareMaxMembers];  // each member's ring (0: none)
-    int self = -1;  // our member index
+    uint8_t slot_of_bucket[kQpnBuckets];  // kNoSlot: unclaimed, or reserved
+    uint8_t gsi_slot = kNoSlot;  // QP1's
+    uint64_t ring[kShareMaxSockets];  // each slot's ring (0: none)
   };
   void routes(Routes* out);
-  // Becomes the owner if no live member is: bind() (binding the port) is called under the lock, so no
-  // two members bind at once. 0: owner now (or already); EBUSY: another live member is; else bind's errno.
-  int own(const std::function<int()>& bind);
-  // The owner leaves: close() (closing its socket) under the lock, then no owner, and the member to
-  // take over named (handover_to). The successor's ring nonce, 0 when no member with a ring is left.
-  uint64_t disown(const std::function<void()>& close);
-  // Whether we were named to take over by an owner that left (cleared by own()).
-  bool handed_to_us();
+  // Slot `slot` becomes the owner if no live slot is: bind() (binding the port) is called under the
+  // lock, so no two bind at once. 0: owner now (or already); EBUSY: another live slot is; EINVAL:
+  // not our slot; else bind's errno.
+  int own(int slot, const std::function<int()>& bind);
+  // Whether any slot owns the port now (one load, no lock; a dead owner counts until a sweep).
+  bool owned() const;
+  // The owner leaves: close() (closing its socket) under the lock, then no owner, and the slot to
+  // take over named. The successor's ring nonce, 0 when no slot with a ring is left.
+  uint64_t disown(int slot, const std::function<void()>& close);
 
  private:
   AddressRegistry() = default;
@@ -125,6 +126,8 @@ class AddressRegistry {
   void probe_locked();  // a probe to every index, the generation bumped before
   void move_out_locked(int slot);  // the kernel's reuseport_detach_sock, for a socket we close
   uint32_t live_sockets_locked() const;
+  bool ours_locked(int slot) const;
+  void free_socket_locked(uint32_t s);  // its ring files removed, its ownership ended
 
   std::mutex mu_;
   int fd_ = -1;

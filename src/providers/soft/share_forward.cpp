@@ -39,14 +39,15 @@ bool unix_address(const std::string& path, sockaddr_un* a, socklen_t* len) {
 
 }  // namespace
 
-ShareForward::ShareForward(AddressRegistry* registry, const uint8_t gid[16], uint32_t scope_id, uint16_t port,
-                           TransportStats& stats)
+ShareForward::ShareForward(AddressRegistry* registry, int slot, const uint8_t gid[16], uint32_t scope_id,
+                           uint16_t port, TransportStats& stats)
     : reg_(registry),
+      slot_(slot),
       scope_id_(scope_id),
       port_(port),
       stats_(stats),
       routes_(new AddressRegistry::Routes),
-      peers_(new Peer[kShareMaxMembers]) {
+      peers_(new Peer[kShareMaxSockets]) {
   std::memcpy(gid_, gid, 16);
 }
 
@@ -79,12 +80,16 @@ int ShareForward::open(std::string* why, bool* bind_failed) {
     close();
     return errno = e, -1;
   }
-  reg_->set_ring(nonce_);
+  if (int e = reg_->set_ring(slot_, nonce_)) {
+    *why = "registry: " + std::string(std::strerror(e));
+    close();
+    return errno = e, -1;
+  }
   // The port, if no live member holds it (bound under the registry's lock); else an ephemeral port.
   std::string w;
   bool bf = false;
   int fd = -1;
-  const int e = reg_->own([&] {
+  const int e = reg_->own(slot_, [&] {
     fd = open_port_socket(&w, &bf);
     return fd < 0 ? errno : 0;
   });
@@ -118,7 +123,7 @@ void ShareForward::close() {
   if (owner_) {
     // The port's socket closes under the registry's lock, so the successor's bind (under the same
     // lock, share_forward.h) never finds it still bound; then the successor is woken.
-    const uint64_t next = reg_->disown([&] {
+    const uint64_t next = reg_->disown(slot_, [&] {
       if (rx_fd_ >= 0) ::close(rx_fd_);
       if (send_fd_ == rx_fd_) send_fd_ = -1;
       rx_fd_ = -1;
@@ -133,10 +138,10 @@ void ShareForward::close() {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
   }
-  for (uint32_t m = 0; m < kShareMaxMembers; ++m) peers_[m].reset();
+  for (uint32_t m = 0; m < kShareMaxSockets; ++m) peers_[m].reset();
   touched_.clear();
   if (nonce_) {
-    reg_->set_ring(0);
+    reg_->set_ring(slot_, 0);
     unlink(reg_->member_file(nonce_, "ring").c_str());
     unlink(reg_->member_file(nonce_, "wake").c_str());
     nonce_ = 0;
@@ -150,9 +155,9 @@ void ShareForward::refresh_routes() {
   if (v == routes_seen_) return;
   routes_seen_ = v;
   reg_->routes(routes_.get());
-  for (uint32_t m = 0; m < kShareMaxMembers; ++m) {
+  for (uint32_t m = 0; m < kShareMaxSockets; ++m) {
     Peer& p = peers_[m];
-    const uint64_t nonce = int(m) == routes_->self ? 0 : routes_->nonce[m];
+    const uint64_t nonce = int(m) == slot_ ? 0 : routes_->ring[m];
     if (p.nonce == nonce) continue;
     p.reset();  // unmapped: the member left, or its slot has a new member
     p.nonce = nonce;
@@ -170,8 +175,8 @@ void ShareForward::refresh_routes() {
 bool ShareForward::route(const uint8_t* data, size_t len, const RingMeta& meta) {
   if (len < 8) return false;  // no BTH: the receive path counts it
   const uint32_t qpn = uint32_t(data[5]) << 16 | uint32_t(data[6]) << 8 | data[7];  // BTH: destination QP
-  const uint8_t m = qpn == 1 ? routes_->gsi_member : routes_->member_of_bucket[bucket_of_qpn(qpn)];
-  if (m == AddressRegistry::kNoMember || int(m) == routes_->self) return false;
+  const uint8_t m = qpn == 1 ? routes_->gsi_slot : routes_->slot_of_bucket[bucket_of_qpn(qpn)];
+  if (m == AddressRegistry::kNoSlot || int(m) == slot_) return false;
   Peer& p = peers_[m];
   if (!p.mapped || !p.ring.push(data, len, meta)) {
     stats_.rx_ring_drops++;
@@ -203,13 +208,13 @@ bool ShareForward::drain_wake() {
 }
 
 bool ShareForward::tick() {
-  if (owner_ || send_fd_ < 0) return false;
+  if (owner_ || send_fd_ < 0 || reg_->owned()) return false;  // a dead owner is no owner after the tick's sweep
   std::string why;
   bool bind_failed = false;
   int fd = -1;
   // EBUSY while a live member owns the port (one lock per tick); a bind that fails (the old owner's
   // socket not yet gone, a program that is not ours) is tried again at the next tick.
-  if (reg_->own([&] {
+  if (reg_->own(slot_, [&] {
         fd = open_port_socket(&why, &bind_failed);
         return fd < 0 ? errno : 0;
       }) != 0)

@@ -3,8 +3,8 @@
 // forward). docs/verbs.md and docs/macos.md, "One address, many processes".
 //
 // One member of the address's registry (addr_registry.h), the owner, binds the port and receives
-// every datagram. A datagram for a QPN bucket another member claimed is copied into that member's
-// receive ring (share_ring.h, a file beside the registry) and the member is woken once per receive
+// every datagram. A datagram for a QPN bucket another member's socket slot claimed is copied into
+// that slot's receive ring (share_ring.h, a file beside the registry) and the member is woken once per receive
 // batch through a Unix datagram socket of its own (its wake fd); its own, and QPNs nobody claims, go
 // on into the owner's receive path (which counts the unknown ones, rx_unknown_qpn). The others send
 // from a socket of their own on an ephemeral port of the address (peers answer to the port whatever
@@ -38,7 +38,8 @@ namespace melon::soft {
 
 class ShareForward {
  public:
-  ShareForward(AddressRegistry* registry, const uint8_t gid[16], uint32_t scope_id, uint16_t port,
+  // For socket slot `slot` of `registry` (the claim of a device's lane, AddressRegistry::claim).
+  ShareForward(AddressRegistry* registry, int slot, const uint8_t gid[16], uint32_t scope_id, uint16_t port,
                TransportStats& stats);
   ~ShareForward();
   ShareForward(const ShareForward&) = delete;
@@ -96,6 +97,7 @@ class ShareForward {
   };
 
   AddressRegistry* reg_;
+  int slot_;
   uint8_t gid_[16];
   uint32_t scope_id_;
   uint16_t port_, send_port_ = 0;
@@ -111,7 +113,7 @@ class ShareForward {
   uint32_t role_version_ = 0;
   uint32_t routes_seen_ = ~0u;
   std::unique_ptr<AddressRegistry::Routes> routes_;
-  std::unique_ptr<Peer[]> peers_;  // by member index
+  std::unique_ptr<Peer[]> peers_;  // by socket slot
   std::vector<uint32_t> touched_;
 };
 

@@ -109,7 +109,7 @@ int UdpTransport::start(std::string* why) {
     bool bind_failed = false;
     int fd;
     if (k.share.registry && k.share.forward) {  // the port's owner, or a member sending from a port of its own
-      k.fwd.reset(new ShareForward(k.share.registry, k.addr.gid, k.addr.scope_id, port_, stats_));
+      k.fwd.reset(new ShareForward(k.share.registry, k.share.slot, k.addr.gid, k.addr.scope_id, port_, stats_));
       fd = k.fwd->open(&w, &bind_failed);
       if (fd >= 0) k.src_port = k.fwd->send_port();
       else k.fwd.reset();
