@@ -186,7 +186,6 @@ TEST(SoftSteering, TheKernelSteersAsTheTableSaysAndMovesTheLastSocketIntoAGap) {
 
 // ---- the registry across processes ----------------------------------------------------------------
 
-
 TEST(SoftShareRegistry, AKilledMembersClaimsAreReclaimed) {
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
@@ -221,7 +220,6 @@ TEST(SoftShareRegistry, AKilledMembersClaimsAreReclaimed) {
   close(ready[0]);
   close(ready[1]);
 }
-
 
 TEST_F(SoftShare, SixteenProcessesWithQpsOfTheirOwnOnOneAddress) {
   constexpr int kProcs = 16;

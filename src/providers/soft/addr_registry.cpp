@@ -490,7 +490,8 @@ AddressRegistry::View AddressRegistry::view() {
   }
   for (uint8_t b : l.bucket) v.buckets_claimed += b != kBucketFree && b != kBucketReserved;
   v.generation = l.generation;
-  v.owner_pid = l.owner && l.owner <= kShareMaxSockets ? l.members[l.sockets[l.owner - 1].member % kShareMaxMembers].pid : 0;
+  v.owner_pid =
+      l.owner && l.owner <= kShareMaxSockets ? l.members[l.sockets[l.owner - 1].member % kShareMaxMembers].pid : 0;
   for (const auto& s : l.sockets) v.rings += s.state != kFree && s.ring;
   v.rebuilds = l.rebuilds;
   v.reclaimed = l.reclaimed;

@@ -39,8 +39,8 @@ bool unix_address(const std::string& path, sockaddr_un* a, socklen_t* len) {
 
 }  // namespace
 
-ShareForward::ShareForward(AddressRegistry* registry, int slot, const uint8_t gid[16], uint32_t scope_id,
-                           uint16_t port, TransportStats& stats)
+ShareForward::ShareForward(AddressRegistry* registry, int slot, const uint8_t gid[16], uint32_t scope_id, uint16_t port,
+                           TransportStats& stats)
     : reg_(registry),
       slot_(slot),
       scope_id_(scope_id),

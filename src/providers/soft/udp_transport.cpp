@@ -111,10 +111,13 @@ int UdpTransport::start(std::string* why) {
     if (k.share.registry && k.share.forward) {  // the port's owner, or a member sending from a port of its own
       k.fwd.reset(new ShareForward(k.share.registry, k.share.slot, k.addr.gid, k.addr.scope_id, port_, stats_));
       fd = k.fwd->open(&w, &bind_failed);
-      if (fd >= 0) k.src_port = k.fwd->send_port();
-      else k.fwd.reset();
+      if (fd >= 0)
+        k.src_port = k.fwd->send_port();
+      else
+        k.fwd.reset();
     } else {
-      fd = open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed, k.share.registry ? &k.share : nullptr);
+      fd =
+          open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed, k.share.registry ? &k.share : nullptr);
     }
     if (fd >= 0) {
       k.fd = fd;
