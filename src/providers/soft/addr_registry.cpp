@@ -336,7 +336,7 @@ int AddressRegistry::claim(const std::vector<AddressRegistry*>& regs_in, uint32_
       Layout& l = *regs_in[i]->map_;
       for (uint32_t s = 0; s < kShareMaxSockets && (*slots)[i][lane] < 0; ++s)
         if (l.sockets[s].state == kFree) {
-          l.sockets[s] = {kClaimed, uint8_t(regs_in[i]->member_), uint8_t(lane), 0, 0, 0};
+          l.sockets[s] = {kClaimed, uint8_t(regs_in[i]->member_), uint8_t(lane), 0, 0, 0, 0};
           (*slots)[i][lane] = int(s);
         }
     }
