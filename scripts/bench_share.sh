@@ -5,14 +5,15 @@
 #   idle3      the same pair while three more processes hold QPs on 127.0.0.48 (idle servers)
 #   four       four pairs at once, all servers on 127.0.0.48 and all clients on 127.0.0.49 (sum)
 #   lat alone / lat idle3   ib_send_lat -s 8 t_typical, alone and beside the three idle members
-# Each round runs every mode in $MODES (MELON_SOFT_SHARE, docs/verbs.md; default "reuseport forward"):
-# in forward mode the first process on an address owns its port, so "alone" measures the owner and
-# "idle3" a member whose datagrams the first idle server forwards through its ring.
-# Usage: [MODES="reuseport forward"] scripts/bench_share.sh [builddir=build/release] [rounds=3]
+# Each round runs every mode in $MODES (MELON_SOFT_SHARE, docs/verbs.md; default "reuseport
+# reuseport1 forward"; reuseport1 is reuseport with MELON_SOFT_LANES=1, the one lane forward mode
+# runs): in forward mode the first process on an address owns its port, so "alone" measures the
+# owner and "idle3" a member whose datagrams the first idle server forwards through its ring.
+# Usage: [MODES="reuseport reuseport1 forward"] scripts/bench_share.sh [builddir=build/release] [rounds=3]
 set -u
 build=${1:-build/release}
 rounds=${2:-3}
-modes=${MODES:-reuseport forward}
+modes=${MODES:-reuseport reuseport1 forward}
 export LD_LIBRARY_PATH=$build/lib MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG=/nonexistent MELON_SOFT_STATS=1
 tmp=$(mktemp -d)
 export MELON_STATS_DIR=$tmp/stats
@@ -41,7 +42,8 @@ latargs=(-s 8 -n 5000)
 printf '%-6s %-10s %12s %12s %34s %14s %14s\n' round mode "alone MB/s" "idle3 MB/s" "four MB/s (sum: each)" "lat alone us" "lat idle3 us"
 for r in $(seq "$rounds"); do
 for mode in $modes; do
-  export MELON_SOFT_SHARE=$mode
+  export MELON_SOFT_SHARE=${mode%1}
+  if [ "$mode" = reuseport1 ]; then export MELON_SOFT_LANES=1; else unset MELON_SOFT_LANES; fi
   pair ib_write_bw "${bwargs[@]}"; a=$(bw_of "$OUT")
   pair ib_send_lat "${latargs[@]}"; la=$(lat_of "$OUT")
   idle_up
