@@ -166,6 +166,7 @@ int UdpTransport::start(std::string* why) {
   timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 #endif
   rx_setup();
+  for (const Socket& k : socks_) forwarding_ |= k.fwd != nullptr;
   running_ = true;
   thread_ = std::thread([this] { run(); });
   return 0;
@@ -676,7 +677,8 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
   int err = 0;
   for (;;) {
     if (fds.size() == 1 || roles != roles_.load()) {  // a take-over gave a socket a new receive fd
-      RxLock g(this);
+      std::unique_lock<std::mutex> g;
+      if (forwarding_) g = std::unique_lock<std::mutex>(rx_mu_);  // roles change under it (share_tick)
       roles = roles_.load();
       fds.resize(1);
       watch_set(&fds, &which);
@@ -732,7 +734,8 @@ void UdpTransport::run() {
   auto rewatch = [&] {
     fds.clear();
     {
-      RxLock g(this);
+      std::unique_lock<std::mutex> g;
+      if (forwarding_) g = std::unique_lock<std::mutex>(rx_mu_);  // roles change under it (share_tick)
       watch_set(&fds, &which);
     }
     nsock = which.size();

@@ -294,6 +294,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   uint64_t next_share_tick_ = 0;  // lane 0's progress thread: when to look at the registries again
   std::atomic<bool> share_tick_now_{false};  // a receive saw an owner hand the port to us: tick at once
   std::atomic<uint32_t> roles_{0};  // bumped when a socket's role changed (forward mode): watchers rebuild
+  bool forwarding_ = false;  // a socket is in forward mode (set by start(), read-only after)
   std::atomic<uint64_t> lane_rx_packets_{0}, lane_handed_over_{0};  // written under rx_mu_
 
   // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
