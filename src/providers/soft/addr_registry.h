@@ -23,8 +23,14 @@
 // (rx_unknown_qpn; RC retransmits them), and a second round of probes one tick later catches
 // sockets that closed after the first.
 //
+// Forward mode (share_forward.h) keeps three more things in the file: the socket slot that owns the
+// port, the slot an owner that left named to take over, each slot's ring nonce, and `routes`, a
+// counter bumped whenever a bucket, QP1 or a ring changes hands.
+//
 // Locks: mu_ (this process's threads) -> the file's byte-0 lock (other processes). Everything in
-// the mapped file is read and written only under both; our_fds_ under mu_.
+// the mapped file is written only under both and read under both, except `routes` and the owner,
+// which a receive path loads without them (an atomic load: a hint to take the locks and look);
+// our_fds_ under mu_.
 #pragma once
 
 #include <stdint.h>
