@@ -5,10 +5,15 @@
 #   idle3      the same pair while three more processes hold QPs on 127.0.0.48 (idle servers)
 #   four       four pairs at once, all servers on 127.0.0.48 and all clients on 127.0.0.49 (sum)
 #   lat alone / lat idle3   ib_send_lat -s 8 t_typical, alone and beside the three idle members
-# Usage: scripts/bench_share.sh [builddir=build/release] [rounds=3]
+# Each round runs every mode in $MODES (MELON_SOFT_SHARE, docs/verbs.md; default "reuseport
+# reuseport1 forward"; reuseport1 is reuseport with MELON_SOFT_LANES=1, the one lane forward mode
+# runs): in forward mode the first process on an address owns its port, so "alone" measures the
+# owner and "idle3" a member whose datagrams the first idle server forwards through its ring.
+# Usage: [MODES="reuseport reuseport1 forward"] scripts/bench_share.sh [builddir=build/release] [rounds=3]
 set -u
 build=${1:-build/release}
 rounds=${2:-3}
+modes=${MODES:-reuseport reuseport1 forward}
 export LD_LIBRARY_PATH=$build/lib MELON_SOFT_AUTO=0 MELON_SOFT_CONFIG=/nonexistent MELON_SOFT_STATS=1
 tmp=$(mktemp -d)
 export MELON_STATS_DIR=$tmp/stats
@@ -34,8 +39,11 @@ pair() {  # pair <tool> <args...>: one server and client; OUT = the client's out
 }
 bwargs=(-s 65536 -D 3)
 latargs=(-s 8 -n 5000)
-printf '%-6s %12s %12s %24s %14s %14s\n' round "alone MB/s" "idle3 MB/s" "four MB/s (sum: each)" "lat alone us" "lat idle3 us"
+printf '%-6s %-10s %12s %12s %34s %14s %14s\n' round mode "alone MB/s" "idle3 MB/s" "four MB/s (sum: each)" "lat alone us" "lat idle3 us"
 for r in $(seq "$rounds"); do
+for mode in $modes; do
+  export MELON_SOFT_SHARE=${mode%1}
+  if [ "$mode" = reuseport1 ]; then export MELON_SOFT_LANES=1; else unset MELON_SOFT_LANES; fi
   pair ib_write_bw "${bwargs[@]}"; a=$(bw_of "$OUT")
   pair ib_send_lat "${latargs[@]}"; la=$(lat_of "$OUT")
   idle_up
@@ -49,8 +57,12 @@ for r in $(seq "$rounds"); do
   wait "${cpids[@]}" "${spids[@]}"
   each=() sum=0
   for p in "${ports[@]}"; do v=$(bw_of "$tmp/c$p"); each+=("${v:-0}"); sum=$(awk -v a="$sum" -v b="${v:-0}" 'BEGIN{print a+b}'); done
-  printf '%-6s %12s %12s %24s %14s %14s\n' "$r" "${a:-?}" "${b:-?}" "$sum: $(IFS=/; echo "${each[*]}")" "${la:-?}" "${lb:-?}"
+  printf '%-6s %-10s %12s %12s %34s %14s %14s\n' "$r" "$mode" "${a:-?}" "${b:-?}" "$sum: $(IFS=/; echo "${each[*]}")" "${la:-?}" "${lb:-?}"
+done
 done
 # Packets that reached a process that does not own their QPN (expected 0: nobody died).
 grep -ho 'rx_unknown_qpn [0-9]*' "$tmp"/s* "$tmp"/c* 2>/dev/null | awk '{n += $2} END {print "rx_unknown_qpn total " n + 0}'
 grep -ho 'retransmits [0-9]*' "$tmp"/s* "$tmp"/c* 2>/dev/null | awk '{n += $2} END {print "retransmits total " n + 0}'
+for c in rx_forwarded rx_ring_drops rx_ring_bad; do
+  grep -ho "$c [0-9]*" "$tmp"/s* "$tmp"/c* 2>/dev/null | awk -v c="$c" '{n += $2} END {print c " total " n + 0}'
+done

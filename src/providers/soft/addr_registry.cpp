@@ -29,7 +29,7 @@ namespace melon::soft {
 
 namespace {
 
-constexpr char kMagic[8] = {'M', 'E', 'L', 'S', 'H', 'R', '0', '1'};
+constexpr char kMagic[8] = {'M', 'E', 'L', 'S', 'H', 'R', '0', '2'};
 constexpr uint8_t kBucketFree = 0, kBucketReserved = 0xff;  // else: socket slot + 1
 constexpr off_t kMemberLockBase = 4096;  // member m holds a write lock on byte kMemberLockBase + m
 enum SocketState : uint8_t { kFree = 0, kClaimed = 1, kJoined = 2 };
@@ -97,7 +97,11 @@ struct AddressRegistry::Layout {
   uint32_t rebuilds, reclaimed;  // programs attached; dead members reclaimed (for people and tests)
   uint64_t probed_at;  // CLOCK_MONOTONIC of the last probe round
   uint8_t gsi_socket;  // QP1's socket slot + 1 (kGsiUnclaimed: none); the CM agent's hook
-  uint8_t pad[7];
+  uint8_t owner;  // forward mode: the socket slot holding the port + 1 (0: none)
+  uint8_t handover_to;  // forward mode: the slot an owner that left named to take over + 1
+  uint8_t pad[5];
+  uint32_t routes;  // bumped when a bucket, QP1 or a ring changes hands (read without the lock)
+  uint32_t pad2;
   struct Member {
     uint32_t in_use, pid;
   } members[kShareMaxMembers];
@@ -105,6 +109,7 @@ struct AddressRegistry::Layout {
     uint8_t state, member, lane, pad;
     uint32_t index;  // in the kernel's group
     uint32_t index_gen;  // the generation in which index was known; older: believed, not known
+    uint64_t ring;  // forward mode: the nonce of its receive ring (0: none)
   } sockets[kShareMaxSockets];
   uint8_t bucket[kQpnBuckets];
 };
@@ -192,10 +197,11 @@ AddressRegistry::~AddressRegistry() {
     Locked g(this);
     Layout& l = *map_;
     for (uint32_t s = 0; s < kShareMaxSockets; ++s)
-      if (l.sockets[s].state != kFree && l.sockets[s].member == member_) l.sockets[s].state = kFree;
+      if (l.sockets[s].state != kFree && l.sockets[s].member == member_) free_socket_locked(s);
     for (uint8_t& b : l.bucket)
       if (b != kBucketFree && b != kBucketReserved && l.sockets[b - 1].state == kFree) b = kBucketFree;
     l.members[member_] = {0, 0};
+    l.routes++;
     lock_byte(fd_, kMemberLockBase + member_, F_UNLCK, false);
   }
   if (map_) munmap(map_, sizeof(Layout));
@@ -213,23 +219,30 @@ bool AddressRegistry::sweep_locked() {
     for (uint32_t s = 0; s < kShareMaxSockets; ++s)
       if (l.sockets[s].state != kFree && l.sockets[s].member == m) {
         moved |= l.sockets[s].state == kJoined;
-        l.sockets[s].state = kFree;
+        free_socket_locked(s);
       }
     l.members[m] = {0, 0};
     l.reclaimed++;
+    l.routes++;
   }
   // Whatever a member that died halfway through a change left: sockets of no member, buckets and
   // QP1 of no socket.
   for (uint32_t s = 0; s < kShareMaxSockets; ++s)
     if (l.sockets[s].state != kFree && !l.members[l.sockets[s].member % kShareMaxMembers].in_use) {
       moved |= l.sockets[s].state == kJoined;
-      l.sockets[s].state = kFree;
+      free_socket_locked(s);
     }
   for (uint8_t& b : l.bucket)
-    if (b != kBucketFree && b != kBucketReserved && (b > kShareMaxSockets || l.sockets[b - 1].state == kFree))
+    if (b != kBucketFree && b != kBucketReserved && (b > kShareMaxSockets || l.sockets[b - 1].state == kFree)) {
       b = kBucketFree;
-  if (l.gsi_socket && (l.gsi_socket > kShareMaxSockets || l.sockets[l.gsi_socket - 1].state != kJoined))
+      l.routes++;
+    }
+  // A socket that joined (reuseport mode) or claimed (forward mode, where sockets never join) holds QP1.
+  if (l.gsi_socket && (l.gsi_socket > kShareMaxSockets || l.sockets[l.gsi_socket - 1].state == kFree)) {
     l.gsi_socket = kGsiUnclaimed;
+    l.routes++;
+  }
+  if (l.owner > kShareMaxSockets || (l.owner && l.sockets[l.owner - 1].state == kFree)) l.owner = 0;
   if (moved) {
     l.generation++;
     l.verify_rounds = 1;  // once more a tick later: sockets that closed after these probes
@@ -304,7 +317,7 @@ int AddressRegistry::claim(const std::vector<AddressRegistry*>& regs_in, uint32_
       for (int s : (*slots)[i])
         if (s >= 0) {
           Layout& l = *regs_in[i]->map_;
-          l.sockets[s].state = kFree;
+          regs_in[i]->free_socket_locked(uint32_t(s));
           for (uint8_t& b : l.bucket)
             if (b == uint8_t(s + 1)) b = kBucketFree;
         }
@@ -323,7 +336,7 @@ int AddressRegistry::claim(const std::vector<AddressRegistry*>& regs_in, uint32_
       Layout& l = *regs_in[i]->map_;
       for (uint32_t s = 0; s < kShareMaxSockets && (*slots)[i][lane] < 0; ++s)
         if (l.sockets[s].state == kFree) {
-          l.sockets[s] = {kClaimed, uint8_t(regs_in[i]->member_), uint8_t(lane), 0, 0, 0};
+          l.sockets[s] = {kClaimed, uint8_t(regs_in[i]->member_), uint8_t(lane), 0, 0, 0, 0};
           (*slots)[i][lane] = int(s);
         }
     }
@@ -344,6 +357,7 @@ int AddressRegistry::claim(const std::vector<AddressRegistry*>& regs_in, uint32_
       for (size_t i = 0; i < regs_in.size(); ++i) regs_in[i]->map_->bucket[b] = uint8_t((*slots)[i][lane] + 1);
     }
   }
+  for (AddressRegistry* r : regs) r->map_->routes++;
   return 0;
 }
 
@@ -376,9 +390,10 @@ void AddressRegistry::move_out_locked(int slot) {
   for (const Layout::Socket& s : l.sockets) known &= s.state != kJoined || s.index_gen == l.generation;
   for (Layout::Socket& s : l.sockets)
     if (s.state == kJoined && s.index == n - 1 && &s != &l.sockets[slot]) s.index = i;
-  l.sockets[slot].state = kFree;
+  free_socket_locked(uint32_t(slot));
   for (uint8_t& b : l.bucket)
     if (b == uint8_t(slot + 1)) b = kBucketFree;
+  l.routes++;
   if (!known) {  // indices were still being learnt: learn them again after this one is gone
     l.generation++;
     l.verify_rounds = 1;
@@ -393,9 +408,11 @@ void AddressRegistry::leave(int slot, int fd) {
     return;
   }
   if (l.sockets[slot].state != kJoined || fd < 0) {
-    l.sockets[slot].state = kFree;
+    free_socket_locked(uint32_t(slot));
     for (uint8_t& b : l.bucket)
       if (b == uint8_t(slot + 1)) b = kBucketFree;
+    if (l.gsi_socket == uint8_t(slot + 1)) l.gsi_socket = kGsiUnclaimed;
+    l.routes++;
     if (fd >= 0) close(fd);
     return;
   }
@@ -417,6 +434,7 @@ int AddressRegistry::claim_gsi(int slot) {
   if (slot < 0 || uint32_t(slot) >= kShareMaxSockets || l.sockets[slot].member != member_) return EINVAL;
   if (l.gsi_socket && l.sockets[l.gsi_socket - 1].member != member_) return EADDRINUSE;
   l.gsi_socket = uint8_t(slot + 1);
+  l.routes++;
   return rebuild_locked();
 }
 
@@ -472,9 +490,98 @@ AddressRegistry::View AddressRegistry::view() {
   }
   for (uint8_t b : l.bucket) v.buckets_claimed += b != kBucketFree && b != kBucketReserved;
   v.generation = l.generation;
+  v.owner_pid =
+      l.owner && l.owner <= kShareMaxSockets ? l.members[l.sockets[l.owner - 1].member % kShareMaxMembers].pid : 0;
+  for (const auto& s : l.sockets) v.rings += s.state != kFree && s.ring;
   v.rebuilds = l.rebuilds;
   v.reclaimed = l.reclaimed;
   return v;
+}
+
+std::string AddressRegistry::member_file(uint64_t nonce, const char* kind) const {
+  // Short, beside the registry: a Unix socket's path has 104 bytes on macOS.
+  char name[40];
+  std::snprintf(name, sizeof name, "/share-%016llx.%s", (unsigned long long)nonce, kind);
+  return path_.substr(0, path_.rfind('/')) + name;
+}
+
+bool AddressRegistry::ours_locked(int slot) const {
+  return slot >= 0 && uint32_t(slot) < kShareMaxSockets && map_->sockets[slot].state != kFree &&
+         map_->sockets[slot].member == member_;
+}
+
+void AddressRegistry::free_socket_locked(uint32_t s) {
+  Layout& l = *map_;
+  Layout::Socket& k = l.sockets[s];
+  k.state = kFree;
+  if (k.ring) {  // its ring and wake socket: nobody reads them any more (a member that left removed them)
+    unlink(member_file(k.ring, "ring").c_str());
+    unlink(member_file(k.ring, "wake").c_str());
+    k.ring = 0;
+    l.routes++;
+  }
+  if (l.owner == s + 1) l.owner = 0;  // gone without disown(): another member's tick binds the port
+  if (l.handover_to == s + 1) l.handover_to = 0;
+}
+
+int AddressRegistry::set_ring(int slot, uint64_t nonce) {
+  Locked g(this);
+  if (!g.ok) return EIO;
+  if (!ours_locked(slot)) return EINVAL;
+  map_->sockets[slot].ring = nonce;
+  map_->routes++;
+  return 0;
+}
+
+uint32_t AddressRegistry::routes_version() const { return __atomic_load_n(&map_->routes, __ATOMIC_ACQUIRE); }
+
+void AddressRegistry::routes(Routes* out) {
+  Locked g(this);
+  sweep_locked();
+  const Layout& l = *map_;
+  for (uint32_t b = 0; b < kQpnBuckets; ++b) {
+    const uint8_t v = l.bucket[b];
+    out->slot_of_bucket[b] =
+        v == kBucketFree || v == kBucketReserved || v > kShareMaxSockets || l.sockets[v - 1].state == kFree
+            ? kNoSlot
+            : uint8_t(v - 1);
+  }
+  out->gsi_slot = l.gsi_socket && l.gsi_socket <= kShareMaxSockets && l.sockets[l.gsi_socket - 1].state != kFree
+                      ? uint8_t(l.gsi_socket - 1)
+                      : kNoSlot;
+  for (uint32_t s = 0; s < kShareMaxSockets; ++s) out->ring[s] = l.sockets[s].state != kFree ? l.sockets[s].ring : 0;
+}
+
+int AddressRegistry::own(int slot, const std::function<int()>& bind) {
+  Locked g(this);
+  if (!g.ok) return EIO;
+  sweep_locked();  // a dead owner is no owner
+  Layout& l = *map_;
+  if (!ours_locked(slot)) return EINVAL;
+  if (l.owner == uint8_t(slot + 1)) return 0;
+  if (l.owner) return EBUSY;
+  if (int e = bind()) return e;
+  l.owner = uint8_t(slot + 1);
+  if (l.handover_to == uint8_t(slot + 1)) l.handover_to = 0;
+  return 0;
+}
+
+bool AddressRegistry::owned() const { return __atomic_load_n(&map_->owner, __ATOMIC_ACQUIRE) != 0; }
+
+uint64_t AddressRegistry::disown(int slot, const std::function<void()>& close) {
+  Locked g(this);
+  Layout& l = *map_;
+  close();
+  if (!ours_locked(slot) || l.owner != uint8_t(slot + 1)) return 0;
+  l.owner = 0;
+  l.handover_to = 0;
+  sweep_locked();
+  for (uint32_t s = 0; s < kShareMaxSockets; ++s)  // the lowest slot with a ring: any would do
+    if (int(s) != slot && l.sockets[s].state != kFree && l.sockets[s].ring) {
+      l.handover_to = uint8_t(s + 1);
+      return l.sockets[s].ring;
+    }
+  return 0;
 }
 
 }  // namespace melon::soft

@@ -23,12 +23,19 @@
 // (rx_unknown_qpn; RC retransmits them), and a second round of probes one tick later catches
 // sockets that closed after the first.
 //
+// Forward mode (share_forward.h) keeps three more things in the file: the socket slot that owns the
+// port, the slot an owner that left named to take over, each slot's ring nonce, and `routes`, a
+// counter bumped whenever a bucket, QP1 or a ring changes hands.
+//
 // Locks: mu_ (this process's threads) -> the file's byte-0 lock (other processes). Everything in
-// the mapped file is read and written only under both; our_fds_ under mu_.
+// the mapped file is written only under both and read under both, except `routes` and the owner,
+// which a receive path loads without them (an atomic load: a hint to take the locks and look);
+// our_fds_ under mu_.
 #pragma once
 
 #include <stdint.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +83,7 @@ class AddressRegistry {
   // For tests and melonctl: what the file holds now.
   struct View {
     uint32_t members = 0, sockets = 0, buckets_claimed = 0, generation = 0, unknown = 0, rebuilds = 0, reclaimed = 0;
+    uint32_t owner_pid = 0, rings = 0;  // forward mode: the process holding the port (0: none); members with a ring
   };
   View view();
   const std::string& path() const { return path_; }
@@ -85,6 +93,33 @@ class AddressRegistry {
   // live socket of another member has it. It goes with the socket (sweep, leave).
   static constexpr uint8_t kGsiUnclaimed = 0;
   int claim_gsi(int slot);
+
+  // Forward mode (share_forward.h): one socket slot's process, the owner, binds the port and receives
+  // for all; every other slot's datagrams go to a receive ring (share_ring.h) tagged by a nonce of
+  // its own. Slots, not processes: two devices of one process on the address have a ring each.
+  static constexpr uint8_t kNoSlot = 0xff;
+  // The file of kind `kind` ("ring", "wake") of the ring tagged `nonce`, beside the registry.
+  std::string member_file(uint64_t nonce, const char* kind) const;
+  // Our slot's ring nonce (0: none), published for the owner. 0, or EINVAL for a slot not ours.
+  int set_ring(int slot, uint64_t nonce);
+  // Bumped whenever a bucket, QP1 or a ring changes hands: the owner refreshes its routes when it
+  // moved (one load, no lock).
+  uint32_t routes_version() const;
+  struct Routes {
+    uint8_t slot_of_bucket[kQpnBuckets];  // kNoSlot: unclaimed, or reserved
+    uint8_t gsi_slot = kNoSlot;  // QP1's
+    uint64_t ring[kShareMaxSockets];  // each slot's ring (0: none)
+  };
+  void routes(Routes* out);
+  // Slot `slot` becomes the owner if no live slot is: bind() (binding the port) is called under the
+  // lock, so no two bind at once. 0: owner now (or already); EBUSY: another live slot is; EINVAL:
+  // not our slot; else bind's errno.
+  int own(int slot, const std::function<int()>& bind);
+  // Whether any slot owns the port now (one load, no lock; a dead owner counts until a sweep).
+  bool owned() const;
+  // The owner leaves: close() (closing its socket) under the lock, then no owner, and the slot to
+  // take over named. The successor's ring nonce, 0 when no slot with a ring is left.
+  uint64_t disown(int slot, const std::function<void()>& close);
 
  private:
   AddressRegistry() = default;
@@ -97,6 +132,8 @@ class AddressRegistry {
   void probe_locked();  // a probe to every index, the generation bumped before
   void move_out_locked(int slot);  // the kernel's reuseport_detach_sock, for a socket we close
   uint32_t live_sockets_locked() const;
+  bool ours_locked(int slot) const;
+  void free_socket_locked(uint32_t s);  // its ring files removed, its ownership ended
 
   std::mutex mu_;
   int fd_ = -1;

@@ -62,19 +62,22 @@ Windows requester_windows(unsigned pmtu) {
 }
 
 // How many lanes a device runs (hub.h): MELON_SOFT_LANES=N (1..kMaxLanes), else one per online
-// CPU up to 4; 1 where the kernel cannot steer datagrams by QPN (said with MELON_SOFT_DEBUG=1), and
-// then the device's addresses are its own (*shared false).
-uint32_t lane_count(const char* device, bool* shared) {
+// CPU up to 4; 1 where the kernel cannot steer datagrams by QPN (said with MELON_SOFT_DEBUG=1). How
+// its addresses are shared (MELON_SOFT_SHARE, soft_config.h): through the kernel's steering where it
+// has it, else in forward mode (share_forward.h; one lane), or not at all ("off": one lane).
+uint32_t lane_count(const char* device, ShareMode* mode) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   uint32_t n = uint32_t(std::clamp<long>(cpus, 1, 4));
   const SoftTunables t = soft_tunables();
   if (t.lanes >= 1 && t.lanes <= kMaxLanes) n = uint32_t(t.lanes);
   std::string why;
-  *shared = steering_available(&why);
-  if (!*shared) {
+  const bool steering = t.share != "forward" && t.share != "off" && steering_available(&why);
+  *mode = steering ? ShareMode::reuseport : t.share == "off" ? ShareMode::off : ShareMode::forward;
+  if (!steering) {
+    if (why.empty()) why = "MELON_SOFT_SHARE=" + t.share;
     if (t.debug)
-      fprintf(stderr, "melondma soft: %s: one lane instead of %u, addresses not shared with other processes: %s\n",
-              device, n, why.c_str());
+      fprintf(stderr, "melondma soft: %s: one lane instead of %u, addresses %s: %s\n", device, n,
+              *mode == ShareMode::off ? "not shared with other processes" : "shared in forward mode", why.c_str());
     n = 1;
   }
   return n;
@@ -97,7 +100,8 @@ Hub::Hub(SoftDevice* dev) : dev_(dev) {
     addrs.push_back(l);
   }
   if (!dev->spec().addrs.empty()) dev->spec().addrs.front().to_gid(gid_);
-  const uint32_t n = lane_count(dev->name(), &shared_);
+  const uint32_t n = lane_count(dev->name(), &mode_);
+  shared_ = mode_ != ShareMode::off;
   counters_.reset(new CounterFile(dev->name()));
   counters_->counters().lanes.store(n, std::memory_order_relaxed);
   rc::EngineConfig config;
@@ -149,7 +153,8 @@ int Hub::start(std::string* why) {
         for (uint8_t b : buckets[i]) lane_of_bucket_[b] = uint8_t(i);
         std::copy(buckets[i].begin(), buckets[i].end(), lane_qpns_[i].buckets);
         lane_qpns_[i].n = uint32_t(buckets[i].size());
-        for (size_t r = 0; r < regs.size(); ++r) lanes_[i]->share(r, ShareJoin{regs[r], slots[r][i]});
+        for (size_t r = 0; r < regs.size(); ++r)
+          lanes_[i]->share(r, ShareJoin{regs[r], slots[r][i], mode_ == ShareMode::forward});
       }
       slots_ = slots;
     }

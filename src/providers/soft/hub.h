@@ -37,6 +37,11 @@ struct CqForward final : rc::CompletionSink {
 
 class Hub;
 
+// How a device's addresses are shared with other processes (docs/verbs.md, "One address, many
+// processes"): not at all, through the kernel's SO_REUSEPORT steering by QPN (Linux), or by one
+// owner receiving for all and forwarding through shared-memory rings (share_forward.h; macOS).
+enum class ShareMode { off, reuseport, forward };
+
 // One lane's view of its device's memory: Hub::map through a key cache of its own (MrTable::Cache),
 // used only by that lane's engine, under its lock.
 class LaneMemory final : public rc::HostMemory {
@@ -76,6 +81,7 @@ class Hub final : private rc::EventSink {
   // Whether the device's addresses are shared with other processes (steering available), and the
   // registries it shares them through (for tests and melonctl).
   bool shared() const { return shared_; }
+  ShareMode share_mode() const { return mode_; }
   const std::vector<std::shared_ptr<AddressRegistry>>& registries() const { return registries_; }
   // QPN 1's datagrams steered to lane 0's sockets on every address (AddressRegistry::claim_gsi);
   // 0 when the addresses are not shared.
@@ -118,6 +124,7 @@ class Hub final : private rc::EventSink {
   bool started_ = false;
   std::unique_ptr<CounterFile> counters_;  // the device's, shared by its lanes
   bool shared_ = false;
+  ShareMode mode_ = ShareMode::off;
   uint8_t lane_of_bucket_[kQpnBuckets];  // LaneConfig::lane_of_bucket, set by start()
   std::unique_ptr<LaneQpns[]> lane_qpns_;
   std::vector<std::shared_ptr<AddressRegistry>> registries_;  // before lanes_: they leave through them

@@ -364,6 +364,7 @@ SoftTunables soft_tunables() {
   if (const char* e = std::getenv("MELON_SOFT_LANES")) t.lanes = std::strtoul(e, nullptr, 10);
   if (const char* e = std::getenv("MELON_SOFT_WINDOW")) t.window = std::strtoul(e, nullptr, 10);
   t.shared_window = !is("MELON_SOFT_SHARED_WINDOW", "0");
+  if (const char* e = std::getenv("MELON_SOFT_SHARE")) t.share = e;
   if (const char* e = std::getenv("MELON_STATS_DIR"); e && *e)
     t.stats_dir = e;
   else if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x)

@@ -93,6 +93,11 @@ struct SoftTunables {
   unsigned long lanes = 0;  // MELON_SOFT_LANES: lanes per device (used when 1..kMaxLanes)
   unsigned long window = 0;  // MELON_SOFT_WINDOW: per-QP requester window (used when 1..kMaxQpWr)
   bool shared_window = true;  // MELON_SOFT_SHARED_WINDOW=0: no window shared by a lane's QPs
+  // MELON_SOFT_SHARE: how processes share an address (docs/verbs.md, "One address, many processes"):
+  // "reuseport" (the kernel steers by QPN; Linux), "forward" (one owner receives and forwards through
+  // shared-memory rings; macOS, or Linux for tests), "off" (one process per address). Unset or
+  // anything else: reuseport where the kernel can steer, else forward.
+  std::string share;
   // Where counter files go (soft_counters.h): $MELON_STATS_DIR, else $XDG_RUNTIME_DIR/melondma,
   // else /tmp/melondma-<euid>.
   std::string stats_dir;

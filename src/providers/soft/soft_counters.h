@@ -44,7 +44,11 @@ namespace melon::soft {
   X(lanes, "transports (engine, sockets, thread) of the device; 1 where steering by QPN is unavailable")              \
   X(rx_lane_handovers, "packets steered to a lane for another lane's QP (merged by GRO), handed over")                \
   X(tx_replies_joined, "held replies (ACKs) sent in one GSO send with the next post's request (busy-poll ping-pong)") \
-  X(rx_unknown_qpn, "dropped: for a QPN no lane of this process owns (another process's, while steering is rebuilt)")
+  X(rx_unknown_qpn, "dropped: for a QPN no lane of this process owns (another process's, while steering is rebuilt)") \
+  X(rx_forwarded, "forward mode, owner: datagrams copied into another process's receive ring")                        \
+  X(rx_ring_drops, "forward mode, owner: datagrams for another process dropped (its ring full, or not mapped)")       \
+  X(rx_ring_bad, "forward mode: ring slots that failed the checks (a torn or forged slot), skipped")                  \
+  X(share_takeovers, "forward mode: times this process took the address's port over from an owner that left")
 
 struct TransportStats {
 #define MELON_SOFT_COUNTER_FIELD(name, text) std::atomic<uint64_t> name{0};

@@ -52,10 +52,12 @@ const char* gid_family_unusable(Platform p, bool ipv6);
 constexpr uint32_t kMaxLanes = 16;
 
 class AddressRegistry;
-// A socket that joins its address's group: the registry and its slot there (addr_registry.h).
+// A socket that joins its address's group: the registry and its slot there (addr_registry.h); or,
+// in forward mode, the registry it shares the address through.
 struct ShareJoin {
   AddressRegistry* registry = nullptr;
   int slot = -1;
+  bool forward = false;  // forward mode (share_forward.h): no group; the owner receives for all
 };
 
 // Opens the socket of one local address (a RoCEv2 GID: IPv4-mapped or IPv6, with the IPv6 scope)

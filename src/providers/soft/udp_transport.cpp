@@ -61,7 +61,12 @@ UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemor
       lane_(lane),
       counters_(lane.stats ? nullptr : counter_name),
       stats_(lane.stats ? *lane.stats : counters_.counters()) {
-  for (const LocalAddress& a : addrs) socks_.push_back({a, !gid_is_v4_mapped(a.gid), -1, {}, 0, {}});
+  for (const LocalAddress& a : addrs) {
+    socks_.emplace_back();
+    socks_.back().addr = a;
+    socks_.back().v6 = !gid_is_v4_mapped(a.gid);
+    socks_.back().src_port = port;
+  }
   window_ = std::max<uint32_t>(config.max_inflight_packets, 64);
   const SoftTunables t = soft_tunables();
   poll_interval_ns_ = t.poll_ns;
@@ -102,8 +107,18 @@ int UdpTransport::start(std::string* why) {
     }
     std::string w;
     bool bind_failed = false;
-    int fd =
-        open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed, k.share.registry ? &k.share : nullptr);
+    int fd;
+    if (k.share.registry && k.share.forward) {  // the port's owner, or a member sending from a port of its own
+      k.fwd.reset(new ShareForward(k.share.registry, k.share.slot, k.addr.gid, k.addr.scope_id, port_, stats_));
+      fd = k.fwd->open(&w, &bind_failed);
+      if (fd >= 0)
+        k.src_port = k.fwd->send_port();
+      else
+        k.fwd.reset();
+    } else {
+      fd =
+          open_roce_socket(k.addr.gid, k.addr.scope_id, port_, &w, &bind_failed, k.share.registry ? &k.share : nullptr);
+    }
     if (fd >= 0) {
       k.fd = fd;
       k.offloads = enable_offloads(fd);
@@ -151,6 +166,7 @@ int UdpTransport::start(std::string* why) {
   timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 #endif
   rx_setup();
+  for (const Socket& k : socks_) forwarding_ |= k.fwd != nullptr;
   running_ = true;
   thread_ = std::thread([this] { run(); });
   return 0;
@@ -175,7 +191,11 @@ void UdpTransport::stop() {
   // Hub prints them once.
   if (was_running && !lane_.stats) print_counters(name_.c_str(), stats_);
   for (Socket& k : socks_) {
-    if (k.share.registry)
+    if (k.fwd) {  // an owner hands the port over; its sockets and ring go, then its claims
+      k.fwd->close();
+      k.fwd.reset();
+      k.share.registry->leave(k.share.slot, -1);
+    } else if (k.share.registry)
       k.share.registry->leave(k.share.slot, k.fd);  // the group rebuilt without it, then closed
     else if (k.fd >= 0)
       close(k.fd);
@@ -258,7 +278,7 @@ void UdpTransport::transmit(const rc::TxPacket& p) {
   if (stage_->full(p.niov + 2)) handoff();
   ++staged_;
   const Socket& k = socks_[sock];
-  stage_->add(p, TxSource{sock, k.addr.gid, k.v6, port_, gso_.get()});
+  stage_->add(p, TxSource{sock, k.addr.gid, k.v6, k.src_port, gso_.get()});
 }
 
 void UdpTransport::drain() {
@@ -396,13 +416,24 @@ void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, cons
     probes_.push_back(p);
     return;
   }
-  IpUdp ip;
-  ip.v6 = k.v6;
-  uint16_t sport = 0;
-  if (!from_sockaddr(from, ip.src, &sport)) {
+  RingMeta meta;
+  if (!from_sockaddr(from, meta.src, &meta.sport)) {
     stats_.rx_malformed++;
     return;
   }
+  if (k.fwd && k.fwd->owner()) {  // another member's datagram goes to its ring (share_forward.h)
+    meta.likely_id = likely_id;
+    meta.v6 = k.v6;
+    if (k.fwd->route(pkt, len, meta)) return;
+  }
+  rx_datagram(k, meta.src, meta.sport, pkt, len, likely_id);
+}
+
+void UdpTransport::rx_datagram(const Socket& k, const uint8_t src[16], uint16_t sport, const uint8_t* pkt, size_t len,
+                               uint16_t likely_id) {
+  IpUdp ip;
+  ip.v6 = k.v6;
+  memcpy(ip.src, src, 16);
   memcpy(ip.dst, k.addr.gid, 16);
   ip.sport = sport;
   ip.dport = port_;
@@ -469,7 +500,19 @@ int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
   // processing under that lock keeps packets in arrival order whoever reads them. The engine lock
   // is taken only after recvmmsg returns.
   Socket& k = socks_[sock];
+  ShareForward* const fw = k.fwd.get();
   const int nmsg = max_msgs > 0 ? std::min(max_msgs, int(rx_msgs_.size())) : int(rx_msgs_.size());
+  if (fw) {
+    // A leased poll leaves the wake fd to the progress thread (a syscall per poll otherwise); it
+    // reads the ring, which costs a load.
+    if (max_msgs <= 0 && fw->drain_wake()) {  // an owner that left handed the port to us
+      share_tick_now_.store(true);
+      wake();
+    }
+    if (fw->owner()) fw->refresh_routes();
+  }
+  const int rfd = fw ? fw->rx_fd() : k.fd;
+  const bool ring = fw && fw->ring().pending();
   for (int i = 0; i < nmsg; ++i) {
     msghdr& h = rx_msgs_[i].msg_hdr;
     h.msg_namelen = sizeof(sockaddr_storage);
@@ -477,15 +520,19 @@ int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
     h.msg_controllen = kRxCtrl;
     h.msg_flags = 0;
   }
+  int n = 0;
+  if (rfd >= 0) {
 #if defined(__linux__)
-  int n = recvmmsg(k.fd, rx_msgs_.data(), unsigned(nmsg), MSG_DONTWAIT, nullptr);
+    n = recvmmsg(rfd, rx_msgs_.data(), unsigned(nmsg), MSG_DONTWAIT, nullptr);
 #else  // recvmsg_x with MELON_SOFT_DARWIN_BATCH, else one recvmsg per datagram (msg_batch.h)
-  int n = recv_msg_x(system_msg_x(), k.fd, rx_msgs_.data(), unsigned(nmsg));
+    n = recv_msg_x(system_msg_x(), rfd, rx_msgs_.data(), unsigned(nmsg));
 #endif
-  if (n <= 0) {
+  }
+  if (n <= 0 && !ring) {
     rx_hint_.store(false, std::memory_order_relaxed);
     return 0;
   }
+  n = std::max(n, 0);
   std::unique_lock<std::mutex> g(mu_);
   const bool stage_empty = !stage_->nmsgs;
   batch_now_ = now_ns();
@@ -521,6 +568,17 @@ int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
     for (size_t off = 0; off < len; off += seg, ++nth)
       rx_packet(k, rx_from_[i], buf + off, std::min(seg, len - off), nth);
   }
+  if (ring) {  // forward mode: what the owner copied into our ring, read in place
+    const uint64_t bad = fw->ring().bad();
+    n += int(fw->ring().pop(uint32_t(nmsg), [&](const uint8_t* d, size_t len, const RingMeta& m) {
+      if (m.v6 != k.v6) {
+        stats_.rx_malformed++;
+        return;
+      }
+      rx_datagram(k, m.src, m.sport, d, len, m.likely_id);
+    }));
+    if (fw->ring().bad() != bad) stats_.rx_ring_bad.fetch_add(fw->ring().bad() - bad, std::memory_order_relaxed);
+  }
   engine_.end_batch();
   const uint64_t dropped = engine_.dropped_packets();
   if (dropped != published_dropped_) {  // a locked add only when there is something to add
@@ -543,6 +601,7 @@ int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
     after_engine_call();
   }
   g.unlock();
+  if (fw && fw->owner()) fw->wake_routed();
   if (!foreign_.empty()) hand_over();
   for (const ProbeSeen& p : probes_) {
     const Socket& ps = socks_[p.sock];
@@ -614,13 +673,16 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
   }
   std::vector<pollfd> fds{{fd, POLLIN, 0}};
   std::vector<size_t> which;
-  for (size_t i = 0; i < socks_.size(); ++i)
-    if (socks_[i].fd >= 0) {
-      fds.push_back({socks_[i].fd, POLLIN, 0});
-      which.push_back(i);
-    }
+  uint32_t roles = 0;
   int err = 0;
   for (;;) {
+    if (fds.size() == 1 || roles != roles_.load()) {  // a take-over gave a socket a new receive fd
+      std::unique_lock<std::mutex> g;
+      if (forwarding_) g = std::unique_lock<std::mutex>(rx_mu_);  // roles change under it (share_tick)
+      roles = roles_.load();
+      fds.resize(1);
+      watch_set(&fds, &which);
+    }
     // No timeout: the progress thread keeps the timers, and wakes on its pipe when this one ends.
     if (poll(fds.data(), nfds_t(fds.size()), -1) < 0) {
       if (errno == EINTR) continue;
@@ -668,23 +730,27 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
 void UdpTransport::run() {
   std::vector<pollfd> fds;
   std::vector<size_t> which;
-  for (size_t i = 0; i < socks_.size(); ++i)
-    if (socks_[i].fd >= 0) {
-      fds.push_back({socks_[i].fd, POLLIN, 0});
-      which.push_back(i);
+  size_t nsock = 0;
+  auto rewatch = [&] {
+    fds.clear();
+    {
+      std::unique_lock<std::mutex> g;
+      if (forwarding_) g = std::unique_lock<std::mutex>(rx_mu_);  // roles change under it (share_tick)
+      watch_set(&fds, &which);
     }
-  fds.push_back({wake_rd_, POLLIN, 0});
-  if (timer_fd_ >= 0) fds.push_back({timer_fd_, POLLIN, 0});
-  const size_t nsock = which.size();
+    nsock = which.size();
+    fds.push_back({wake_rd_, POLLIN, 0});
+    if (timer_fd_ >= 0) fds.push_back({timer_fd_, POLLIN, 0});
+  };
+  rewatch();
   tls_progress = this;
   // Lane 0 looks after its addresses' registries: dead members, unanswered probes (addr_registry.h).
   bool shares = false;
   for (const Socket& k : socks_) shares |= lane_.index == 0 && k.share.registry && k.fd >= 0;
   if (shares) next_share_tick_ = now_ns();
   while (running_) {
-    if (next_share_tick_ && now_ns() >= next_share_tick_) {
-      for (const Socket& k : socks_)
-        if (k.share.registry && k.fd >= 0) k.share.registry->tick();
+    if (next_share_tick_ && (share_tick_now_.exchange(false) || now_ns() >= next_share_tick_)) {
+      if (share_tick()) rewatch();
       next_share_tick_ = now_ns() + AddressRegistry::kTickNs;
     }
     // While the application holds a busy-poll lease, watch only the wake pipe and the timers, and
@@ -771,6 +837,39 @@ void UdpTransport::run() {
     }
     send_queued(false);
   }
+}
+
+void UdpTransport::watch_set(std::vector<pollfd>* fds, std::vector<size_t>* which) const {
+  which->clear();
+  for (size_t i = 0; i < socks_.size(); ++i) {
+    const Socket& k = socks_[i];
+    if (k.fd < 0) continue;
+    const int rfd = k.fwd ? k.fwd->rx_fd() : k.fd;
+    if (rfd >= 0) {
+      fds->push_back({rfd, POLLIN, 0});
+      which->push_back(i);
+    }
+    if (k.fwd) {
+      fds->push_back({k.fwd->wake_fd(), POLLIN, 0});
+      which->push_back(i);
+    }
+  }
+}
+
+bool UdpTransport::share_tick() {
+  bool changed = false;
+  for (Socket& k : socks_) {
+    if (!k.share.registry || k.fd < 0) continue;
+    k.share.registry->tick();  // dead members reclaimed (a dead owner among them), probes
+    if (!k.fwd) continue;
+    RxLock g(this);
+    if (!k.fwd->tick()) continue;
+    // The port's socket is new: the offloads the receive buffers were sized for (rx_setup).
+    if (rx_buf_size_ == kRxBufGro) enable_offloads(k.fwd->rx_fd());
+    changed = true;
+  }
+  if (changed) roles_.fetch_add(1);
+  return changed;
 }
 
 }  // namespace melon::soft

@@ -6,6 +6,7 @@
 // (icrc_udp.h). Batches are sized to the requester window.
 #pragma once
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -23,6 +24,7 @@
 #include "providers/soft/busy_poll_lease.h"
 #include "providers/soft/msg_batch.h"  // mmsghdr off Linux
 #include "providers/soft/send_queue.h"
+#include "providers/soft/share_forward.h"
 #include "providers/soft/soft_counters.h"
 #include "providers/soft/steering.h"
 #include "providers/soft/tx_batch.h"
@@ -228,6 +230,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     SocketOffloads offloads;
     uint32_t rxq_drops = 0;  // the kernel's drop count at the last receive (SO_RXQ_OVFL)
     ShareJoin share;  // the address's group, when processes share it (registry nullptr: ours alone)
+    uint16_t src_port = 0;  // the port fd sends from (the transport's, or a forward-mode member's own)
+    std::unique_ptr<ShareForward> fwd;  // forward mode: the owner's routing or the member's ring
   };
   std::vector<Socket> socks_;
   uint16_t port_;
@@ -288,6 +292,9 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   };
   std::vector<ProbeSeen> probes_;
   uint64_t next_share_tick_ = 0;  // lane 0's progress thread: when to look at the registries again
+  std::atomic<bool> share_tick_now_{false};  // a receive saw an owner hand the port to us: tick at once
+  std::atomic<uint32_t> roles_{0};  // bumped when a socket's role changed (forward mode): watchers rebuild
+  bool forwarding_ = false;  // a socket is in forward mode (set by start(), read-only after)
   std::atomic<uint64_t> lane_rx_packets_{0}, lane_handed_over_{0};  // written under rx_mu_
 
   // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
@@ -308,7 +315,17 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // Receive batch (guarded by rx_mu_), sized to the window; set up once in start().
   void rx_setup();
   // `likely_id`: the IPv4 identification to try first in the ICRC check (its index in a GRO buffer).
+  // In forward mode the owner routes other members' datagrams to their rings first.
   void rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len, uint16_t likely_id);
+  // One datagram from `src`/`sport` to socket k's address, checked (ICRC) and given to its lane's engine.
+  void rx_datagram(const Socket& k, const uint8_t src[16], uint16_t sport, const uint8_t* pkt, size_t len,
+                   uint16_t likely_id);
+  // What the receive paths watch: each socket's receive fd (none for a forward-mode member) and its
+  // wake fd in forward mode; `which` maps each entry to its socket. Guarded by rx_mu_ (roles change under it).
+  void watch_set(std::vector<pollfd>* fds, std::vector<size_t>* which) const;
+  // Forward mode (share_forward.h), lane 0's progress thread: the registries' ticks and take-overs;
+  // true if a socket's role changed (the watch set is rebuilt).
+  bool share_tick();
   size_t rx_buf_size_ = kRxBuf;
   std::vector<uint8_t> rx_buf_;
   std::vector<mmsghdr> rx_msgs_;

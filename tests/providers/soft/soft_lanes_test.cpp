@@ -167,11 +167,13 @@ class SoftLanes : public melon::test::SoftDeviceTest {
   void SetUp() override {
     melon::test::sockopt_reset();
     setenv("MELON_SOFT_LANES", "3", 1);  // three, not a power of two, whatever the CPU count
-    // ln0b sits on ln0's address: a second device there must be refused, as a second process is.
+    unsetenv("MELON_SOFT_SHARE");  // the host's way (reuseport here) unless a test says otherwise
+    // ln0b sits on ln0's address: a second device there shares it, as a second process does.
     use_devices("ln0=127.0.11.2,ln1=127.0.11.3,ln0b=127.0.11.2");
   }
   void TearDown() override {
     melon::test::sockopt_reset();
+    unsetenv("MELON_SOFT_SHARE");
     SoftDeviceTest::TearDown();
   }
 };
@@ -548,7 +550,7 @@ TEST_F(SoftLanes, OneLaneWhereTheSteeringProgramCannotBeAttached) {
   std::string out = testing::internal::GetCapturedStderr();
   unsetenv("MELON_SOFT_DEBUG");
   ASSERT_NE(qa, nullptr) << strerror(errno);
-  EXPECT_NE(out.find("ln0: one lane instead of 3, addresses not shared with other processes: "
+  EXPECT_NE(out.find("ln0: one lane instead of 3, addresses shared in forward mode: "
                      "setsockopt(SO_ATTACH_REUSEPORT_CBPF)"),
             std::string::npos)
       << out;
@@ -563,10 +565,33 @@ TEST_F(SoftLanes, OneLaneWhereTheSteeringProgramCannotBeAttached) {
   EXPECT_EQ(memcmp(a.buf.data(), b.buf.data(), 8192), 0);
 }
 
-// Without steering the address is the device's alone, as before sharing: a second device on it
-// fails at bind.
-TEST_F(SoftLanes, WithoutSteeringASecondDeviceGetsEaddrinuse) {
+// Without steering the address is shared in forward mode (share_forward.h): a second device on it
+// gets a ring of its own, and its QPs work through the first device's socket.
+TEST_F(SoftLanes, WithoutSteeringASecondDeviceSharesInForwardMode) {
   melon::test::sockopt_fail(SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, EINVAL);
+  Side a, dup, b;
+  ASSERT_EQ(a.open(dev("ln0")), "");
+  ASSERT_NE(a.add_qp(IBV_QPT_UD), nullptr);
+  EXPECT_EQ(a.hub()->share_mode(), melon::soft::ShareMode::forward);
+  ASSERT_EQ(dup.open(dev("ln0b")), "");
+  ASSERT_EQ(b.open(dev("ln1")), "");
+  ibv_qp* qd = dup.add_qp(IBV_QPT_RC);
+  ibv_qp* qb = b.add_qp(IBV_QPT_RC);
+  ASSERT_TRUE(qd && qb) << strerror(errno);
+  auto v = a.hub()->registries()[0]->view();
+  EXPECT_EQ(v.rings, 2u);
+  EXPECT_EQ(v.owner_pid, uint32_t(getpid()));
+  ASSERT_EQ(connect_pair(qd, qb), "");
+  for (uint32_t j = 0; j < 8192; ++j) dup.buf[j] = uint8_t(j * 3);
+  EXPECT_EQ(rdma(dup, qd, b, IBV_WR_RDMA_WRITE, 0, 8192, 1).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(memcmp(dup.buf.data(), b.buf.data(), 8192), 0);
+  EXPECT_GT(melon::test::read_counters(stats_dir, "ln0")["rx_forwarded"], 0u);  // the owner forwarded the ACKs
+}
+
+// MELON_SOFT_SHARE=off: the address is the device's alone, as before sharing: a second device on it
+// fails at bind.
+TEST_F(SoftLanes, ShareOffASecondDeviceGetsEaddrinuse) {
+  setenv("MELON_SOFT_SHARE", "off", 1);
   Side a, dup;
   ASSERT_EQ(a.open(dev("ln0")), "");
   ASSERT_NE(a.add_qp(IBV_QPT_UD), nullptr);
