@@ -238,6 +238,7 @@ class Hca {
     std::vector<uint16_t> irqs;
     std::vector<std::vector<uint8_t>> frames;
   } out_;
+  bool sending_ = false;  // a thread is handing out_.frames to the port (device.cpp, Locked)
 
   HostPorts ports_;
   DeviceConfig cfg_;
