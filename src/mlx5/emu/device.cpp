@@ -33,8 +33,10 @@ class Locked {
       h_.sending_ = true;
       out.frames.swap(h_.out_.frames);
     }
-    // The worker is woken for queued work, and when a timer now falls before it meant to look.
-    bool kick = h_.kick_ || (h_.worker_wake_at_ && h_.next_deadline() < h_.worker_wake_at_);
+    // The worker is woken for queued work it is meant to run (kick_), and when a timer now falls
+    // before it meant to look; not for doorbells and frames a host thread runs itself
+    // (set_host_services): waking it for those had it race that thread for the lock, per packet.
+    bool kick = h_.kick_ || (h_.worker_wake_at_ && h_.timer_deadline() < h_.worker_wake_at_);
     g_.unlock();
     if (kick) h_.wake_.notify_all();
     for (uint16_t v : out.irqs)

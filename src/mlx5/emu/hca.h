@@ -213,7 +213,8 @@ class Hca {
   // ---- hca.cpp ----
   void reset(bool power_on);  // FLR or power-up: lose everything
   bool service();
-  uint64_t next_deadline();  // when service() next has timed work (ns), or UINT64_MAX
+  uint64_t next_deadline();  // when service() next has work (ns; 0: queued now), or UINT64_MAX
+  uint64_t timer_deadline();  // the same for timers alone (queued work kicks the worker itself)
   uint64_t now() { return ports_.clock->now_ns(); }
   void update_fw_state();  // booting -> ready when the delay has passed
   bool dma_read(uint64_t iova, void* dst, size_t len);
