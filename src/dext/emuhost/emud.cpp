@@ -324,16 +324,15 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   dev->start_worker();
   wire.attach(dev.get());
   std::atomic<bool> wire_stop{false};
-  std::atomic<UarWatcher*> watching{nullptr};
   std::thread wire_rx([&] {
     // Frames to the device, run on this thread (as the watcher runs doorbells): no hand-off to the
     // device's worker, which keeps the timers. While the doorbell watcher is awake it reads the
-    // socket itself (UarWatcher::set_poll) and this thread stays off it: one poller, no wake-up.
-    while (!wire_stop) {
-      if (UarWatcher* w = watching.load()) w->wait_while_awake(100);
+    // socket too (UarWatcher::set_poll), so a frame that comes while it polls is run at once; this
+    // thread still waits on the socket, so one that comes while the watcher waits for a time slice
+    // (a loaded machine) is not left for it. One reader at a time: UdpWire keeps the order.
+    while (!wire_stop)
       if (wire.poll(100))
         while (dev->service()) {}
-    }
   });
   auto stop_wire = [&] {
     wire_stop = true;
@@ -364,7 +363,6 @@ int run_emud(const EmudOptions& opt, std::string* why) {
 
   UarWatcher watcher(*dev, uint64_t(opt.spin_us) * 1000);
   watcher.set_poll([](void* w) { return static_cast<mlx5::emu::UdpWire*>(w)->poll_now() > 0; }, &wire);
-  watching = &watcher;
   watcher.start();
   Platform plat(host, dma, watcher, wake_fd);
   plat.set_device(dev.get());
@@ -476,8 +474,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   // Clean stop: clients' objects, the device, the socket.
   while (!conns.empty()) drop(conns.size() - 1);
   backend.drain_events(srv);
-  watcher.stop();  // asleep for good: the wire's thread polls alone
-  watching = nullptr;
+  watcher.stop();
   UarWatcher::Stats ws = watcher.stats();
   fprintf(stderr,
           "melon-emud: stopped; doorbells: %llu forwarded (%llu from doorbell records), %llu kicks, %llu sleeps, "

@@ -60,7 +60,7 @@ uint64_t arm_doorbell(uint32_t arm_word_as_stored, uint32_t cqn) {
   return v;
 }
 
-long futex_wake(uint32_t* addr, int n = 1) { return syscall(SYS_futex, addr, FUTEX_WAKE, n, nullptr, nullptr, 0); }
+long futex_wake(uint32_t* addr) { return syscall(SYS_futex, addr, FUTEX_WAKE, 1, nullptr, nullptr, 0); }
 
 }  // namespace
 
@@ -75,12 +75,6 @@ void UarWatcher::stop() {
   stop_ = true;
   wake_thread();
   thread_.join();
-}
-
-void UarWatcher::wait_while_awake(int timeout_ms) {
-  timespec t{timeout_ms / 1000, long(timeout_ms % 1000) * 1'000'000};
-  if (__atomic_load_n(&awake_, __ATOMIC_SEQ_CST))
-    syscall(SYS_futex, &awake_, FUTEX_WAIT, 1u, &t, nullptr, 0);  // relative timeout
 }
 
 void UarWatcher::wake_thread() {
@@ -239,16 +233,10 @@ void UarWatcher::set_sleeping_locked(uint32_t v) {
   for (Page& p : pages_) __atomic_store_n(&uapi::uar_watch(p.va)->sleeping, v, __ATOMIC_SEQ_CST);
 }
 
-void UarWatcher::set_awake(uint32_t v) {
-  __atomic_store_n(&awake_, v, __ATOMIC_SEQ_CST);
-  if (!v) futex_wake(&awake_, INT32_MAX);
-}
-
 void UarWatcher::run() {
   uint64_t last_work = now_ns();
   std::vector<futex_waitv> waiters;
   bool have_waitv = true;
-  set_awake(1);
   while (!stop_) {
     bool any;
     {
@@ -285,7 +273,6 @@ void UarWatcher::run() {
       waiters.push_back(futex_waitv{ctl, uint64_t(uintptr_t(&ctl_)), FUTEX_32, 0});
       stats_.sleeps++;
     }
-    set_awake(0);  // the wire's own thread polls it meanwhile
     timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_nsec += long(kSleepNs);
@@ -302,14 +289,12 @@ void UarWatcher::run() {
       timespec nap{0, 1'000'000};
       nanosleep(&nap, nullptr);
     }
-    set_awake(1);
     std::lock_guard<std::mutex> g(mu_);
     set_sleeping_locked(0);
     // A kick that met the timeout (bumped, its wake-up too late) is still a kick: scan_page tells.
     if (timed_out) scan_locked(/*timed_out=*/true);
     last_work = now_ns();
   }
-  set_awake(0);
   std::lock_guard<std::mutex> g(mu_);
   set_sleeping_locked(0);
 }

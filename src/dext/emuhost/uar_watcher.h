@@ -49,17 +49,14 @@ class UarWatcher {
   // RESET's response rings. Called before that response is sent.
   void rewind(uint8_t kind, uint32_t number);
 
-  // Other polling the watcher does while it is awake, before it starts (melon-emud: the wire's
-  // datagrams, UdpWire::poll_now): one polling thread serves doorbells and frames, and a ping-pong's
-  // reply costs no wake-up of the wire's thread. `poll` returns whether it brought work; the
-  // watcher then runs the device, and stays awake as after a doorbell.
+  // Other polling the watcher does between its scans while it is awake; set before start()
+  // (melon-emud: the wire's datagrams, UdpWire::poll_now). A ping-pong's reply is then run by the
+  // thread already polling, with no wake-up of the wire's thread. `poll` returns whether it brought
+  // work; the watcher then runs the device and stays awake, as after a doorbell.
   void set_poll(bool (*poll)(void*), void* arg) {
     poll_ = poll;
     poll_arg_ = arg;
   }
-  // Blocks while the watcher is awake (and polling for the thread that calls this), at most
-  // `timeout_ms`; returns at once if it sleeps.
-  void wait_while_awake(int timeout_ms);
 
   struct Stats {
     uint64_t forwarded = 0;  // doorbells written to BAR0
@@ -96,7 +93,6 @@ class UarWatcher {
   Bound* find(Page& p, uint8_t kind, uint32_t number);
   void set_sleeping_locked(uint32_t v);
   void wake_thread();
-  void set_awake(uint32_t v);
 
   mlx5::emu::Device& dev_;
   const uint64_t spin_ns_;
@@ -105,7 +101,6 @@ class UarWatcher {
   bool asleep_ = false;
   Stats stats_;
   uint32_t ctl_ = 0;  // futex word: bumped on add/remove/stop so a sleeping watcher re-reads the list
-  uint32_t awake_ = 0;  // futex word: 1 while the watcher runs (wait_while_awake)
   bool (*poll_)(void*) = nullptr;
   void* poll_arg_ = nullptr;
   std::atomic<bool> stop_{false};
