@@ -71,7 +71,7 @@ class EngineImpl {
   void to_sq_error(Qp& qp);  // UC/UD: a send-side error moves to SQE and flushes the send queue
   void check_sq_drained(Qp& qp);  // SQD: raise sq_drained once, when asked for and drained
   void flush_sq(Qp& qp);
-  void flush_rq(Qp& qp);
+  void flush_rq(Qp& qp, bool entering_err = false);  // entering_err: the QP's move to ERR (SRQ's last-WQE event)
   void reset(Qp& qp);
 
   // requester.cpp

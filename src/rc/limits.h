@@ -13,7 +13,9 @@ constexpr uint8_t kMaxRdAtomic = 128;  // outstanding READ/atomic per QP, either
 constexpr uint32_t kMaxQp = 4096;
 constexpr uint32_t kMaxSrq = 16384;
 constexpr uint32_t kMaxCq = 16384;
-constexpr uint32_t kMaxCqe = 65535;
+// 2^20 - 1: libfabric's ofi_rxm sizes its MSG CQ at (128 rx + 128 tx) x 1024 peers = 2^18 entries
+// by default (a ConnectX takes up to 2^22 - 1); the ring is allocated up front, 48 bytes an entry.
+constexpr uint32_t kMaxCqe = 1048575;
 constexpr uint32_t kMaxMessage = 0x80000000u;  // IBA: 2^31 bytes per message (the responder NAKs more)
 constexpr uint32_t kMaxMtu = 4096;
 

@@ -116,7 +116,7 @@ void EngineImpl::flush_sq(Qp& qp) {
   qp.comp.retrans_deadline = qp.req.rnr_deadline = 0;
 }
 
-void EngineImpl::flush_rq(Qp& qp) {
+void EngineImpl::flush_rq(Qp& qp, bool entering_err) {
   auto flush_one = [&](uint64_t wr_id) {
     Wc wc;
     wc.wr_id = wr_id;
@@ -130,7 +130,9 @@ void EngineImpl::flush_rq(Qp& qp) {
     qp.resp.have_wqe = false;
   }
   if (qp.srq()) {  // an SRQ's WQEs belong to the SRQ, not this QP (IBA 10.2.9.5)
-    raise(qp, AsyncEvent::qp_last_wqe_reached);
+    // Once, on the move to ERR: a QP already there (modified to ERR again, or an error after the
+    // application's own move) has no later "last WQE". UCX asserts on a second one.
+    if (entering_err) raise(qp, AsyncEvent::qp_last_wqe_reached);
     return;
   }
   while (!qp.rq.empty()) {
@@ -153,6 +155,7 @@ void EngineImpl::to_sq_error(Qp& qp) {
 }
 
 void EngineImpl::to_error(Qp& qp) {
+  const bool entering = qp.state != QpState::err;
   qp.state = QpState::err;
   qp.attr.qp_state = QpState::err;
   note_sending(qp);
@@ -161,7 +164,7 @@ void EngineImpl::to_error(Qp& qp) {
   qp.resp.answer_at = 0;
   for (auto& r : qp.resp.resources) r.next = r.stop;
   flush_sq(qp);
-  flush_rq(qp);
+  flush_rq(qp, entering);
 }
 
 void EngineImpl::reset(Qp& qp) {

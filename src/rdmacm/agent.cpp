@@ -154,6 +154,7 @@ Id* child_of(Id* l, Device* d, const cm::IpCmHeader& h, const MadAddress& from) 
   c->listener = l;
   c->dev = d;
   c->id.verbs = d->ctx;
+  c->id.pd = device_pd(d);
   c->id.port_num = 1;
   c->bound = true;
   c->tos = l->tos;

@@ -259,6 +259,11 @@ void purge_events(Channel* ch, Id* id) {
   }
 }
 
+ibv_pd* device_pd(Device* d) {
+  if (!d->pd) d->pd = ibv_alloc_pd(d->ctx);
+  return d->pd;
+}
+
 namespace {
 
 // MELON_CM_DEBUG=1: each failing call says where it failed (stderr).
@@ -349,23 +354,26 @@ int source_for(const sockaddr* dst, sockaddr_storage* src) {
 
 uint16_t ephemeral_port() { return uint16_t(32768 + random32() % (61000 - 32768)); }
 
-// Binds the id to `sa` (a local address or the wildcard); port 0 draws one.
-int bind_to(Id* id, const sockaddr* sa) {
+// Binds the id to `sa` (a local address or the wildcard); port 0 draws one. A loopback address is
+// the wildcard to rdma_bind_addr, as in Linux's rdma_cm (cma_any_addr): no device, and a listener
+// there hears requests to every device's addresses. libfabric's verbs provider relies on it: its
+// passive fi_getinfo binds "localhost" and, finding no device, offers the "any" domain. Only
+// address resolution (`loopback_device`) puts a loopback source on the first device.
+int bind_to(Id* id, const sockaddr* sa, bool loopback_device = false) {
   const socklen_t len = addr_len(sa);
   if (!len) return EAFNOSUPPORT;
   sockaddr_storage a{};
   std::memcpy(&a, sa, len);
   if (!get_port(sa)) set_port(reinterpret_cast<sockaddr*>(&a), ephemeral_port());
-  if (!addr_is_any(sa)) {
+  if (!addr_is_any(sa) && (loopback_device || !is_loopback(sa))) {
     uint8_t gi = 0;
     Device* d = device_for(sa, &gi);
-    // Linux's rdma_cm binds a loopback address to the first device (libfabric's verbs provider
-    // probes with 127.0.0.1); a listener there hears requests to any of that device's addresses.
     if (!d && is_loopback(sa) && !lib().devices.empty()) d = lib().devices.front().get();
     if (!d) return EADDRNOTAVAIL;
     id->dev = d;
     id->gid_index = gi;
     id->id.verbs = d->ctx;
+    id->id.pd = device_pd(d);
     id->id.port_num = 1;
   }
   std::memcpy(&id->id.route.addr.src_storage, &a, len);
@@ -690,7 +698,7 @@ MELON_CM_EXPORT int rdma_resolve_addr(struct rdma_cm_id* cid, struct sockaddr* s
     }
     if (!err) {
       id->bound = false;
-      err = bind_to(id, reinterpret_cast<sockaddr*>(&src));
+      err = bind_to(id, reinterpret_cast<sockaddr*>(&src), true);
     }
   }
   if (!err) {
@@ -782,8 +790,7 @@ int create_qp_locked(Id* id, ibv_qp_init_attr_ex* attr) {
   if (!id->dev) return EINVAL;
   Device* d = id->dev;
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
-    if (!d->pd && !(d->pd = ibv_alloc_pd(d->ctx))) return errno;
-    attr->pd = d->pd;
+    if (!(attr->pd = device_pd(d))) return errno;
     attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
   }
   if (attr->pd->context != d->ctx) return EINVAL;
@@ -1115,7 +1122,7 @@ MELON_CM_EXPORT int rdma_create_srq_ex(struct rdma_cm_id* cid, struct ibv_srq_in
   if (!valid_id(cid) || !attr || !cid->verbs) return fail(EINVAL);
   Id* id = Id::from(cid);
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
-    if (!id->dev->pd && !(id->dev->pd = ibv_alloc_pd(id->dev->ctx))) return fail(errno);
+    if (!device_pd(id->dev)) return fail(errno);
     attr->pd = id->id.pd ? id->id.pd : id->dev->pd;
     attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
   }

@@ -49,10 +49,14 @@ struct Device {
   uint64_t guid = 0;  // node GUID, host order
   ibv_port_attr port{};
   ibv_device_attr attr{};
-  ibv_pd* pd = nullptr;  // for rdma_create_qp without a PD, made on first use
+  ibv_pd* pd = nullptr;  // device_pd()
   std::unique_ptr<MadPort> mad;  // QP1, opened on first CM use
   int mad_err = 0;  // why it could not be opened
 };
+
+// The device's own PD, made on first use: every id on the device shows it as `id->pd`, as rdma-core's
+// librdmacm does (UCX's rdmacm transport makes a QP on `id->pd`), and QPs made without a PD use it.
+ibv_pd* device_pd(Device* d);
 
 // The IBA 12.9.6 communication states an id's connection goes through (passive and active side,
 // plus SIDR, 12.11). rdma_cm's own progress (address, route, listening) is IdState.

@@ -35,7 +35,7 @@ PEER_HOST_LL6=fe80::5054:ff:fe77:1
 
 # What the guest root file system holds (debootstrap --variant=minbase).
 PEER_GUEST_PACKAGES=(rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils iproute2 kmod
-                     tcpdump netcat-openbsd iputils-ping ethtool)
+                     tcpdump netcat-openbsd iputils-ping ethtool libfabric-bin)
 # Kernel modules copied into the root file system (with their dependencies); the rest of the
 # 390 MB module tree stays out of the image.
 PEER_ROOT_MODULES=(rdma_rxe crc32_generic crc32-pclmul rdma_ucm ib_umad ib_uverbs virtio_net 9p 9pnet_virtio
@@ -157,6 +157,9 @@ peer_assemble() {  # peer_assemble <kernel-dir> <rootfs-dir> <image-dir>
   depmod -b "$tmp/root" "$ver"
   install -m 755 "$PEER_LIB_DIR/guest/melon-init" "$tmp/root/sbin/melon-init"
   echo peer > "$tmp/root/etc/hostname"
+  # "localhost" resolves, as on any installed Debian (minbase has no /etc/hosts): libfabric's verbs
+  # provider binds it for a passive fi_getinfo, and finds no FI_EP_MSG match without it.
+  printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$tmp/root/etc/hosts"
   local kb; kb=$(du -sk "$tmp/root" | cut -f1)
   mkfs.ext4 -q -F -L melonpeer -d "$tmp/root" "$tmp/rootfs.ext4" "$(( kb * 5 / 4 + 131072 ))k" >/dev/null ||
     { rm -rf "$tmp"; peer_die "mkfs.ext4 failed"; return 1; }

@@ -201,4 +201,34 @@ TEST(UdSqe, LocalProtectionErrorGoesToSqeAndSqeToRtsResumes) {
   EXPECT_EQ(wc.byte_len, 40u + 64u);
 }
 
+// A QP on an SRQ tells its owner once that its last WQE is done: on the move to ERR (IBA 11.6.3.1),
+// not again when it is modified to ERR while there (UCX moves its QPs to ERR twice on teardown and
+// asserts on a second event); a QP reset and moved to ERR anew tells it again.
+TEST(QpStateSrq, LastWqeReachedOnceOnTheMoveToErr) {
+  kit::Pair p;
+  Srq* srq = nullptr;
+  uint32_t srqn = 0;
+  ASSERT_EQ(p.b.engine->create_srq(1, 8, 1, 0, &srq, &srqn), 0);
+  QpInit init;
+  init.pd = 1;
+  init.srq = srq;
+  init.send_cq = &p.b.scq;
+  init.recv_cq = &p.b.rcq;
+  uint32_t qpn = 0;
+  ASSERT_EQ(p.b.engine->create_qp(init, &qpn), 0);
+  QpAttr a;
+  a.qp_state = QpState::err;
+  ASSERT_EQ(p.b.engine->modify_qp(qpn, a, kAttrState), 0);
+  EXPECT_EQ(p.b.events.count(AsyncEvent::qp_last_wqe_reached), 1u);
+  ASSERT_EQ(p.b.engine->modify_qp(qpn, a, kAttrState), 0);
+  EXPECT_EQ(p.b.events.count(AsyncEvent::qp_last_wqe_reached), 1u) << "already in ERR";
+  QpAttr r;
+  r.qp_state = QpState::reset;
+  ASSERT_EQ(p.b.engine->modify_qp(qpn, r, kAttrState), 0);
+  ASSERT_EQ(p.b.engine->modify_qp(qpn, a, kAttrState), 0);
+  EXPECT_EQ(p.b.events.count(AsyncEvent::qp_last_wqe_reached), 2u);
+  for (const auto& e : p.b.events.log)
+    if (e.ev == AsyncEvent::qp_last_wqe_reached) EXPECT_EQ(e.num, qpn) << "an event of the QP, not the SRQ";
+}
+
 }  // namespace

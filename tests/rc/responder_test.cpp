@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/host_kit.h"
+#include "rc/wire_view.h"
 #include "roce/aeth.h"
 #include "roce/opcode.h"
 
@@ -55,15 +56,8 @@ class ResponderTest : public testing::Test {
   // The AETH syndromes of the ACK/NAK packets B has queued.
   std::vector<uint8_t> b_syndromes() {
     std::vector<uint8_t> v;
-    for (const auto& f : p_.b.wire.frames) {
-      roce::IpUdp ip;
-      const uint8_t* r;
-      size_t len;
-      roce::Packet pkt;
-      if (roce::read_frame(f.data(), f.size(), ip, &r, &len) == roce::ParseError::ok &&
-          roce::parse_transport(r, len, pkt) == roce::ParseError::ok && pkt.info().is(roce::kAck))
-        v.push_back(pkt.aeth.syndrome);
-    }
+    for (const auto& s : kit::seen(p_.b))
+      if (s.pkt.info().is(roce::kAck)) v.push_back(s.pkt.aeth.syndrome);
     return v;
   }
 
@@ -91,15 +85,7 @@ class ResponderTest : public testing::Test {
   // B's queued READ response packets, taken off its wire.
   size_t take_b_read_responses() {
     size_t n = 0;
-    for (const auto& f : p_.b.wire.frames) {
-      roce::IpUdp ip;
-      const uint8_t* r;
-      size_t len;
-      roce::Packet pkt;
-      if (roce::read_frame(f.data(), f.size(), ip, &r, &len) == roce::ParseError::ok &&
-          roce::parse_transport(r, len, pkt) == roce::ParseError::ok && pkt.info().is(roce::kReadResp))
-        ++n;
-    }
+    for (const auto& s : kit::seen(p_.b)) n += s.pkt.info().is(roce::kReadResp);
     p_.drop(p_.b);
     return n;
   }

@@ -13,7 +13,8 @@
 #   3. The same over mlx5_0 (a melon-emud in the first namespace, wire 10.224.0.3): ucx_info lists
 #      both transports on mlx5_0:1, and UCP runs with the server on mlx5_0 and the client on soft0,
 #      every frame the client sent received by the daemon and the other way round.
-#   usage: ucx_test.sh <our library directory> <melon-emud>
+#   4. With "sockaddr": UCX's client/server connection through our librdmacm instead (below).
+#   usage: ucx_test.sh <our library directory> <melon-emud> [sockaddr]
 # Needs root (namespaces, mknod, mounts) and ucx-utils; otherwise SKIP (exit 77), saying why.
 set -u
 libdir=$(realpath "$1")
@@ -70,7 +71,7 @@ in_ns() {
 }
 
 # 1a. The control: the device is there, but UCX has no node for it.
-if [ ! -e /dev/infiniband/uverbs0 ]; then
+if [ ! -e /dev/infiniband/uverbs0 ] && [ "${3:-}" != sockaddr ]; then
   in_ns "$ns_a" 10.224.0.1 ucx_info -d > "$work/info0" 2>&1 || fail "ucx_info -d exited $? without the node"
   ! grep -q "Memory domain: soft0" "$work/info0" || fail "UCX took soft0 without /dev/infiniband/uverbs0"
 fi
@@ -90,6 +91,62 @@ done
 mount --rbind "$work/dev" /dev || fail "our /dev"
 work=$work/stats
 
+# sockaddr mode: UCX's client/server API (ucp_listener, an endpoint made from the server's IP
+# address) with its connection established by our librdmacm (UCX_SOCKADDR_TLS_PRIORITY=rdmacm).
+# ucx_perftest 1.13 exchanges worker addresses over a TCP socket of its own and never takes this
+# path; io_demo (the same ucx-utils package) does: the client reads and writes random-sized
+# buffers, -q checks every byte and sequence number on both ends (a mismatch aborts). Each way
+# round: the server in one namespace, the client in the other; the CM's REQ/REP/RTU, DREQ/DREP
+# (MELON_CM_DEBUG) prove rdma_cm carried the connection, not UCX's TCP sockcm.
+if [ "${3:-}" = sockaddr ]; then
+  command -v io_demo > /dev/null || skip "io_demo not installed (ucx-utils)"
+  port=13600
+  for dir in ab ba; do
+    if [ $dir = ab ]; then S=("$ns_a" 10.224.0.1) C=("$ns_b" 10.224.0.2); else S=("$ns_b" 10.224.0.2) C=("$ns_a" 10.224.0.1); fi
+    port=$((port + 1))
+    env=(UCX_SOCKADDR_TLS_PRIORITY=rdmacm "UCX_TLS=rc_verbs,ud_verbs" UCX_NET_DEVICES=soft0:1 MELON_CM_DEBUG=1)
+    in_ns "${S[@]}" env "${env[@]}" timeout 40 io_demo -p "$port" -q -o read,write -d 1024:65536 \
+      > "$work/$dir-server" 2>&1 &
+    server=$!
+    for _ in $(seq 100); do grep -q "started listener" "$work/$dir-server" && break; sleep 0.1; done
+    grep -q "started listener" "$work/$dir-server" || { cat "$work/$dir-server"; fail "$dir: io_demo server did not listen"; }
+    in_ns "${C[@]}" env "${env[@]}" timeout 30 io_demo -p "$port" -q -o read,write -d 1024:65536 -i 200 "${S[1]}" \
+      > "$work/$dir-client" 2>&1
+    crc=$?
+    sleep 0.3
+    alive=0
+    pgrep -P "$server" > /dev/null && alive=1
+    # $server is the subshell of in_ns; its child is timeout, which passes the signal on to io_demo.
+    # Waiting for the subshell waits for them: the next server's end needs this one's QP1.
+    pkill -TERM -P "$server" 2> /dev/null
+    wait "$server" 2> /dev/null
+    show() {
+      echo "--- client:"
+      cat "$work/$dir-client"
+      echo "--- server:"
+      grep -v "active: 0/0" "$work/$dir-server"
+    }
+    { [ $crc = 0 ] && grep -q "Client exit with status 'OK'" "$work/$dir-client"; } || { show; fail "$dir: io_demo client exit $crc"; }
+    [ $alive = 1 ] || { show; fail "$dir: io_demo server died"; }
+    ! grep -q "ERROR\|Assertion" "$work/$dir-client" "$work/$dir-server" || { show; fail "$dir: an error above"; }
+    # The reports count the operations of their interval: 200 in all, reads and writes among them.
+    sums=$(sed -n 's/.*total min:[0-9]* max:[0-9]* total:\([0-9]*\) | read .* total:\([0-9]*\) | write .* total:\([0-9]*\) |.*/\1 \2 \3/p' \
+      "$work/$dir-client" | awk '{o += $1; r += $2; w += $3} END {print o, r, w}')
+    read -r ops reads writes <<< "$sums"
+    { [ "${ops:-0}" = 200 ] && [ "${reads:-0}" -gt 0 ] && [ "${writes:-0}" -gt 0 ] &&
+      [ $((reads + writes)) = 200 ]; } || { show; fail "$dir: not 200 verified reads and writes: $sums"; }
+    for m in "MAD out: req" "MAD in: rep" "MAD out: rtu"; do
+      grep -q "$m" "$work/$dir-client" || { show; fail "$dir: client: no '$m' (was rdma_cm used?)"; }
+    done
+    for m in "MAD in: req" "MAD out: rep" "MAD in: rtu"; do
+      grep -q "$m" "$work/$dir-server" || { show; fail "$dir: server: no '$m'"; }
+    done
+    echo "ok: $dir: io_demo over rdmacm sockaddr: $reads reads and $writes writes of 1-64 KiB, verified"
+  done
+  echo "PASS"
+  exit 0
+fi
+
 # 1b. Now UCX lists both verbs transports on soft0.
 in_ns "$ns_a" 10.224.0.1 ucx_info -d > "$work/info" 2>&1 || fail "ucx_info -d exited $?"
 for tl in rc_verbs ud_verbs; do
@@ -100,6 +157,7 @@ for tl in rc_verbs ud_verbs; do
   }
 done
 echo "ok: ucx_info -d lists rc_verbs and ud_verbs on soft0:1"
+
 
 # 2. ucx_perftest. One row per run: the server's device, transports (UCX_TLS, "-" for the UCT
 # layer's -x), arguments. The client is always on soft0.

@@ -20,49 +20,23 @@
 #include <thread>
 #include <vector>
 
+#include "common/verbs_kit.h"
+
 namespace {
 
 constexpr size_t kBuf = 1 << 14;
 constexpr unsigned kRemote = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 // melon-emud for mlx5_0, and the soft devices, for the whole program.
-class Devices : public ::testing::Environment {
+class Devices : public melon::testkit::EmudChild {
  public:
+  Devices() : EmudChild(MELON_EMUD_BIN, "127.0.24.4", "rereg") {}
   void SetUp() override {
     setenv("MELON_SOFT_AUTO", "0", 1);
     setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
     setenv("MELON_SOFT_DEVICES", "rr0=127.0.24.2,rr1=127.0.24.3", 1);
-    char tmpl[] = "/tmp/rereg-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    sock_ = dir_ + "/emud.sock";
-    pid_ = fork();
-    ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      execl(MELON_EMUD_BIN, "melon-emud", "--socket", sock_.c_str(), "--wire", "127.0.24.4", nullptr);
-      _exit(127);
-    }
-    struct stat st;
-    for (int i = 0; i < 400 && stat(sock_.c_str(), &st) != 0; i++)
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    ASSERT_EQ(stat(sock_.c_str(), &st), 0) << "melon-emud did not come up";
-    setenv("MELON_EMUD_SOCKET", sock_.c_str(), 1);
+    EmudChild::SetUp();
   }
-  void TearDown() override {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      int st = 0;
-      waitpid(pid_, &st, 0);
-      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "melon-emud status " << st;  // nothing leaked
-    }
-    unlink(sock_.c_str());
-    unlink((sock_ + ".guid").c_str());
-    rmdir(dir_.c_str());
-  }
-
- private:
-  std::string dir_, sock_;
-  pid_t pid_ = -1;
 };
 const auto* const kDevices = ::testing::AddGlobalTestEnvironment(new Devices);
 
@@ -76,21 +50,8 @@ struct Side {
   std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf);
 };
 
-ibv_wc wait_wc(ibv_cq* cq, int ms = 10000) {
-  ibv_wc wc{};
-  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (std::chrono::steady_clock::now() < end) {
-    int n = ibv_poll_cq(cq, 1, &wc);
-    if (n == 1) return wc;
-    EXPECT_EQ(n, 0);
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  ADD_FAILURE() << "no completion";
-  wc.status = IBV_WC_GENERAL_ERR;
-  return wc;
-}
-
-uint64_t addr_of(const void* p) { return uint64_t(uintptr_t(p)); }
+ibv_wc wait_wc(ibv_cq* cq) { return melon::testkit::wait_wc(cq, 10000, 100); }
+using melon::testkit::addr_of;
 
 // The pair: first name the requester, second the device whose MR changes.
 class Rereg : public ::testing::TestWithParam<std::pair<const char*, const char*>> {
@@ -132,39 +93,14 @@ class Rereg : public ::testing::TestWithParam<std::pair<const char*, const char*
   }
   // RESET -> INIT -> RTR -> RTS towards `peer`.
   static void connect(Side& s, const Side& peer) {
-    ibv_qp_attr at{};
-    at.qp_state = IBV_QPS_RESET;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at, IBV_QP_STATE), 0);
-    at.qp_state = IBV_QPS_INIT;
-    at.port_num = 1;
-    at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-    at = {};
-    at.qp_state = IBV_QPS_RTR;
-    at.path_mtu = IBV_MTU_1024;
-    at.dest_qp_num = peer.qp->qp_num;
-    at.rq_psn = 7;
-    at.max_dest_rd_atomic = 4;
-    at.min_rnr_timer = 1;
-    at.ah_attr.is_global = 1;
-    at.ah_attr.port_num = 1;
-    at.ah_attr.grh.dgid = peer.gid;
-    at.ah_attr.grh.hop_limit = 64;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    at = {};
-    at.qp_state = IBV_QPS_RTS;
-    at.sq_psn = 7;
-    at.timeout = 12;
-    at.retry_cnt = 7;
-    at.rnr_retry = 7;
-    at.max_rd_atomic = 4;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at,
-                            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    melon::testkit::RcPath p;
+    p.dest_qpn = peer.qp->qp_num;
+    p.dgid = peer.gid;
+    p.sq_psn = p.rq_psn = 7;
+    p.access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
+    p.timeout = 12;
+    p.reset_first = true;
+    melon::testkit::rc_to_rts(s.qp, p);
   }
   // QPs on the sides' PDs (or `b_pd`), an MR on a's buffer with every access, connected.
   void pair(ibv_pd* b_pd = nullptr) {
@@ -185,26 +121,10 @@ class Rereg : public ::testing::TestWithParam<std::pair<const char*, const char*
   }
   static int post(Side& s, ibv_wr_opcode op, const void* local, uint32_t len, uint32_t lkey, uint64_t raddr = 0,
                   uint32_t rkey = 0, uint64_t wr_id = 1) {
-    ibv_sge sg{addr_of(local), len, lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.sg_list = &sg;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    ibv_send_wr* bad = nullptr;
-    return ibv_post_send(s.qp, &wr, &bad);
+    return melon::testkit::post_one(s.qp, {op, addr_of(local), len, lkey, raddr, rkey, IBV_SEND_SIGNALED, wr_id});
   }
   static int post_recv(Side& s, void* at, uint32_t len, uint32_t lkey, uint64_t wr_id = 2) {
-    ibv_sge sg{addr_of(at), len, lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sg;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return ibv_post_recv(s.qp, &wr, &bad);
+    return melon::testkit::post_recv_one(s.qp, addr_of(at), len, lkey, wr_id);
   }
   // a WRITEs `text` to b at `raddr` with `rkey`: the requester's completion status.
   ibv_wc_status write(const char* text, uint64_t raddr, uint32_t rkey) {

@@ -331,7 +331,7 @@ std::vector<Step> plan_isolation(Ctx& c, const GateSpec& g) {
     if (c.q) f += ":Emud.AHostileClientGetsCleanErrorsAndAWellBehavedOneWorksOn";
     s.push_back(program(c.q ? "melon-emud: a hostile client, bad requests and truncated memfds beside a working client"
                             : "melon-emud: bad requests and truncated memfds beside a working client (uapi_emud_test)",
-                        "tests/uapi/uapi_emud_test", {"--gtest_filter=" + f}));
+                        "tests/dext/emuhost/uapi_emud_test", {"--gtest_filter=" + f}));
   }
   (void)g;
   return s;
@@ -351,8 +351,8 @@ std::vector<Step> plan_lifetime(Ctx& c, const GateSpec& g) {
                          "Uapi.StaleHandleIsRefusedAfterItsSlotIsReused:Uapi.DestroyWithDependentsIsBusy:"
                          "Uapi.DetachReleasesEverythingDependentsFirst:Uapi.CloseReleasesAndOnlyOpenIsAcceptedAfter:"
                          "Uapi.RequestsFromADetachedClientAreRefused"}));
-    s.push_back(program("melon-emud: a client killed while calling leaves nothing behind", "tests/uapi/uapi_emud_test",
-                        {"--gtest_filter=Emud.AKilledClientLeavesNothingBehind"}));
+    s.push_back(program("melon-emud: a client killed while calling leaves nothing behind",
+                        "tests/dext/emuhost/uapi_emud_test", {"--gtest_filter=Emud.AKilledClientLeavesNothingBehind"}));
   }
   return s;
 }
@@ -368,7 +368,7 @@ std::vector<Step> plan_quota(Ctx& c, const GateSpec&) {
   if (c.q)
     f += ":EmudOneUser.SixteenClientsAtOnceAndTheSeventeenthIsRefused:Emud."
          "RequestsAreCheckedAgainstTheLimitsTheDeviceAdvertises";
-  s.push_back(program("melon-emud: byte limits and connections (uapi_emud_test)", "tests/uapi/uapi_emud_test",
+  s.push_back(program("melon-emud: byte limits and connections (uapi_emud_test)", "tests/dext/emuhost/uapi_emud_test",
                       {"--gtest_filter=" + f}));
   return s;
 }

@@ -3,7 +3,7 @@
 // uses at the same point (qp.c post_send_db, mlx5_post_recv; srq.c; cq.c mlx5_get_next_cqe,
 // update_cons_index, mlx5_arm_cq, __mlx5_cq_clean), with the barriers of mlx5/prm/barrier.h.
 //
-// Freestanding on purpose: tests/mlx5/provider/barrier_order compiles these for aarch64 with no
+// Freestanding on purpose: tests/mlx5/barrier compiles these for aarch64 with no
 // C library and checks the instructions between the stores.
 #pragma once
 

@@ -1,5 +1,5 @@
 // The direct-verbs structures libmlx5.so.1 fills for the mlx5 provider's objects, with rdma-core's
-// names and layout (<infiniband/mlx5dv.h>, v44; tests/mlx5/provider/dv_layout_test.cpp compares
+// names and layout (<infiniband/mlx5dv.h>, v44; tests/providers/mlx5/dv_layout_test.cpp compares
 // every offset), and the requests libmlx5.so.1 sends the provider through ContextOps::direct().
 // Only the leading fields of mlx5dv_context are declared: the provider answers none of the
 // optional ones (comp_mask 0), so nothing past them is ever written.

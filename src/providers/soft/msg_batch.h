@@ -3,6 +3,9 @@
 // -DMELON_SOFT_DARWIN_BATCH=ON. The Darwin path has never been compiled or run on a Mac
 // (docs/macos.md); what is shared with Linux (turning our mmsghdr batch into msghdr_x entries and
 // back, the loop over calls, the fallback) is here and tested on Linux with stand-in calls.
+//
+// Locks: none. The Darwin calls' msghdr_x arrays are thread_local (each sending or receiving thread
+// has its own); MsgXCalls' refused/worked are atomics any thread may set.
 #pragma once
 #include <stddef.h>
 #include <sys/socket.h>

@@ -1,6 +1,8 @@
 // Unpredictable numbers for what a remote sender must not guess: memory keys and QPNs (a forged
 // RoCE packet needs only a QPN, a PSN in the window and, for RDMA, an rkey and an address; the
 // ReDMArk study, USENIX Security 2021, shows what predictable keys cost).
+//
+// Locks: none; the system's generator is safe from any thread.
 #pragma once
 
 #include <stddef.h>

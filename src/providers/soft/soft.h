@@ -8,6 +8,10 @@
 //   post_async_event()              (src/verbs/provider.h) QP/CQ/SRQ/port events
 //
 // QPs live in soft_qp.h/.cpp, the device's lanes in hub.h/.cpp (the transport engine behind UDP sockets).
+//
+// Locks: each object says which mutex guards which fields beside them: the MR table's shared_mutex
+// (lookups shared, changes exclusive, gen_ bumped after), a CQ's mu (its ring; `ready` read without
+// it), the context's hub_mu_ and import_mu_. Reference counts (`users`) are atomics.
 #pragma once
 
 #include "providers/soft/soft_config.h"

@@ -12,6 +12,9 @@
 // first IPv4-mapped GID and connects with sgid_index 1; docs/verbs.md).
 // uc=reliable (also "/uc=reliable"): the device's UC QPs run as RC on the wire (src/verbs/provider.h, reliable_uc_wanted).
 //   auto on|off
+//
+// Locks: none. No shared state: each call reads the environment, file and interfaces afresh and
+// returns values the caller owns.
 #pragma once
 
 #include <netinet/in.h>

@@ -11,6 +11,9 @@
 //   16  char[48] device name (NUL-padded)
 //   64  N x char[32] counter names (NUL-padded)
 //   64 + 32 N    N x uint64 counter values
+//
+// Locks: none. Every counter is a lock-free atomic in the mapped file, incremented relaxed by
+// whichever thread sees the event; a reader outside the process may see a snapshot mid-update.
 #pragma once
 
 #include <atomic>

@@ -1,4 +1,7 @@
 // The soft provider's QPs: verbs calls on the transport engine of the QP's lane (hub.h).
+//
+// Locks: the context's hub_mu_ (soft.h) guards creating the hub and the completion channels' lanes;
+// posts and engine calls take the QP's lane's engine lock (hub.h, udp_transport.h), nothing else.
 #pragma once
 
 #include "providers/soft/hub.h"

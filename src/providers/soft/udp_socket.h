@@ -9,6 +9,9 @@
 //   IPv6, Linux   UDP_NO_CHECK6_RX = 1: RoCEv2 senders (rxe, ConnectX) leave the UDP checksum 0;
 //                 without it the kernel drops every such datagram (RFC 6936 lets a socket opt in).
 //   IPv6, macOS   unusable: XNU's udp6_input drops zero-checksum datagrams and has no opt-in.
+//
+// Locks: none. A socket is set up by one thread (device open or transport start) before any other
+// thread sees its descriptor; the checks read the kernel's state, not ours.
 #pragma once
 
 #include <sys/socket.h>
@@ -19,7 +22,7 @@
 namespace melon::soft {
 
 // The rules above are per platform, and macOS's are compiled on every platform, so that tests on
-// Linux show their logic with stand-in calls (tests/verbs/soft_platform_rules_test.cpp; docs/macos.md
+// Linux show their logic with stand-in calls (tests/providers/soft/soft_platform_rules_test.cpp; docs/macos.md
 // says what only a Mac can show). A Linux build has both platforms' rules, a Mac build macOS's.
 enum class Platform { linux_host, darwin };
 #if defined(__APPLE__)

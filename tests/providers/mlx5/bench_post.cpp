@@ -4,7 +4,7 @@
 // check a watched UAR adds (uapi/doorbell.h, watcher awake). Baseline in the same run: memcpy of
 // one 64-byte WQEBB into the same ring.
 //
-//   build/release/tests/mlx5/provider/bench_mlx5_post --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   build/release/tests/providers/mlx5/bench_mlx5_post --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
     if (name != "BM_MemcpyWqebb")
       std::printf("  %-22s %7.2f ns   %5.1f x memcpy\n", name.c_str(), v, base > 0 ? v / base : 0);
   std::printf(
-      "rerun: build/release/tests/mlx5/provider/bench_mlx5_post --benchmark_repetitions=5 "
+      "rerun: build/release/tests/providers/mlx5/bench_mlx5_post --benchmark_repetitions=5 "
       "--benchmark_report_aggregates_only=true\n");
   return 0;
 }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "providers/soft/soft_config.h"
-#include "verbs/soft_fixture.h"
+#include "providers/soft/soft_fixture.h"
 
 namespace {
 

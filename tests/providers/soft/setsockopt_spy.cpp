@@ -1,4 +1,4 @@
-#include "verbs/setsockopt_spy.h"
+#include "providers/soft/setsockopt_spy.h"
 
 #include <dlfcn.h>
 #include <errno.h>

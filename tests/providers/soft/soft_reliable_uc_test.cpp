@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "verbs/soft_fixture.h"
+#include "providers/soft/soft_fixture.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Benchmark (not a test): melon-emud's data path seen from a client that posts raw WQEs (the way
 // the mlx5 provider does): 8-byte RDMA WRITE post-to-CQE time and 64 KiB WRITE bandwidth.
 //
-//   build/<preset>/tests/uapi/bench_emud [rounds]
+//   build/<preset>/tests/dext/emuhost/bench_emud [rounds]
 //
 // Compares, in one run:
 //   - latency with the daemon's doorbell watcher always polling (--spin-us 1000000) against a
@@ -16,7 +16,7 @@
 #include <chrono>
 #include <vector>
 
-#include "uapi/raw_client.h"
+#include "dext/emuhost/raw_client.h"
 
 using namespace melon::dext::rawclient;
 using Clock = std::chrono::steady_clock;

@@ -34,8 +34,8 @@
 #include <utility>
 #include <vector>
 
-#include "verbs/soft_fixture.h"
-#include "verbs/soft_inject.h"
+#include "providers/soft/soft_fixture.h"
+#include "providers/soft/soft_inject.h"
 
 namespace {
 

@@ -26,8 +26,8 @@
 #include <sstream>
 #include <string>
 
-#include "verbs/soft_fixture.h"
-#include "verbs/soft_inject.h"
+#include "providers/soft/soft_fixture.h"
+#include "providers/soft/soft_inject.h"
 
 namespace {
 

@@ -28,9 +28,9 @@
 #include <utility>
 #include <vector>
 
-#include "verbs/setsockopt_spy.h"
-#include "verbs/soft_fixture.h"
-#include "verbs/soft_inject.h"
+#include "providers/soft/setsockopt_spy.h"
+#include "providers/soft/soft_fixture.h"
+#include "providers/soft/soft_inject.h"
 
 namespace {
 

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/verbs_kit.h"
 #include "providers/mlx5/dv_types.h"
 #include "verbs/provider.h"
 
@@ -29,43 +30,15 @@ namespace {
 constexpr const char* kWire = "127.0.0.16";
 constexpr size_t kBuf = 1 << 16;
 
-// melon-emud as a child process for the whole test program.
-class Daemon : public ::testing::Environment {
+// melon-emud as a child process for the whole test program; soft devices off.
+class Daemon : public melon::testkit::EmudChild {
  public:
+  Daemon() : EmudChild(MELON_EMUD_BIN, kWire, "mlx5prov") {}
   void SetUp() override {
-    char tmpl[] = "/tmp/mlx5prov-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    sock_ = dir_ + "/emud.sock";
-    pid_ = fork();
-    ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      execl(MELON_EMUD_BIN, "melon-emud", "--socket", sock_.c_str(), "--wire", kWire, nullptr);
-      _exit(127);
-    }
-    struct stat st;
-    for (int i = 0; i < 400 && stat(sock_.c_str(), &st) != 0; i++)
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    ASSERT_EQ(stat(sock_.c_str(), &st), 0) << "melon-emud did not come up";
-    setenv("MELON_EMUD_SOCKET", sock_.c_str(), 1);
     setenv("MELON_SOFT_AUTO", "0", 1);
     setenv("MELON_SOFT_CONFIG", "/nonexistent", 1);
+    EmudChild::SetUp();
   }
-  void TearDown() override {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      int st = 0;
-      waitpid(pid_, &st, 0);
-      // A clean stop: every client object released, nothing leaked in the core.
-      EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "melon-emud status " << st;
-    }
-    unlink(sock_.c_str());
-    rmdir(dir_.c_str());
-  }
-
- private:
-  std::string dir_, sock_;
-  pid_t pid_ = -1;
 };
 const auto* const kDaemon = ::testing::AddGlobalTestEnvironment(new Daemon);
 
@@ -133,38 +106,11 @@ class Mlx5Provider : public ::testing::Test {
 
   // RESET -> INIT -> RTR -> RTS towards `peer` (on this same device: the same GID).
   void connect(Side& s, const Side& peer) {
-    ibv_qp_attr at{};
-    at.qp_state = IBV_QPS_INIT;
-    at.port_num = 1;
-    at.qp_access_flags =
-        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-    at = {};
-    at.qp_state = IBV_QPS_RTR;
-    at.path_mtu = IBV_MTU_1024;
-    at.dest_qp_num = peer.qp->qp_num;
-    at.rq_psn = 100;
-    at.max_dest_rd_atomic = 4;
-    at.min_rnr_timer = 1;
-    at.ah_attr.is_global = 1;
-    at.ah_attr.port_num = 1;
-    std::memcpy(at.ah_attr.grh.dgid.raw, gid_, 16);
-    at.ah_attr.grh.hop_limit = 64;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    at = {};
-    at.qp_state = IBV_QPS_RTS;
-    at.sq_psn = 100;
-    at.timeout = 14;
-    at.retry_cnt = 7;
-    at.rnr_retry = 7;
-    at.max_rd_atomic = 4;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at,
-                            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    melon::testkit::RcPath p;
+    p.dest_qpn = peer.qp->qp_num;
+    std::memcpy(p.dgid.raw, gid_, 16);
+    p.sq_psn = p.rq_psn = 100;
+    melon::testkit::rc_to_rts(s.qp, p);
   }
   void pair() {
     ASSERT_NE(make_qp(a_), nullptr);
@@ -173,41 +119,13 @@ class Mlx5Provider : public ::testing::Test {
     connect(b_, a_);
   }
 
-  static ibv_wc poll_one(ibv_cq* cq, int ms = 10000) {
-    ibv_wc wc{};
-    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    while (std::chrono::steady_clock::now() < end) {
-      int n = ibv_poll_cq(cq, 1, &wc);
-      if (n == 1) return wc;
-      EXPECT_EQ(n, 0);
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-    ADD_FAILURE() << "no completion";
-    wc.status = IBV_WC_GENERAL_ERR;
-    return wc;
-  }
+  static ibv_wc poll_one(ibv_cq* cq, int ms = 10000) { return melon::testkit::wait_wc(cq, ms); }
   int post_send(Side& s, ibv_wr_opcode op, uint64_t laddr, uint32_t len, uint64_t raddr = 0, uint32_t rkey = 0,
                 unsigned flags = IBV_SEND_SIGNALED, uint64_t wr_id = 1) {
-    ibv_sge sg{laddr, len, s.mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.sg_list = &sg;
-    wr.num_sge = 1;
-    wr.send_flags = flags;
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    ibv_send_wr* bad = nullptr;
-    return ibv_post_send(s.qp, &wr, &bad);
+    return melon::testkit::post_one(s.qp, {op, laddr, len, s.mr->lkey, raddr, rkey, flags, wr_id});
   }
   int post_recv(Side& s, uint64_t addr, uint32_t len, uint64_t wr_id = 2) {
-    ibv_sge sg{addr, len, s.mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sg;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return ibv_post_recv(s.qp, &wr, &bad);
+    return melon::testkit::post_recv_one(s.qp, addr, len, s.mr->lkey, wr_id);
   }
   static uint64_t addr(Side& s, size_t off = 0) { return uint64_t(uintptr_t(s.buf.data() + off)); }
   // Arms `s`'s CQ, runs `post`, and waits for the completion event: the CQE is then in the ring,

@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "providers/soft/soft_qp.h"
-#include "verbs/setsockopt_spy.h"
-#include "verbs/soft_fixture.h"
-#include "verbs/soft_inject.h"
+#include "providers/soft/setsockopt_spy.h"
+#include "providers/soft/soft_fixture.h"
+#include "providers/soft/soft_inject.h"
 
 namespace {
 

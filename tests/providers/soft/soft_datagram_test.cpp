@@ -45,8 +45,8 @@
 
 #include "common/datagram_oracle.h"
 #include "common/tshark_payloads.h"
-#include "verbs/soft_fixture.h"
-#include "verbs/soft_inject.h"
+#include "providers/soft/soft_fixture.h"
+#include "providers/soft/soft_inject.h"
 
 namespace {
 

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/verbs_kit.h"
+
 namespace {
 
 constexpr int kDepth = 16;
@@ -101,35 +103,13 @@ class SoftLoopback : public ::testing::Test {
   }
 
   void connect(Side& s, Side& peer, uint8_t peer_last_octet, int access, uint32_t psn = 0xfffff0) {
-    ibv_qp_attr at{};
-    at.qp_state = IBV_QPS_INIT;
-    at.port_num = 1;
-    at.qp_access_flags = access;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-    at.qp_state = IBV_QPS_RTR;
-    at.path_mtu = IBV_MTU_1024;
-    at.dest_qp_num = peer.qp->qp_num;
-    at.rq_psn = psn;
-    at.max_dest_rd_atomic = 4;
-    at.min_rnr_timer = 1;
-    at.ah_attr.is_global = 1;
-    at.ah_attr.port_num = 1;
+    melon::testkit::RcPath p;
+    p.dest_qpn = peer.qp->qp_num;
     const uint8_t gid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 2, peer_last_octet};
-    memcpy(at.ah_attr.grh.dgid.raw, gid, 16);
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    at.qp_state = IBV_QPS_RTS;
-    at.sq_psn = psn;
-    at.timeout = 14;  // 67 ms: the tests are not about timeouts, and a loaded machine is slow
-    at.retry_cnt = 7;
-    at.rnr_retry = 7;
-    at.max_rd_atomic = 4;
-    ASSERT_EQ(ibv_modify_qp(s.qp, &at,
-                            IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    memcpy(p.dgid.raw, gid, 16);
+    p.sq_psn = p.rq_psn = psn;
+    p.access = access;
+    melon::testkit::rc_to_rts(s.qp, p);
   }
 
   void pair(int access_b = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC) {

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "uapi/raw_client.h"
+#include "dext/emuhost/raw_client.h"
 
 namespace melon::dext {
 namespace {
