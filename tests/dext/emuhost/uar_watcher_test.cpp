@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "dext/emuhost/uar_watcher.h"
@@ -101,6 +102,42 @@ TEST_F(WatchedQp, AKickWhoseWakeUpMetTheTimeoutIsStillAKick) {
   EXPECT_TRUE(forwarded_reaches(1));
   EXPECT_EQ(w.stats().unkicked, 0u);
   EXPECT_EQ(w.stats().kicks, 1u);
+}
+
+// The poll hook (melon-emud: the wire's socket) runs while the watcher is awake; work it reports
+// keeps the watcher awake as a doorbell does; once the watcher sleeps the hook is not called.
+TEST(UarWatcherPoll, TheHookRunsWhileAwakeAndKeepsItAwakeWhileItBringsWork) {
+  mlx5::emu::TestHost host;
+  mlx5::emu::Device dev{mlx5::emu::HostPorts{&host}};
+  UarWatcher w{dev};
+  alignas(4096) static uint8_t page[4096] = {};
+  const uint32_t bf[2] = {0x800, 0x900};
+  w.add(page, kBarOff, bf);
+  struct Hook {
+    std::atomic<uint64_t> calls{0};
+    std::atomic<uint64_t> busy{0};  // calls left that report work
+  } hook;
+  hook.busy = 2000;
+  w.set_poll(
+      [](void* a) {
+        auto* h = static_cast<Hook*>(a);
+        h->calls++;
+        uint64_t b = h->busy.load();
+        return b > 0 && h->busy.compare_exchange_strong(b, b - 1);
+      },
+      &hook);
+  w.start();
+  // The hook's 2000 reports of work keep the watcher awake (it sleeps 100 us after the last one).
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10); hook.busy > 0;) {
+    ASSERT_LT(std::chrono::steady_clock::now(), until) << "the hook was not polled";
+    usleep(100);
+  }
+  EXPECT_EQ(w.stats().sleeps, 0u) << "it slept while the hook brought work";
+  wait_sleep_begins(w);
+  usleep(2000);  // the last calls before its futex wait are over
+  uint64_t asleep = hook.calls;
+  usleep(20'000);
+  EXPECT_EQ(hook.calls.load(), asleep) << "polled while asleep";
 }
 
 }  // namespace
