@@ -212,6 +212,7 @@ run_case() {
   local t=$SECONDS
   echo; echo "=== $label, $(dir_label "$how"), MTU $mtu"
   checks_failed=()
+  tool_race=""
   "$fn" "$how" "$@"
   # One retry: the guest is a TCG qemu sharing two cores with the host side, so a row can miss a
   # timing window once. A row that passes only on its retry is reported as RETRIED with what failed
@@ -222,9 +223,11 @@ run_case() {
     echo "rxe0 counters after the first attempt: $(counters)"
     echo "=== $label ($how): failed once, retrying"
     checks_failed=()
+    tool_race=""
     "$fn" "$how" "$@"
   fi
   local secs=$((SECONDS - t)) result=PASS note=${checks_failed[*]:-}
+  if [ ${#checks_failed[@]} -eq 0 ] && [ -n "$tool_race" ]; then result=TOOL-RACE note=$tool_race; fi
   if [ ${#checks_failed[@]} -eq 0 ] && [ -n "$first" ]; then
     result=RETRIED note=$first; retried=$((retried + 1))
   fi
@@ -406,6 +409,13 @@ rdma_perf_case() {  # rdma_perf_case <how> <tool>
     has "$host_out"$'\n'"$guest_out" 'RDMA_CM_EVENT_REJECTED; error: 8' || break
     echo "$tool: the client's second REQ beat the server's second rdma_listen (REJ reason 8, perftest's race): pair $k of 3"
   done
+  # Every pair lost that race and nothing else went wrong (rxe took our packets): the run proves
+  # nothing either way, which the row says (TOOL-RACE) instead of failing the gate on the tool's race.
+  if ((k > 3)); then
+    check "$tool: rxe took our packets in the lost races (rcvd_pkts +$rcvd_delta)" [ "$rcvd_delta" -ge 1 ]
+    tool_race="perftest -R's REJ-8 race lost by 3 pairs of 3 (the server had not listened yet)"
+    return
+  fi
   common "$tool" 1
   local row="^[[:space:]]*65536[[:space:]]+100[[:space:]]+([0-9.]+[[:space:]]+)+[0-9.]*[1-9][0-9.]*[[:space:]]*\$"
   check "$tool: result row '65536 100 ...' with nonzero figures" has "$host_out"$'\n'"$guest_out" "$row"
