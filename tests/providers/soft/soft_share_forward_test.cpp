@@ -2,13 +2,13 @@
 // takes, selected here with MELON_SOFT_SHARE=forward): one process, the owner, binds port 4791 and
 // copies the others' datagrams into their receive rings.
 //
-//  - 2 processes on 127.0.0.52, each with an RC QP of its own, WRITE and READ verified against a
-//    peer process on 127.0.0.53; one of them is the owner, both have rings.
-//  - 16 processes on 127.0.0.54 the same way.
-//  - the owner SIGKILLed mid-traffic (127.0.0.55): another member binds the port at its next tick
+//  - 2 processes on 127.0.26.2, each with an RC QP of its own, WRITE and READ verified against a
+//    peer process on 127.0.26.3; one of them is the owner, both have rings.
+//  - 16 processes on 127.0.26.4 the same way.
+//  - the owner SIGKILLed mid-traffic (127.0.26.5): another member binds the port at its next tick
 //    and the others go on (RC retransmits what was lost in between).
-//  - the owner closing its device (127.0.0.56): it hands the port over, nobody has to reclaim it.
-//  - a member SIGKILLed (127.0.0.57): its ring is reclaimed and the others go on.
+//  - the owner closing its device (127.0.26.6): it hands the port over, nobody has to reclaim it.
+//  - a member SIGKILLed (127.0.26.7): its ring is reclaimed and the others go on.
 #include <dirent.h>
 
 #include <set>
@@ -87,16 +87,16 @@ class SoftShareForward : public SoftShare {
 };
 
 TEST_F(SoftShareForward, TwoProcessesOnOneAddressEachWithItsOwnQp) {
-  rounds_on_one_address(2, "127.0.0.52", "127.0.0.53", 3);
+  rounds_on_one_address(2, "127.0.26.2", "127.0.26.3", 3);
 }
 
-TEST_F(SoftShareForward, SixteenProcessesOnOneAddress) { rounds_on_one_address(16, "127.0.0.54", "127.0.0.53", 2); }
+TEST_F(SoftShareForward, SixteenProcessesOnOneAddress) { rounds_on_one_address(16, "127.0.26.4", "127.0.26.3", 2); }
 
 TEST_F(SoftShareForward, TheOwnerKilledMidTrafficAnotherTakesThePortOver) {
-  std::vector<Child> c = spawn(4, "127.0.0.55", 0);
+  std::vector<Child> c = spawn(4, "127.0.26.5", 0);
   Node srv;
-  serve(srv, "127.0.0.53", c);
-  auto reg = registry_of("127.0.0.55");
+  serve(srv, "127.0.26.3", c);
+  auto reg = registry_of("127.0.26.5");
   ASSERT_NE(reg, nullptr);
   for (size_t i = 0; i < c.size(); ++i) ASSERT_TRUE(goes_on(c[i], 2)) << "child " << i;
   const int owner = owner_of(*reg, c);
@@ -117,10 +117,10 @@ TEST_F(SoftShareForward, TheOwnerKilledMidTrafficAnotherTakesThePortOver) {
 }
 
 TEST_F(SoftShareForward, TheOwnerClosingHandsThePortOver) {
-  std::vector<Child> c = spawn(3, "127.0.0.56", 0);
+  std::vector<Child> c = spawn(3, "127.0.26.6", 0);
   Node srv;
-  serve(srv, "127.0.0.53", c);
-  auto reg = registry_of("127.0.0.56");
+  serve(srv, "127.0.26.3", c);
+  auto reg = registry_of("127.0.26.6");
   ASSERT_NE(reg, nullptr);
   for (size_t i = 0; i < c.size(); ++i) ASSERT_TRUE(goes_on(c[i], 2)) << "child " << i;
   const int owner = owner_of(*reg, c);
@@ -143,10 +143,10 @@ TEST_F(SoftShareForward, TheOwnerClosingHandsThePortOver) {
 }
 
 TEST_F(SoftShareForward, AMemberKilledHasItsRingReclaimedAndTheOthersGoOn) {
-  std::vector<Child> c = spawn(3, "127.0.0.57", 0);
+  std::vector<Child> c = spawn(3, "127.0.26.7", 0);
   Node srv;
-  serve(srv, "127.0.0.53", c);
-  auto reg = registry_of("127.0.0.57");
+  serve(srv, "127.0.26.3", c);
+  auto reg = registry_of("127.0.26.7");
   ASSERT_NE(reg, nullptr);
   for (size_t i = 0; i < c.size(); ++i) ASSERT_TRUE(goes_on(c[i], 2)) << "child " << i;
   const int owner = owner_of(*reg, c);
