@@ -392,9 +392,9 @@ cmatose_case() {  # cmatose_case <how> <ucmatose|udaddy>
 # perftest over rdma_cm (-R: QPs connected and parameters exchanged through the CM, no TCP).
 rdma_perf_case() {  # rdma_perf_case <how> <tool>
   local how=$1 tool=$2 args="-R -F -n 100 -s 65536" k pre=""
-  # ib_write_lat -R: our soft end ACKs on arrival (no busy-poll lease), as rxe does; in a lease the
+  # perftest -R: our soft end ACKs on arrival (no busy-poll lease), as rxe does; in a lease the
   # ACK of the last handshake SEND left with our data REQ (docs/rdmacm.md, perftest -R).
-  [ "$tool" = ib_write_lat ] && pre="env MELON_SOFT_BUSY_NS=0 "
+  pre="env MELON_SOFT_BUSY_NS=0 "
   # perftest 4.5-0.17's -R client sends its second REQ (the test QP's) as soon as its parameter
   # exchange ends; a server still on its way to the second rdma_listen rejects it with IBA reason 8
   # (invalid service ID, as Linux's ib_cm does), and that perftest's own retry then reuses the ids it
