@@ -49,6 +49,18 @@ class SoftShareForward : public SoftShare {
       close(c[i].up);
     }
   }
+  // The start the hand-over tests share: `n` children on `ip`, served from 127.0.26.3, each
+  // through two rounds; then the address's registry and which child owns the port.
+  void start(int n, const char* ip, std::vector<Child>& c, Node& srv, std::shared_ptr<AddressRegistry>& reg,
+             int& owner) {
+    c = spawn(n, ip, 0);
+    serve(srv, "127.0.26.3", c);
+    reg = registry_of(ip);
+    ASSERT_NE(reg, nullptr);
+    for (size_t i = 0; i < c.size(); ++i) ASSERT_TRUE(goes_on(c[i], 2)) << "child " << i;
+    owner = owner_of(*reg, c);
+    ASSERT_GE(owner, 0);
+  }
   // Each child's region of the parent's buffer holds what it wrote in round `round`.
   static void expect_data(Node& srv, size_t children, uint32_t round) {
     for (size_t i = 0; i < children; ++i) {
@@ -93,14 +105,11 @@ TEST_F(SoftShareForward, TwoProcessesOnOneAddressEachWithItsOwnQp) {
 TEST_F(SoftShareForward, SixteenProcessesOnOneAddress) { rounds_on_one_address(16, "127.0.26.4", "127.0.26.3", 2); }
 
 TEST_F(SoftShareForward, TheOwnerKilledMidTrafficAnotherTakesThePortOver) {
-  std::vector<Child> c = spawn(4, "127.0.26.5", 0);
+  std::vector<Child> c;
   Node srv;
-  serve(srv, "127.0.26.3", c);
-  auto reg = registry_of("127.0.26.5");
-  ASSERT_NE(reg, nullptr);
-  for (size_t i = 0; i < c.size(); ++i) ASSERT_TRUE(goes_on(c[i], 2)) << "child " << i;
-  const int owner = owner_of(*reg, c);
-  ASSERT_GE(owner, 0);
+  std::shared_ptr<AddressRegistry> reg;
+  int owner = -1;
+  ASSERT_NO_FATAL_FAILURE(start(4, "127.0.26.5", c, srv, reg, owner));
   const auto before = reg->view();
   kill(c[owner].pid, SIGKILL);
   EXPECT_EQ(exit_code(c[owner].pid), 128 + SIGKILL);
@@ -117,14 +126,11 @@ TEST_F(SoftShareForward, TheOwnerKilledMidTrafficAnotherTakesThePortOver) {
 }
 
 TEST_F(SoftShareForward, TheOwnerClosingHandsThePortOver) {
-  std::vector<Child> c = spawn(3, "127.0.26.6", 0);
+  std::vector<Child> c;
   Node srv;
-  serve(srv, "127.0.26.3", c);
-  auto reg = registry_of("127.0.26.6");
-  ASSERT_NE(reg, nullptr);
-  for (size_t i = 0; i < c.size(); ++i) ASSERT_TRUE(goes_on(c[i], 2)) << "child " << i;
-  const int owner = owner_of(*reg, c);
-  ASSERT_GE(owner, 0);
+  std::shared_ptr<AddressRegistry> reg;
+  int owner = -1;
+  ASSERT_NO_FATAL_FAILURE(start(3, "127.0.26.6", c, srv, reg, owner));
   const auto before = reg->view();
   close(c[owner].down);  // it stops, closes its device (handing the port over) and exits
   uint32_t r;
@@ -143,14 +149,11 @@ TEST_F(SoftShareForward, TheOwnerClosingHandsThePortOver) {
 }
 
 TEST_F(SoftShareForward, AMemberKilledHasItsRingReclaimedAndTheOthersGoOn) {
-  std::vector<Child> c = spawn(3, "127.0.26.7", 0);
+  std::vector<Child> c;
   Node srv;
-  serve(srv, "127.0.26.3", c);
-  auto reg = registry_of("127.0.26.7");
-  ASSERT_NE(reg, nullptr);
-  for (size_t i = 0; i < c.size(); ++i) ASSERT_TRUE(goes_on(c[i], 2)) << "child " << i;
-  const int owner = owner_of(*reg, c);
-  ASSERT_GE(owner, 0);
+  std::shared_ptr<AddressRegistry> reg;
+  int owner = -1;
+  ASSERT_NO_FATAL_FAILURE(start(3, "127.0.26.7", c, srv, reg, owner));
   const size_t victim = owner == 0 ? 1 : 0;
   // Ring files in the registry's directory before and after.
   auto rings = [&] {
