@@ -470,8 +470,7 @@ for how in "${cm_hows[@]}"; do
   # before that listen (REJ 8, 6 pairs of 6); rxe client against ours passes.
   [ "$how" = host-server ] && run_case "ib_write_lat -R" "$how" rdma_perf_case ib_write_lat
   run_case "fi_pingpong -e msg" "$how" fi_case msg
-  # ofi_rxm's 2^18-entry MSG CQ is more than mlx5_0 can make yet (docs/rdmacm.md "Not yet").
-  [ "$provider" = mlx5 ] || run_case "fi_pingpong -e rdm" "$how" fi_case rdm
+  run_case "fi_pingpong -e rdm" "$how" fi_case rdm
   run_case rdma_server "$how" rdma_sync_case
   run_case rping "$how" rping_case
   run_case ucmatose "$how" cmatose_case ucmatose
