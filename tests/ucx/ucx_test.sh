@@ -76,9 +76,9 @@ if [ ! -e /dev/infiniband/uverbs0 ] && [ "${3:-}" != sockaddr ]; then
   ! grep -q "Memory domain: soft0" "$work/info0" || fail "UCX took soft0 without /dev/infiniband/uverbs0"
 fi
 
-# A /dev for this namespace only, with /dev/infiniband/uverbs0..3 (uverbs_dev.sh).
-# shellcheck source=uverbs_dev.sh
-. "$(dirname "$0")/uverbs_dev.sh"
+# A /dev for this namespace only, with /dev/infiniband/uverbs0..3 (ucx_lib.sh).
+# shellcheck source=ucx_lib.sh
+. "$(dirname "$0")/ucx_lib.sh"
 mkdir -p "$work" || fail "scratch"
 why=$(uverbs_dev "$work"); rc=$?
 [ $rc = 2 ] && skip "$why"
@@ -125,8 +125,7 @@ if [ "${3:-}" = sockaddr ]; then
     [ $alive = 1 ] || { show; fail "$dir: io_demo server died"; }
     ! grep -q "ERROR\|Assertion" "$work/$dir-client" "$work/$dir-server" || { show; fail "$dir: an error above"; }
     # The reports count the operations of their interval: 200 in all, reads and writes among them.
-    sums=$(sed -n 's/.*total min:[0-9]* max:[0-9]* total:\([0-9]*\) | read .* total:\([0-9]*\) | write .* total:\([0-9]*\) |.*/\1 \2 \3/p' \
-      "$work/$dir-client" | awk '{o += $1; r += $2; w += $3} END {print o, r, w}')
+    sums=$(io_demo_totals "$(cat "$work/$dir-client")")
     read -r ops reads writes <<< "$sums"
     { [ "${ops:-0}" = 200 ] && [ "${reads:-0}" -gt 0 ] && [ "${writes:-0}" -gt 0 ] &&
       [ $((reads + writes)) = 200 ]; } || { show; fail "$dir: not 200 verified reads and writes: $sums"; }

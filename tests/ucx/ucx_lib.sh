@@ -1,4 +1,6 @@
 # shellcheck shell=bash
+# What the UCX tests share (tests/ucx/ucx_test.sh, tests/peer/gate.sh's UCX rows).
+#
 # UCX takes a verbs device only when /dev/infiniband/<its uverbs node> is a character device it can
 # open (docs/ucx.md). uverbs_dev <scratch dir> gives the calling mount namespace (a private one:
 # unshare --mount --propagation private) a /dev that has them: the real /dev as the lower layer of
@@ -18,4 +20,11 @@ uverbs_dev() {
     [ -e "$w/dev/infiniband/uverbs$i" ] || mknod -m 0666 "$w/dev/infiniband/uverbs$i" c 1 3 || { echo "uverbs_dev: mknod"; return 1; }
   done
   mount --rbind "$w/dev" /dev || { echo "uverbs_dev: our /dev"; return 1; }
+}
+
+# io_demo_totals <client output>: "<operations> <reads> <writes>" summed over the client's reports
+# (each counts the operations of its interval).
+io_demo_totals() {
+  sed -n 's/.*total min:[0-9]* max:[0-9]* total:\([0-9]*\) | read .* total:\([0-9]*\) | write .* total:\([0-9]*\) |.*/\1 \2 \3/p' <<<"$1" |
+    awk '{o += $1; r += $2; w += $3} END {print o + 0, r + 0, w + 0}'
 }
