@@ -243,6 +243,7 @@ void UarWatcher::run() {
       std::lock_guard<std::mutex> g(mu_);
       any = scan_locked();
     }
+    if (poll_ && poll_(poll_arg_)) any = true;
     if (any) {
       // Run the doorbells now, on this thread that is awake anyway, rather than hand them to the
       // device's worker (one thread wake-up less per post; the device is locked inside).

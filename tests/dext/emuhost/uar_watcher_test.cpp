@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "dext/emuhost/uar_watcher.h"
@@ -101,6 +102,53 @@ TEST_F(WatchedQp, AKickWhoseWakeUpMetTheTimeoutIsStillAKick) {
   EXPECT_TRUE(forwarded_reaches(1));
   EXPECT_EQ(w.stats().unkicked, 0u);
   EXPECT_EQ(w.stats().kicks, 1u);
+}
+
+// The poll hook (melon-emud: the wire's socket) runs while the watcher is awake; work it reports
+// keeps the watcher awake as a doorbell does; once the watcher sleeps the hook is not called.
+// The hook itself notes whether the watcher had slept while it still reported work, so the test's
+// own thread's timing does not matter; the spin window is 50 ms, not 100 us, so that a loaded
+// machine's scheduler (which may keep the watcher off a CPU for longer than 100 us) cannot make it
+// sleep; the hook reports work for 300 ms, six windows, so a watcher that did not count the hook's
+// work would sleep at least once (and wake 200 ms later to find the hook still busy).
+TEST(UarWatcherPoll, TheHookRunsWhileAwakeAndKeepsItAwakeWhileItBringsWork) {
+  mlx5::emu::TestHost host;
+  mlx5::emu::Device dev{mlx5::emu::HostPorts{&host}};
+  UarWatcher w{dev, 50'000'000};
+  alignas(4096) static uint8_t page[4096] = {};
+  const uint32_t bf[2] = {0x800, 0x900};
+  w.add(page, kBarOff, bf);
+  using Clock = std::chrono::steady_clock;
+  struct Hook {
+    UarWatcher* w = nullptr;
+    std::atomic<uint64_t> calls{0}, busy_calls{0};
+    std::atomic<uint64_t> slept_while_busy{0};  // the watcher's sleeps, as seen by a busy call
+    Clock::time_point busy_until;
+  } hook;
+  hook.w = &w;
+  hook.busy_until = Clock::now() + std::chrono::milliseconds(300);
+  w.set_poll(
+      [](void* a) {
+        auto* h = static_cast<Hook*>(a);
+        h->calls++;
+        if (Clock::now() >= h->busy_until) return false;
+        h->busy_calls++;
+        h->slept_while_busy = h->w->stats().sleeps;
+        return true;
+      },
+      &hook);
+  w.start();
+  for (auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < hook.busy_until;) {
+    ASSERT_LT(Clock::now(), until);
+    usleep(1000);
+  }
+  wait_sleep_begins(w);
+  EXPECT_GT(hook.busy_calls.load(), 0u) << "the hook was not polled";
+  EXPECT_EQ(hook.slept_while_busy.load(), 0u) << "it slept while the hook brought work";
+  usleep(2000);  // the last calls before its futex wait are over
+  uint64_t asleep = hook.calls;
+  usleep(20'000);
+  EXPECT_EQ(hook.calls.load(), asleep) << "polled while asleep";
 }
 
 }  // namespace
