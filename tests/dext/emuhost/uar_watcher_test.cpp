@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "dext/emuhost/uar_watcher.h"
+#include "mlx5/emu/harness.h"
 #include "mlx5/emu/test_host.h"
 #include "mlx5/prm/doorbell.h"
 #include "uapi/doorbell.h"
@@ -149,6 +150,78 @@ TEST(UarWatcherPoll, TheHookRunsWhileAwakeAndKeepsItAwakeWhileItBringsWork) {
   uint64_t asleep = hook.calls;
   usleep(20'000);
   EXPECT_EQ(hook.calls.load(), asleep) << "polled while asleep";
+}
+
+// A doorbell the watcher forwards, the watcher runs: melon-emud's device (set_host_services) wakes
+// no worker for it. Two scans outside the awake loop -- the last one before a sleep and the one
+// when a sleep times out -- forwarded doorbells and left them queued on the device; with nothing
+// else running the device, a ping-pong's post or CQ arm waited forever (CI: rdmacm_stock_rping_mlx5,
+// ibv_rc_pingpong -e on mlx5_0). The device here is initialised with no worker; the doorbell arms a
+// CQ it does not have, which, once run, counts as ignored and, while queued, does not.
+struct ForwardedDoorbell : ::testing::Test {
+  mlx5::emu::testing::Harness h;
+  alignas(4096) uint8_t page[4096] = {};
+  uint64_t ignored_before = 0;
+
+  void SetUp() override {
+    h.bring_up();
+    h.dev.set_host_services(true);
+    ignored_before = h.dev.stats().doorbells_ignored;
+  }
+  void add_page(UarWatcher& w) {
+    const uint32_t bf[2] = {0x800, 0x900};
+    w.add(page, uint64_t(h.uar) * p::kUarPageBytes, bf);
+  }
+  void write_arm() {  // as a client's arm, its kick left out
+    uint8_t b[8] = {};
+    p::set(b, p::cq_uar_db::cmd, p::kCqArmNext);
+    p::set(b, p::cq_uar_db::cqn, 0x3ff);
+    uint64_t v;
+    memcpy(&v, b, 8);
+    __atomic_store_n(reinterpret_cast<uint64_t*>(page + p::kUarCqDoorbell), v, __ATOMIC_RELEASE);
+  }
+  bool ran(std::chrono::milliseconds within) {
+    for (auto until = std::chrono::steady_clock::now() + within;;) {
+      if (h.dev.stats().doorbells_ignored > ignored_before) return true;
+      if (std::chrono::steady_clock::now() > until) return false;
+      usleep(500);
+    }
+  }
+};
+
+// The doorbell lands while the watcher sleeps with no kick: the timed-out scan forwards it and
+// must run it.
+TEST_F(ForwardedDoorbell, FoundWhenASleepTimesOutIsRun) {
+  UarWatcher w{h.dev};
+  add_page(w);
+  w.start();
+  wait_sleep_begins(w);
+  write_arm();
+  EXPECT_TRUE(ran(std::chrono::seconds(2))) << "forwarded " << w.stats().forwarded << ", never run";
+  EXPECT_EQ(w.stats().forwarded, 1u);
+}
+
+// The doorbell lands after the last awake scan: the poll hook writes it there, with no spin time
+// left, so the scan right before the sleep is the one that finds it; it must be run at once, not
+// left queued while the watcher sleeps.
+TEST_F(ForwardedDoorbell, FoundByTheScanBeforeASleepIsRun) {
+  UarWatcher w{h.dev, 0};
+  add_page(w);
+  struct Hook {
+    ForwardedDoorbell* t;
+    std::atomic<int> calls{0};
+  } hook{this};
+  w.set_poll(
+      [](void* a) {
+        auto* k = static_cast<Hook*>(a);
+        if (k->calls++ == 0) k->t->write_arm();
+        return false;
+      },
+      &hook);
+  w.start();
+  EXPECT_TRUE(ran(std::chrono::milliseconds(150))) << "left queued for the sleep (200 ms) and beyond";
+  EXPECT_TRUE(ran(std::chrono::seconds(2))) << "never run";
+  EXPECT_EQ(w.stats().forwarded, 1u);
 }
 
 }  // namespace
