@@ -17,6 +17,8 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
+# shellcheck source=../ucx/ucx_lib.sh
+. "$here/../ucx/ucx_lib.sh"
 
 provider=soft
 mtu=${PEER_GATE_MTU:-1500}
@@ -460,6 +462,61 @@ rdma_sync_case() {
   check "rdma_server: ended 0" has "$host_out"$'\n'"$guest_out" '^rdma_server: end 0'
   check "rdma_client: ended 0" has "$host_out"$'\n'"$guest_out" '^rdma_client: end 0'
 }
+# UCX's client/server API (io_demo, ucx-utils) with its connection made by rdma_cm
+# (UCX_SOCKADDR_TLS_PRIORITY=rdmacm) and its data on rc_verbs: 200 reads and writes of 1-64 KiB, -q
+# checking every byte and sequence number at both ends (a mismatch aborts). UCX takes our device
+# only where /dev/infiniband has a uverbs node (uverbs_dev in tests/ucx/ucx_lib.sh, in a mount
+# namespace of its own). Our end prints its CM MADs (MELON_CM_DEBUG): rdma_cm made the connection,
+# not UCX's TCP sockcm. io_demo's server runs until it is stopped.
+UCX_ENV=(UCX_SOCKADDR_TLS_PRIORITY=rdmacm "UCX_TLS=rc_verbs,ud_verbs")
+ucx_ours() {  # ucx_ours CMD...: like ours(), with UCX on our device
+  peer_host env "${OUR_ENV[@]}" "${UCX_ENV[@]}" UCX_NET_DEVICES="$OUR_DEV:1" MELON_CM_DEBUG=1 timeout -k 3 "${EX_TIMEOUT:-90}" \
+    unshare --mount --propagation private bash -c \
+    '. "$1" && w=$(mktemp -d) && uverbs_dev "$w" >&2 || exit 97; shift; exec "$@"' _ "$here/../ucx/ucx_lib.sh" "$@"
+}
+ucx_case() {
+  local how=$1 io="io_demo -p 13601 -q -o read,write -d 1024:65536" r0 k alive=0 client mads
+  local ops reads writes
+  local guest_env="env ${UCX_ENV[*]} UCX_NET_DEVICES=rxe0:1"
+  r0=$(rcvd)
+  if [ "$how" = guest-server ]; then
+    local id; id=$(PEER_JOB_TIMEOUT=120 peer_spawn 1 "echo \$\$ > /tmp/server.pid; exec $guest_env $io")
+    for ((k = 0; k < 600; k++)); do peer_job_output 1 "$id" | grep -q "started listener" && break; sleep 0.1; done
+    # shellcheck disable=SC2086
+    host_out=$(ucx_ours $io -i 200 10.77.0.2 2>&1); host_rc=$?
+    sleep 0.3
+    peer_done 1 "$id" || alive=1
+    peer_run 1 'kill $(cat /tmp/server.pid)' > /dev/null 2>&1
+    guest_out=$(peer_wait 1 "$id" 2>&1); guest_rc=0
+    client=$host_out mads="out: req|in: rep|out: rtu"
+  else
+    local out=$PEER_RUN/ucx-host-server.out
+    # shellcheck disable=SC2086
+    ucx_ours $io > "$out" 2>&1 &
+    local hp=$!
+    for ((k = 0; k < 300; k++)); do grep -q "started listener" "$out" && break; sleep 0.1; done
+    guest_out=$(PEER_JOB_TIMEOUT=120 peer_run 1 "$guest_env $io -i 200 10.77.0.1" 2>&1); guest_rc=$?
+    sleep 0.3
+    kill -0 "$hp" 2> /dev/null && alive=1
+    kill -TERM "$hp" 2> /dev/null
+    wait "$hp"; host_rc=0
+    host_out=$(cat "$out")
+    client=$guest_out mads="in: req|out: rep|in: rtu"
+  fi
+  rcvd_delta=$(($(rcvd) - r0))
+  echo "--- ours ($provider):"; echo "$host_out"; echo "--- guest (rxe):"; echo "$guest_out"
+  echo "rxe rcvd_pkts +$rcvd_delta"
+  check "io_demo: the client's run ended OK" has "$client" "Client exit with status 'OK'"
+  check "io_demo: the server was still serving when the client ended" [ $alive = 1 ]
+  read -r ops reads writes <<<"$(io_demo_totals "$client")"
+  check "io_demo: 200 operations, reads and writes among them ($ops: $reads + $writes)" \
+    bash -c '[ "$1" = 200 ] && [ "$2" -gt 0 ] && [ "$3" -gt 0 ] && [ $(($2 + $3)) = 200 ]' _ "$ops" "$reads" "$writes"
+  local want m
+  IFS='|' read -ra want <<<"$mads"
+  for m in "${want[@]}"; do check "io_demo: our CM MAD $m (rdma_cm made the connection)" has "$host_out" "MAD $m"; done
+  check "io_demo: no error or assertion" bash -c '! grep -Eq "ERROR|Assertion" <<<"$1"' _ "$host_out$guest_out"
+  check "io_demo: rxe rcvd_pkts +$rcvd_delta >= 200 (accepted our ICRC)" [ "$rcvd_delta" -ge 200 ]
+}
 # The CM runs on the provider's GSI QP (QP1): soft's own, mlx5_0's through melon-emud (docs/rdmacm.md
 # "Where QP1 lives").
 cm_hows=(guest-server host-server)
@@ -470,12 +527,14 @@ for how in "${cm_hows[@]}"; do
   # before that listen (REJ 8, 6 pairs of 6); rxe client against ours passes.
   [ "$how" = host-server ] && run_case "ib_write_lat -R" "$how" rdma_perf_case ib_write_lat
   run_case "fi_pingpong -e msg" "$how" fi_case msg
-  # ofi_rxm's 2^18-entry MSG CQ is more than mlx5_0 can make yet (docs/rdmacm.md "Not yet").
-  [ "$provider" = mlx5 ] || run_case "fi_pingpong -e rdm" "$how" fi_case rdm
+  run_case "fi_pingpong -e rdm" "$how" fi_case rdm
   run_case rdma_server "$how" rdma_sync_case
   run_case rping "$how" rping_case
   run_case ucmatose "$how" cmatose_case ucmatose
   run_case udaddy "$how" cmatose_case udaddy
+  # Soft only: with mlx5_0 as the server io_demo crashed once in ucp_tag_recv_nbx (its retry passed;
+  # docs/rdmacm.md "Not yet").
+  [ "$provider" = soft ] && run_case "UCX io_demo (rdmacm)" "$how" ucx_case
 done
 
 for how in guest-server host-server; do

@@ -76,19 +76,14 @@ if [ ! -e /dev/infiniband/uverbs0 ] && [ "${3:-}" != sockaddr ]; then
   ! grep -q "Memory domain: soft0" "$work/info0" || fail "UCX took soft0 without /dev/infiniband/uverbs0"
 fi
 
-# A /dev for this namespace only: the real one as the lower layer of an overlay, its submounts
-# carried over, and /dev/infiniband/uverbs0..3 added as /dev/null-like character devices.
-mount -t tmpfs tmpfs "$work" || fail "tmpfs"
-mkdir "$work/upper" "$work/wk" "$work/dev" "$work/stats"
-mount -t overlay overlay -o "lowerdir=/dev,upperdir=$work/upper,workdir=$work/wk" "$work/dev" || skip "cannot mount an overlay on /dev"
-for m in shm pts mqueue hugepages; do
-  if mountpoint -q "/dev/$m"; then mount --rbind "/dev/$m" "$work/dev/$m" || fail "bind /dev/$m"; fi
-done
-mkdir -p "$work/dev/infiniband"
-for i in 0 1 2 3; do
-  [ -e "$work/dev/infiniband/uverbs$i" ] || mknod -m 0666 "$work/dev/infiniband/uverbs$i" c 1 3 || fail "mknod"
-done
-mount --rbind "$work/dev" /dev || fail "our /dev"
+# A /dev for this namespace only, with /dev/infiniband/uverbs0..3 (ucx_lib.sh).
+# shellcheck source=ucx_lib.sh
+. "$(dirname "$0")/ucx_lib.sh"
+mkdir -p "$work" || fail "scratch"
+why=$(uverbs_dev "$work"); rc=$?
+[ $rc = 2 ] && skip "$why"
+[ $rc = 0 ] || fail "$why"
+mkdir "$work/stats" || fail "stats"
 work=$work/stats
 
 # sockaddr mode: UCX's client/server API (ucp_listener, an endpoint made from the server's IP
@@ -130,8 +125,7 @@ if [ "${3:-}" = sockaddr ]; then
     [ $alive = 1 ] || { show; fail "$dir: io_demo server died"; }
     ! grep -q "ERROR\|Assertion" "$work/$dir-client" "$work/$dir-server" || { show; fail "$dir: an error above"; }
     # The reports count the operations of their interval: 200 in all, reads and writes among them.
-    sums=$(sed -n 's/.*total min:[0-9]* max:[0-9]* total:\([0-9]*\) | read .* total:\([0-9]*\) | write .* total:\([0-9]*\) |.*/\1 \2 \3/p' \
-      "$work/$dir-client" | awk '{o += $1; r += $2; w += $3} END {print o, r, w}')
+    sums=$(io_demo_totals "$(cat "$work/$dir-client")")
     read -r ops reads writes <<< "$sums"
     { [ "${ops:-0}" = 200 ] && [ "${reads:-0}" -gt 0 ] && [ "${writes:-0}" -gt 0 ] &&
       [ $((reads + writes)) = 200 ]; } || { show; fail "$dir: not 200 verified reads and writes: $sums"; }

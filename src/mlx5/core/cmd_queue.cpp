@@ -17,6 +17,8 @@ constexpr uint32_t kSupportedCmdifRev = 5;  // PRM: command interface revision 5
 constexpr uint32_t kEntryOwnerByte = 63;  // ownership is the low bit of the entry's last byte
 constexpr uint8_t kOwnerHw = 1;
 
+constexpr uint32_t kKeepBlocks = 64;  // 64 KiB of 1 KiB mailboxes
+
 uint32_t blocks_for(uint32_t len) {
   return len <= p::kInlineInputBytes ? 0
                                      : (len - p::kInlineInputBytes + p::kMailboxDataBytes - 1) / p::kMailboxDataBytes;
@@ -45,7 +47,7 @@ Err CmdQueue::init(Hal* hal, DmaLedger* ledger, CmdWaitHooks* hooks) {
   slots_ = static_cast<Slot*>(hal->mem_alloc(sizeof(Slot) * nslots_));
   if (!slots_) return Err::no_memory;
   for (uint32_t i = 0; i < nslots_; ++i) slots_[i].state = kSlotFree;
-  if (Err e = pool_.init(hal, ledger, p::kMailboxBytes); e != Err::ok) return e;
+  if (Err e = pool_.init(hal, ledger, p::kMailboxBytes, kPoolBlocks); e != Err::ok) return e;
   if (Err e = ledger->alloc(4096, 4096, &queue_); e != Err::ok) return e;
   memset(queue_.va, 0, queue_.size);
   // The high half first: the low write (which also sets nic_interface to full driver) commits it.
@@ -110,11 +112,17 @@ Err CmdQueue::build_chain(Chain& c, const uint8_t* data, uint32_t len, uint8_t t
   uint32_t n = blocks_for(len);
   if (n > kMaxMailboxes) return Err::invalid;
   c.count = 0;
+  if (n > kInlineMailboxes) {
+    c.heap = static_cast<DmaPool::Block*>(hal_->mem_alloc(sizeof(DmaPool::Block) * n));
+    if (!c.heap) return Err::no_memory;
+    c.heap_cap = n;
+  }
+  DmaPool::Block* b = c.blocks();
   for (uint32_t i = 0; i < n; ++i) {
     Err e;
     {
       HalLock l(*hal_, lock_);
-      e = pool_.alloc(&c.blocks[i]);
+      e = pool_.alloc(&b[i]);
     }
     if (e != Err::ok) {
       release_chain(c, false);
@@ -123,23 +131,33 @@ Err CmdQueue::build_chain(Chain& c, const uint8_t* data, uint32_t len, uint8_t t
     c.count = i + 1;
   }
   for (uint32_t i = 0; i < n; ++i) {
-    uint8_t* box = static_cast<uint8_t*>(c.blocks[i].va);
+    uint8_t* box = static_cast<uint8_t*>(b[i].va);
     p::cmd_if_box::view v(box);
     if (data) {
       uint32_t off = p::kInlineInputBytes + i * p::kMailboxDataBytes;
       uint32_t chunk = len - off < p::kMailboxDataBytes ? len - off : p::kMailboxDataBytes;
       memcpy(v.bytes(p::cmd_if_box::mailbox_data), data + off, chunk);
     }
-    p::mailbox_set_next(box, i + 1 < n ? c.blocks[i + 1].iova : 0);
+    p::mailbox_set_next(box, i + 1 < n ? b[i + 1].iova : 0);
     v.set(p::cmd_if_box::block_number, i).set(p::cmd_if_box::token, token);
   }
   return Err::ok;
 }
 
+// A long chain's blocks go back, and so do the pool's free chunks beyond 64 KiB (a few short
+// commands' worth; it grows again on demand), so a rare long command (a large CQ) does not keep
+// its megabyte of DMA memory.
 void CmdQueue::release_chain(Chain& c, bool quarantine) {
   HalLock l(*hal_, lock_);
-  for (uint32_t i = 0; i < c.count; ++i) quarantine ? pool_.quarantine(c.blocks[i]) : pool_.free(c.blocks[i]);
+  DmaPool::Block* b = c.blocks();
+  for (uint32_t i = 0; i < c.count; ++i) quarantine ? pool_.quarantine(b[i]) : pool_.free(b[i]);
   c.count = 0;
+  if (c.heap) {
+    hal_->mem_free(c.heap, sizeof(DmaPool::Block) * c.heap_cap);
+    c.heap = nullptr;
+    c.heap_cap = 0;
+    pool_.trim((kKeepBlocks + pool_.blocks_per_chunk() - 1) / pool_.blocks_per_chunk());
+  }
 }
 
 void CmdQueue::complete(uint32_t slot_bits) {
@@ -224,8 +242,8 @@ Err CmdQueue::exec(const void* in, uint32_t in_len, void* out, uint32_t out_len,
       .set(p::cmd_queue_entry::token, token);
   memcpy(v.bytes(p::cmd_queue_entry::command_input_inline_data), in,
          in_len < p::kInlineInputBytes ? in_len : p::kInlineInputBytes);
-  if (sl.in.count) p::cmd_entry_set_in_mailbox(ent, sl.in.blocks[0].iova);
-  if (sl.out.count) p::cmd_entry_set_out_mailbox(ent, sl.out.blocks[0].iova);
+  if (sl.in.count) p::cmd_entry_set_in_mailbox(ent, sl.in.blocks()[0].iova);
+  if (sl.out.count) p::cmd_entry_set_out_mailbox(ent, sl.out.blocks()[0].iova);
   // Hand the entry over last, after everything it points to is written (Linux mlx5 cmd.c: a write
   // barrier before the ownership byte and another before the doorbell).
   udma_to_device_barrier();
@@ -259,7 +277,7 @@ Err CmdQueue::exec(const void* in, uint32_t in_len, void* out, uint32_t out_len,
   for (uint32_t i = 0; i < sl.out.count; ++i) {
     uint32_t off = p::kInlineOutputBytes + i * p::kMailboxDataBytes;
     uint32_t chunk = out_len - off < p::kMailboxDataBytes ? out_len - off : p::kMailboxDataBytes;
-    memcpy(o + off, p::cmd_if_box::cview(sl.out.blocks[i].va).bytes(p::cmd_if_box::mailbox_data), chunk);
+    memcpy(o + off, p::cmd_if_box::cview(sl.out.blocks()[i].va).bytes(p::cmd_if_box::mailbox_data), chunk);
   }
   release_chain(sl.in, false);
   release_chain(sl.out, false);

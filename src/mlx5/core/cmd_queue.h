@@ -28,7 +28,13 @@ class CmdWaitHooks {
 class CmdQueue {
  public:
   static constexpr uint32_t kMaxSlots = 32;
-  static constexpr uint32_t kMaxMailboxes = 80;  // 40 KiB per direction: MANAGE_PAGES of ~5000 pages
+  // The longest chain either way: 1 MiB of command data. A CQ of 2^22 CQEs (log_max_cq_sz) in 4 KiB
+  // pages is 512 KiB of page addresses; Linux sizes each command's chain to the command, unbounded.
+  static constexpr uint32_t kMaxMailboxes = 2048;
+  // Mailboxes a slot holds without allocating: commands up to ~4 KiB, nearly all of them.
+  static constexpr uint32_t kInlineMailboxes = 8;
+  // The pool's DMA blocks: both chains of one longest command, and room for the others beside it.
+  static constexpr uint32_t kPoolBlocks = 2 * kMaxMailboxes + kMaxSlots * 2 * kInlineMailboxes;
   static constexpr uint32_t kDefaultTimeoutMs = 60000;
 
   // Reads the queue geometry from the initialization segment, allocates the queue page and
@@ -64,9 +70,13 @@ class CmdQueue {
 
  private:
   enum SlotState : uint8_t { kSlotFree, kSlotBusy, kSlotQuarantined };
+  // Zeroed by mem_alloc, never constructed: a chain longer than kInlineMailboxes lists its
+  // blocks in `heap` (mem_alloc'd for the command, freed with the chain).
   struct Chain {
-    DmaPool::Block blocks[kMaxMailboxes];
-    uint32_t count = 0;
+    DmaPool::Block inline_blocks[kInlineMailboxes];
+    DmaPool::Block* heap;
+    uint32_t count, heap_cap;
+    DmaPool::Block* blocks() { return heap ? heap : inline_blocks; }
   };
   struct Slot {
     SlotState state = kSlotFree;
@@ -90,7 +100,7 @@ class CmdQueue {
   uint8_t token_ = 0;
   bool event_mode_ = false, fenced_ = false;
   uint64_t commands_ = 0;
-  Slot* slots_ = nullptr;  // nslots_ of them, from mem_alloc (chains are large)
+  Slot* slots_ = nullptr;  // nslots_ of them, from mem_alloc
 };
 
 }  // namespace melon::mlx5::core

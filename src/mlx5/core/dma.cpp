@@ -49,18 +49,20 @@ void DmaLedger::release_quarantine() {
   }
 }
 
-Err DmaPool::init(Hal* hal, DmaLedger* ledger, uint32_t block_bytes) {
+Err DmaPool::init(Hal* hal, DmaLedger* ledger, uint32_t block_bytes, uint32_t max_blocks) {
   hal_ = hal;
   ledger_ = ledger;
   block_bytes_ = block_bytes;
   uint32_t chunk = hal->host_page_size();
   if (chunk < 4 * block_bytes) chunk = 4 * block_bytes;
   per_chunk_ = chunk / block_bytes;
-  return Err::ok;
+  max_chunks_ = (max_blocks + per_chunk_ - 1) / per_chunk_;
+  chunks_ = static_cast<Chunk*>(hal->mem_alloc(sizeof(Chunk) * max_chunks_));
+  return chunks_ ? Err::ok : Err::no_memory;
 }
 
 Err DmaPool::grow() {
-  if (nchunks_ == kMaxChunks) return Err::no_memory;
+  if (nchunks_ == max_chunks_) return Err::no_memory;
   Chunk& c = chunks_[nchunks_];
   if (Err e = ledger_->alloc(uint64_t(per_chunk_) * block_bytes_, block_bytes_, &c.buf); e != Err::ok) return e;
   c.state = static_cast<uint8_t*>(hal_->mem_alloc(per_chunk_));
@@ -112,6 +114,18 @@ void DmaPool::release_quarantine() {
   quarantined_ = 0;
 }
 
+void DmaPool::trim(uint32_t keep_chunks) {
+  while (nchunks_ > keep_chunks) {
+    Chunk& c = chunks_[nchunks_ - 1];
+    for (uint32_t i = 0; i < per_chunk_; ++i)
+      if (c.state[i] != kFree) return;
+    ledger_->free(c.buf);
+    hal_->mem_free(c.state, per_chunk_);
+    c = {};
+    --nchunks_;
+  }
+}
+
 void DmaPool::destroy() {
   for (uint32_t c = 0; c < nchunks_; ++c) {
     bool unsafe = false;
@@ -120,7 +134,9 @@ void DmaPool::destroy() {
     hal_->mem_free(chunks_[c].state, per_chunk_);
     chunks_[c] = {};
   }
-  nchunks_ = in_use_ = quarantined_ = 0;
+  if (chunks_) hal_->mem_free(chunks_, sizeof(Chunk) * max_chunks_);
+  chunks_ = nullptr;
+  nchunks_ = in_use_ = quarantined_ = max_chunks_ = 0;
 }
 
 }  // namespace melon::mlx5::core

@@ -39,7 +39,8 @@ class DmaLedger {
 // Fixed-size DMA blocks (command mailboxes: 1 KiB aligned) carved from host-page chunks.
 // A block is free, in use or quarantined; quarantined blocks are never handed out again, and
 // their chunk is only returned to the ledger once nothing in it is in use (quarantined chunks go
-// to the ledger's quarantine).
+// to the ledger's quarantine). The pool grows a chunk at a time up to `max_blocks`; trim() gives
+// back the free chunks at its end, so one long command does not pin its mailboxes for good.
 class DmaPool {
  public:
   struct Block {
@@ -48,20 +49,22 @@ class DmaPool {
     uint32_t chunk;
     uint32_t index;
   };
-  static constexpr uint32_t kMaxChunks = 64;
 
-  Err init(Hal* hal, DmaLedger* ledger, uint32_t block_bytes);
+  Err init(Hal* hal, DmaLedger* ledger, uint32_t block_bytes, uint32_t max_blocks);
   Err alloc(Block* out);
   void free(const Block& b);
   void quarantine(const Block& b);
   // After a reset: quarantined blocks become free again.
   void release_quarantine();
+  // Returns the wholly free chunks at the end, keeping at least `keep_chunks`.
+  void trim(uint32_t keep_chunks);
   // Returns every chunk to the ledger (quarantined ones stay quarantined there).
   void destroy();
 
   uint32_t in_use() const { return in_use_; }
   uint32_t quarantined() const { return quarantined_; }
   uint32_t chunks() const { return nchunks_; }
+  uint32_t blocks_per_chunk() const { return per_chunk_; }
 
  private:
   enum : uint8_t { kFree, kInUse, kQuarantined };
@@ -72,9 +75,9 @@ class DmaPool {
   Err grow();
   Hal* hal_ = nullptr;
   DmaLedger* ledger_ = nullptr;
-  uint32_t block_bytes_ = 0, per_chunk_ = 0, nchunks_ = 0;
+  uint32_t block_bytes_ = 0, per_chunk_ = 0, nchunks_ = 0, max_chunks_ = 0;
   uint32_t in_use_ = 0, quarantined_ = 0;
-  Chunk chunks_[kMaxChunks] = {};
+  Chunk* chunks_ = nullptr;  // max_chunks_ of them (mem_alloc), the first nchunks_ backed
 };
 
 }  // namespace melon::mlx5::core

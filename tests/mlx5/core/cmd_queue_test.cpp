@@ -155,6 +155,43 @@ TEST_F(CmdFixture, MailboxAllocationFailureFreesTheSlot) {
   EXPECT_EQ(q.exec(in.data(), 4000, out.data(), 16), Err::ok);
 }
 
+// A CQ of 2^22 CQEs in 4 KiB pages: 65536 page addresses, 1025 input mailboxes. The chain is
+// sized to the command, and the pool gives the long chain's chunks back afterwards.
+TEST_F(CmdFixture, PageListOfTheLargestCqTravelsInOneChain) {
+  std::vector<uint8_t> in(p::create_cq_in::size_bytes + 65536 * 8), out(p::create_cq_out::size_bytes);
+  p::cmd_set_header(in.data(), p::opcode::CREATE_CQ, 0);
+  for (size_t i = 16; i < in.size(); ++i) in[i] = uint8_t(i * 13 + (i >> 9));
+  uint64_t dma_before = ledger.live_bytes();
+  size_t seen = 0;
+  hal.respond = [&](const std::vector<uint8_t>& got, std::vector<uint8_t>&) {
+    seen = got.size();
+    EXPECT_TRUE(got == in);
+  };
+  ASSERT_EQ(q.exec(in.data(), uint32_t(in.size()), out.data(), uint32_t(out.size())), Err::ok);
+  EXPECT_EQ(seen, in.size());
+  EXPECT_EQ(q.mailboxes_in_use(), 0u);
+  EXPECT_LE(ledger.live_bytes(), dma_before + 64 * 1024) << "the long chain's mailboxes stayed allocated";
+  // And a short command after it still runs on what is left.
+  hal.respond = nullptr;
+  uint8_t small_in[p::alloc_pd_in::size_bytes] = {}, small_out[p::alloc_pd_out::size_bytes] = {};
+  p::cmd_set_header(small_in, p::opcode::ALLOC_PD, 0);
+  EXPECT_EQ(q.exec(small_in, sizeof small_in, small_out, sizeof small_out), Err::ok);
+}
+
+// The long chain's block list is allocated per command: when that fails, the command fails cleanly.
+TEST_F(CmdFixture, LongChainWithoutMemoryFailsCleanly) {
+  std::vector<uint8_t> in(16 + 512 * 40), out(16);
+  p::cmd_set_header(in.data(), p::opcode::CREATE_MKEY, 0);
+  int64_t mem_before = hal.mem_bytes;
+  hal.fail_mem = 1;
+  EXPECT_EQ(q.exec(in.data(), uint32_t(in.size()), out.data(), 16), Err::no_memory);
+  EXPECT_EQ(hal.fail_mem, 0) << "the chain's block list was not what failed";
+  EXPECT_EQ(q.mailboxes_in_use(), 0u);
+  EXPECT_EQ(q.quarantined_slots(), 0u);
+  EXPECT_EQ(hal.mem_bytes, mem_before);
+  EXPECT_EQ(q.exec(in.data(), uint32_t(in.size()), out.data(), 16), Err::ok);
+}
+
 TEST_F(CmdFixture, OversizedCommandIsRejected) {
   std::vector<uint8_t> in(16 + 512 * (core::CmdQueue::kMaxMailboxes + 1)), out(16);
   p::cmd_set_header(in.data(), p::opcode::CREATE_MKEY, 0);

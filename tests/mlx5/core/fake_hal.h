@@ -85,6 +85,10 @@ class FakeHal : public Hal {
   void lock(void* l) override { static_cast<std::mutex*>(l)->lock(); }
   void unlock(void* l) override { static_cast<std::mutex*>(l)->unlock(); }
   void* mem_alloc(size_t n) override {
+    if (fail_mem > 0) {
+      --fail_mem;
+      return nullptr;
+    }
     mem_bytes += int64_t(n);
     return calloc(1, n);
   }
@@ -102,7 +106,8 @@ class FakeHal : public Hal {
 
   uint64_t now = 1;
   int64_t dma_live = 0, mem_bytes = 0;
-  int fail_allocs = 0;
+  int fail_allocs = 0;  // dma_alloc calls to fail
+  int fail_mem = 0;  // mem_alloc calls to fail
   std::vector<std::string> lines;
   uint64_t cmds = 0;
 

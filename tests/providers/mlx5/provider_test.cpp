@@ -725,6 +725,32 @@ TEST_F(Mlx5Provider, ResizeCqKeepsUnpolledCompletionsInOrder) {
   EXPECT_EQ(ibv_resize_cq(a_.cq, 0), EINVAL);
 }
 
+// A CQ larger than a 40 KiB command carries (ofi_rxm asks for 2^18 entries; 2^19 x 64-byte CQEs
+// is 8192 page addresses, 129 mailboxes): created and delivering; resized within the client's
+// 64 MiB queue quota (old and new rings both count while the resize runs), and refused beyond it
+// with ENOMEM and nothing lost.
+TEST_F(Mlx5Provider, CqWithALongPageListIsCreatedAndResized) {
+  a_.cq = ibv_create_cq(ctx_, (1 << 19) - 1, nullptr, nullptr, 0);
+  ASSERT_NE(a_.cq, nullptr) << strerror(errno);
+  EXPECT_EQ(a_.cq->cqe, (1 << 19) - 1);
+  pair();
+  auto send = [&](uint64_t id) {
+    ASSERT_EQ(post_recv(b_, addr(b_), 64), 0);
+    ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), 32, 0, 0, IBV_SEND_SIGNALED, id), 0);
+    EXPECT_EQ(poll_one(b_.cq).status, IBV_WC_SUCCESS);
+  };
+  send(1);
+  EXPECT_EQ(poll_one(a_.cq).wr_id, 1u);
+  send(2);
+  EXPECT_EQ(ibv_resize_cq(a_.cq, (1 << 20) - 1), ENOMEM) << "32 + 64 MiB of rings is over the quota";
+  EXPECT_EQ(a_.cq->cqe, (1 << 19) - 1);
+  ASSERT_EQ(ibv_resize_cq(a_.cq, (1 << 18) - 1), 0);
+  EXPECT_EQ(a_.cq->cqe, (1 << 18) - 1);
+  EXPECT_EQ(poll_one(a_.cq).wr_id, 2u) << "the completion waiting in the old ring";
+  send(3);
+  EXPECT_EQ(poll_one(a_.cq).wr_id, 3u);
+}
+
 // rdma-core __mlx5_cq_clean on destroy: the SRQ WQEs of completions left in the CQ go back to the
 // SRQ. Without the clean, the SRQ stayed full after its QP was destroyed (ENOMEM on the next post).
 TEST_F(Mlx5Provider, DestroyedQpGivesItsUnpolledSrqWqesBack) {
