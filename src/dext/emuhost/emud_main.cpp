@@ -1,5 +1,8 @@
 // melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose] [--diagnostics]
 #include <inttypes.h>
+#ifdef __linux__
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +12,12 @@
 #include "uapi/socket/protocol.h"
 
 int main(int argc, char** argv) {
+#ifdef __linux__
+  // The data path allocates and frees a frame and a staging buffer per packet on two threads. With
+  // glibc's default trim threshold each thread's arena gave those pages back (madvise) and faulted
+  // them in again on the next window: a tenth of the daemon's CPU under ib_write_bw. Keep them.
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
   melon::dext::EmudOptions opt;
   const char* env = getenv("MELON_EMUD_SOCKET");
   opt.socket = env ? env : melon::uapi::kDefaultSocket;

@@ -243,6 +243,7 @@ void UarWatcher::run() {
       std::lock_guard<std::mutex> g(mu_);
       any = scan_locked();
     }
+    if (poll_ && poll_(poll_arg_)) any = true;
     if (any) {
       // Run the doorbells now, on this thread that is awake anyway, rather than hand them to the
       // device's worker (one thread wake-up less per post; the device is locked inside).
@@ -255,22 +256,31 @@ void UarWatcher::run() {
       continue;
     }
     // Going to sleep: announce it, fence, scan once more, then sleep on every page's kick word
-    // (and ctl_, which add/remove/stop bump) with the values just read.
+    // (and ctl_, which add/remove/stop bump) with the values just read. A scan that forwards doorbells is followed by running the device, here as in the loop above:
+    // the device wakes no worker for them (Device::set_host_services), so a doorbell this scan or
+    // the timed-out one below forwarded and left queued waited for an unrelated frame or timer --
+    // forever in a ping-pong (the mlx5_0 rping / rc_pingpong -e hangs, uar_watcher_test).
     uint32_t ctl = __atomic_load_n(&ctl_, __ATOMIC_SEQ_CST);
+    bool found;
     {
       std::lock_guard<std::mutex> g(mu_);
       set_sleeping_locked(1);
       __atomic_thread_fence(__ATOMIC_SEQ_CST);
-      if (scan_locked()) {
+      found = scan_locked();
+      if (found) {
         set_sleeping_locked(0);
-        last_work = now_ns();
-        continue;
+      } else {
+        waiters.clear();
+        for (Page& p : pages_)
+          waiters.push_back(futex_waitv{p.kick, uint64_t(uintptr_t(&uapi::uar_watch(p.va)->kick)), FUTEX_32, 0});
+        waiters.push_back(futex_waitv{ctl, uint64_t(uintptr_t(&ctl_)), FUTEX_32, 0});
+        stats_.sleeps++;
       }
-      waiters.clear();
-      for (Page& p : pages_)
-        waiters.push_back(futex_waitv{p.kick, uint64_t(uintptr_t(&uapi::uar_watch(p.va)->kick)), FUTEX_32, 0});
-      waiters.push_back(futex_waitv{ctl, uint64_t(uintptr_t(&ctl_)), FUTEX_32, 0});
-      stats_.sleeps++;
+    }
+    if (found) {
+      while (dev_.service()) {}
+      last_work = now_ns();
+      continue;
     }
     timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
@@ -288,10 +298,14 @@ void UarWatcher::run() {
       timespec nap{0, 1'000'000};
       nanosleep(&nap, nullptr);
     }
-    std::lock_guard<std::mutex> g(mu_);
-    set_sleeping_locked(0);
-    // A kick that met the timeout (bumped, its wake-up too late) is still a kick: scan_page tells.
-    if (timed_out) scan_locked(/*timed_out=*/true);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      set_sleeping_locked(0);
+      // A kick that met the timeout (bumped, its wake-up too late) is still a kick: scan_page tells.
+      found = timed_out && scan_locked(/*timed_out=*/true);
+    }
+    if (found)
+      while (dev_.service()) {}
     last_work = now_ns();
   }
   std::lock_guard<std::mutex> g(mu_);

@@ -49,6 +49,15 @@ class UarWatcher {
   // RESET's response rings. Called before that response is sent.
   void rewind(uint8_t kind, uint32_t number);
 
+  // Other polling the watcher does between its scans while it is awake; set before start()
+  // (melon-emud: the wire's datagrams, UdpWire::poll_now). A ping-pong's reply is then run by the
+  // thread already polling, with no wake-up of the wire's thread. `poll` returns whether it brought
+  // work; the watcher then runs the device and stays awake, as after a doorbell.
+  void set_poll(bool (*poll)(void*), void* arg) {
+    poll_ = poll;
+    poll_arg_ = arg;
+  }
+
   struct Stats {
     uint64_t forwarded = 0;  // doorbells written to BAR0
     uint64_t from_records = 0;  // of which a doorbell record's change stood for (the UAR word was overwritten)
@@ -92,6 +101,8 @@ class UarWatcher {
   bool asleep_ = false;
   Stats stats_;
   uint32_t ctl_ = 0;  // futex word: bumped on add/remove/stop so a sleeping watcher re-reads the list
+  bool (*poll_)(void*) = nullptr;
+  void* poll_arg_ = nullptr;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -17,22 +17,38 @@ uint64_t SteadyClock::now_ns() {
 }
 
 namespace {
-// Takes the device lock; on release, delivers what the model queued for the host.
+// Takes the device lock; on release, delivers what the model queued for the host. Frames leave in
+// the order the model made them even when several threads run the device (melon-emud's doorbell
+// watcher and wire thread): one releasing thread at a time is the sender, and it also sends what
+// others queued meanwhile, so no lock is held while a frame is handed to the port.
 class Locked {
  public:
   explicit Locked(Hca& h) : h_(h), g_(h.mu_) {}
   ~Locked() {
     Hca::Outbox out;
     out.irqs.swap(h_.out_.irqs);
-    out.frames.swap(h_.out_.frames);
-    // The worker is woken for queued work, and when a timer now falls before it meant to look.
-    bool kick = h_.kick_ || (h_.worker_wake_at_ && h_.next_deadline() < h_.worker_wake_at_);
+    if (!h_.ports_.wire) h_.out_.frames.clear();  // no link: dropped
+    bool sender = !h_.sending_ && !h_.out_.frames.empty();
+    if (sender) {
+      h_.sending_ = true;
+      out.frames.swap(h_.out_.frames);
+    }
+    // The worker is woken for queued work it is meant to run (kick_), and when a timer now falls
+    // before it meant to look; not for doorbells and frames a host thread runs itself
+    // (set_host_services): waking it for those had it race that thread for the lock, per packet.
+    bool kick = h_.kick_ || (h_.worker_wake_at_ && h_.timer_deadline() < h_.worker_wake_at_);
     g_.unlock();
     if (kick) h_.wake_.notify_all();
     for (uint16_t v : out.irqs)
       if (h_.ports_.irq) h_.ports_.irq->raise(v);
-    for (auto& f : out.frames)
-      if (h_.ports_.wire) h_.ports_.wire->transmit(f.data(), f.size());
+    while (sender) {
+      h_.ports_.wire->transmit_many(out.frames.data(), out.frames.size());
+      out.frames.clear();
+      std::lock_guard<std::mutex> g(h_.mu_);
+      out.frames.swap(h_.out_.frames);
+      sender = !out.frames.empty();
+      h_.sending_ = sender;
+    }
   }
 
  private:

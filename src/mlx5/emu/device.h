@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include <memory>
+#include <vector>
 
 namespace melon::mlx5::emu {
 
@@ -59,6 +60,12 @@ class FramePort {
  public:
   virtual ~FramePort() = default;
   virtual void transmit(const uint8_t* frame, size_t len) = 0;
+  // The frames one service() produced, in order. The port may rewrite their bytes (they are the
+  // device's copies, dropped afterwards). By default one transmit() each; a port that can hand the
+  // kernel several at once (UdpWire: sendmmsg) overrides it.
+  virtual void transmit_many(std::vector<uint8_t>* frames, size_t n) {
+    for (size_t i = 0; i < n; i++) transmit(frames[i].data(), frames[i].size());
+  }
 };
 
 // The machine's monotonic clock (CLOCK_MONOTONIC): what the device uses when the host gives none.

@@ -86,8 +86,12 @@ void Hca::raise_irq(uint16_t vector) {
 }
 
 uint64_t Hca::next_deadline() {
+  if (state_ != FwState::kBooting && (pending_cmd_bits_ || !doorbells_.empty() || !rx_.empty())) return 0;
+  return timer_deadline();
+}
+
+uint64_t Hca::timer_deadline() {
   if (state_ == FwState::kBooting) return boot_done_ns_;
-  if (pending_cmd_bits_ || !doorbells_.empty() || !rx_.empty()) return 0;
   return state_ == FwState::kInitialized && engine_ ? engine_->next_deadline() : UINT64_MAX;
 }
 

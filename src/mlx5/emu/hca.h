@@ -213,7 +213,8 @@ class Hca {
   // ---- hca.cpp ----
   void reset(bool power_on);  // FLR or power-up: lose everything
   bool service();
-  uint64_t next_deadline();  // when service() next has timed work (ns), or UINT64_MAX
+  uint64_t next_deadline();  // when service() next has work (ns; 0: queued now), or UINT64_MAX
+  uint64_t timer_deadline();  // the same for timers alone (queued work kicks the worker itself)
   uint64_t now() { return ports_.clock->now_ns(); }
   void update_fw_state();  // booting -> ready when the delay has passed
   bool dma_read(uint64_t iova, void* dst, size_t len);
@@ -238,6 +239,7 @@ class Hca {
     std::vector<uint16_t> irqs;
     std::vector<std::vector<uint8_t>> frames;
   } out_;
+  bool sending_ = false;  // a thread is handing out_.frames to the port (device.cpp, Locked)
 
   HostPorts ports_;
   DeviceConfig cfg_;

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <vector>
@@ -124,35 +125,96 @@ int UdpWire::open() {
   return 0;
 }
 
-void UdpWire::transmit(const uint8_t* frame, size_t len) {
+// The socket sends from its bound port, not the frame's entropy port, and the kernel picks the IPv4
+// identification: the ICRC covers both, so it is recomputed, in place, for what the peer will see
+// (the soft provider and rxe solve for the identification, roce/icrc_udp.h). False for a frame this
+// socket cannot send.
+bool UdpWire::to_datagram(uint8_t* frame, size_t len, Datagram* d) const {
   roce::IpUdp h;
-  if (fd_ < 0 || roce::parse_ip_udp(frame, len, h) != roce::ParseError::ok || h.v6 != v6_) return;
-  sockaddr_storage to{};
-  socklen_t tl = to_sockaddr(h.dst, h.dport, &to);
-  // The socket sends from its bound port, not the frame's entropy port, and the kernel picks the IPv4
-  // identification: the ICRC covers both, so it is recomputed for what the peer will see (the soft
-  // provider and rxe solve for the identification, roce/icrc_udp.h).
+  if (fd_ < 0 || roce::parse_ip_udp(frame, len, h) != roce::ParseError::ok || h.v6 != v6_) return false;
   size_t n = h.udp_len - 8;
-  if (n < roce::kIcrcSize) return;
-  std::vector<uint8_t> payload(frame + h.hdr_len, frame + h.hdr_len + n);
+  if (n < roce::kIcrcSize || h.hdr_len + n > len) return false;
+  d->tl = to_sockaddr(h.dst, h.dport, &d->to);
+  d->data = frame + h.hdr_len;
+  d->len = n;
   roce::IpUdp sent = h;
   sent.sport = port_;
   sent.ip_id = 0;
-  roce::store_icrc(payload.data() + n - roce::kIcrcSize,
-                   roce::icrc_for_udp_payload(sent, payload.data(), n - roce::kIcrcSize));
-  sendto(fd_, payload.data(), n, 0, reinterpret_cast<sockaddr*>(&to), tl);
+  roce::store_icrc(d->data + n - roce::kIcrcSize, roce::icrc_for_udp_payload(sent, d->data, n - roce::kIcrcSize));
+  return true;
+}
+
+void UdpWire::transmit(const uint8_t* frame, size_t len) {
+  std::vector<uint8_t> copy(frame, frame + len);
+  Datagram d;
+  if (to_datagram(copy.data(), len, &d)) sendto(fd_, d.data, d.len, 0, reinterpret_cast<sockaddr*>(&d.to), d.tl);
+}
+
+// A window's frames in as few system calls as the kernel allows (sendmmsg), one datagram each as
+// before: what reaches the peer is unchanged.
+void UdpWire::transmit_many(std::vector<uint8_t>* frames, size_t n) {
+#ifdef __linux__
+  constexpr size_t kBatch = 64;
+  Datagram d[kBatch];
+  iovec iov[kBatch];
+  mmsghdr m[kBatch];
+  size_t i = 0;
+  while (i < n) {
+    unsigned k = 0;
+    for (; i < n && k < kBatch; i++) {
+      if (!to_datagram(frames[i].data(), frames[i].size(), &d[k])) continue;
+      iov[k] = iovec{d[k].data, d[k].len};
+      m[k] = mmsghdr{};
+      m[k].msg_hdr.msg_name = &d[k].to;
+      m[k].msg_hdr.msg_namelen = d[k].tl;
+      m[k].msg_hdr.msg_iov = &iov[k];
+      m[k].msg_hdr.msg_iovlen = 1;
+      k++;
+    }
+    for (unsigned sent = 0; sent < k;) {
+      int r = sendmmsg(fd_, m + sent, k - sent, 0);
+      if (r <= 0) {
+        if (r < 0 && errno == EINTR) continue;
+        sent++;  // this datagram is lost, as a dropped frame is; the transport retransmits
+        continue;
+      }
+      sent += unsigned(r);
+    }
+  }
+#else
+  for (size_t i = 0; i < n; i++) {
+    Datagram d;
+    if (to_datagram(frames[i].data(), frames[i].size(), &d))
+      sendto(fd_, d.data, d.len, 0, reinterpret_cast<sockaddr*>(&d.to), d.tl);
+  }
+#endif
 }
 
 int UdpWire::poll(int timeout_ms) {
   if (fd_ < 0 || !dev_) return 0;
+  if (timeout_ms != 0) {  // wait unlocked: another thread may drain meanwhile (poll_now)
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return 0;
+  }
+  std::lock_guard<std::mutex> g(rx_mu_);
+  return drain();
+}
+
+int UdpWire::poll_now() {
+  if (fd_ < 0 || !dev_ || !rx_mu_.try_lock()) return 0;
+  int n = drain();
+  rx_mu_.unlock();
+  return n;
+}
+
+// Under rx_mu_: datagrams reach the device in the order the socket gave them, whichever thread reads.
+int UdpWire::drain() {
   int n = 0;
   uint8_t buf[9216 + 64];
   for (;;) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, n ? 0 : timeout_ms) <= 0) return n;
     sockaddr_storage from{};
     socklen_t fl = sizeof from;
-    ssize_t r = recvfrom(fd_, buf + 64, sizeof buf - 64, 0, reinterpret_cast<sockaddr*>(&from), &fl);
+    ssize_t r = recvfrom(fd_, buf + 64, sizeof buf - 64, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &fl);
     if (r <= 0) return n;
     // Rebuild the IP/UDP headers the socket hid; the one unknowable field, the IPv4 identification,
     // is recovered from the ICRC (roce/icrc_udp.h) so the device checks the frame as it came.

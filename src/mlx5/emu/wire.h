@@ -5,9 +5,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -50,14 +52,27 @@ class UdpWire : public FramePort {
   int open();  // binds; 0 or an errno value
   void attach(Device* dev) { dev_ = dev; }
   void transmit(const uint8_t* frame, size_t len) override;
+  void transmit_many(std::vector<uint8_t>* frames, size_t n) override;
   // Hands every datagram waiting (up to `timeout_ms` for the first) to the device; returns how many.
   int poll(int timeout_ms);
+  // The same without waiting, and nothing if another thread is reading the socket right now (it
+  // hands over what is waiting): for a thread that polls the wire between other work.
+  int poll_now();
   // A thread that polls and services the device until stop().
   void start();
   void stop();
   uint64_t bad_icrc() const { return bad_icrc_; }
 
  private:
+  struct Datagram {
+    sockaddr_storage to;
+    socklen_t tl;
+    uint8_t* data;
+    size_t len;
+  };
+  bool to_datagram(uint8_t* frame, size_t len, Datagram* d) const;
+  int drain();
+
   uint8_t gid_[16];
   bool v6_;
   uint16_t port_;
@@ -66,6 +81,7 @@ class UdpWire : public FramePort {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> bad_icrc_{0};
+  std::mutex rx_mu_;  // one reader of the socket at a time, so frames keep their order
 };
 
 }  // namespace melon::mlx5::emu

@@ -2,6 +2,7 @@
 // hardware) sees it: an IPv4 frame leaves with DF set and identification 0, and its ICRC is right for
 // the IP and UDP headers actually on the wire. Runs in its own network namespace, read by a raw socket.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -10,6 +11,8 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <vector>
 
 #include "mlx5/emu/wire.h"
 #include "roce/icrc.h"
@@ -71,6 +74,58 @@ TEST(EmuUdpWire, Ipv4FramesLeaveWithDfIdZeroAndAnIcrcOverTheHeaderOnTheWire) {
             roce::icrc_for_udp_payload(got, payload, len - roce::kIcrcSize))
       << "the ICRC a receiver computes over this IP/UDP header";
   close(raw);
+}
+
+// A batch (transmit_many: one sendmmsg) leaves as the same datagrams, in order, as one transmit()
+// each: a peer sees no difference, and each ICRC is right for its header on the wire.
+TEST(EmuUdpWire, ABatchLeavesAsOneDatagramPerFrameInOrder) {
+  if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
+  ASSERT_TRUE(loopback_up());
+  int peer = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(peer, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(4791);
+  a.sin_addr.s_addr = htonl(0x7f000002);
+  ASSERT_EQ(bind(peer, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  UdpWire wire(0x7f000001);
+  ASSERT_EQ(wire.open(), 0);
+
+  constexpr int kFrames = 100;  // more than one sendmmsg takes
+  std::vector<std::vector<uint8_t>> frames;
+  roce::IpUdp h;
+  roce::gid_from_ipv4(h.src, 0x7f000001);
+  roce::gid_from_ipv4(h.dst, 0x7f000002);
+  h.sport = 0xc000;
+  for (int i = 0; i < kFrames; i++) {
+    // SEND-only, PSN i, i+1 payload bytes of value i, then the ICRC (rewritten by the wire).
+    std::vector<uint8_t> pkt = {0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x00, 0x00, 0x00, uint8_t(i)};
+    pkt.insert(pkt.end(), size_t(i + 1), uint8_t(i));
+    pkt.insert(pkt.end(), roce::kIcrcSize, 0);
+    std::vector<uint8_t> f(64 + pkt.size());
+    size_t hl = roce::write_ip_udp(h, pkt.size(), f.data());
+    memcpy(f.data() + hl, pkt.data(), pkt.size());
+    f.resize(hl + pkt.size());
+    frames.push_back(std::move(f));
+  }
+  wire.transmit_many(frames.data(), frames.size());
+
+  roce::IpUdp seen;  // the header the peer's kernel had on the wire: source 127.0.0.1:4791, id 0
+  roce::gid_from_ipv4(seen.src, 0x7f000001);
+  roce::gid_from_ipv4(seen.dst, 0x7f000002);
+  seen.sport = 4791;
+  for (int i = 0; i < kFrames; i++) {
+    pollfd p{peer, POLLIN, 0};
+    ASSERT_GT(poll(&p, 1, 1000), 0) << "datagram " << i << " missing";
+    uint8_t buf[512];
+    ssize_t n = recv(peer, buf, sizeof buf, 0);
+    ASSERT_EQ(n, ssize_t(12 + i + 1 + roce::kIcrcSize)) << "datagram " << i;
+    EXPECT_EQ(buf[11], uint8_t(i)) << "out of order";
+    EXPECT_EQ(roce::load_icrc(buf + n - roce::kIcrcSize),
+              roce::icrc_for_udp_payload(seen, buf, size_t(n) - roce::kIcrcSize))
+        << "datagram " << i;
+  }
+  close(peer);
 }
 
 }  // namespace
