@@ -34,22 +34,6 @@ namespace {
 
 thread_local const UdpTransport* tls_progress = nullptr;  // the transport whose progress thread this is
 
-bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) {
-  if (ss.ss_family == AF_INET) {
-    auto* s = reinterpret_cast<const sockaddr_in*>(&ss);
-    gid_from_ipv4(gid, ntohl(s->sin_addr.s_addr));
-    *port = ntohs(s->sin_port);
-    return true;
-  }
-  if (ss.ss_family == AF_INET6) {
-    auto* s = reinterpret_cast<const sockaddr_in6*>(&ss);
-    memcpy(gid, &s->sin6_addr, 16);
-    *port = ntohs(s->sin6_port);
-    return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
@@ -80,11 +64,7 @@ UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemor
 
 UdpTransport::~UdpTransport() { stop(); }
 
-uint64_t UdpTransport::now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+uint64_t UdpTransport::now_ns() { return monotonic_ns(); }
 
 size_t UdpTransport::bound() const {
   size_t n = 0;
@@ -144,28 +124,13 @@ int UdpTransport::start(std::string* why) {
   // Not silent: packets to these GIDs will not arrive.
   for (const std::string& w : unbound)
     std::fprintf(stderr, "melondma soft: %s; packets to this address will not be received\n", w.c_str());
-  int p[2];
-  if (pipe(p) < 0) {
-    int e = errno;
+  if (const int e = fds_.open(why)) {
     stop();
-    if (why) *why = std::string("pipe: ") + strerror(e);
     return e;
   }
-  wake_rd_ = p[0];
-  wake_wr_ = p[1];
-  // The progress thread drains the wake pipe until EAGAIN; a blocking pipe would hang it.
-  if (fcntl(wake_rd_, F_SETFL, O_NONBLOCK) != 0 || fcntl(wake_wr_, F_SETFL, O_NONBLOCK) != 0) {
-    int e = errno;
-    stop();
-    if (why) *why = std::string("fcntl(O_NONBLOCK) on the wake pipe: ") + strerror(e);
-    return e;
-  }
-#if defined(__linux__)
-  // Timers set by a post are armed here, without waking the progress thread (timer_moved); without
-  // it they wake the thread through the pipe.
-  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-#endif
-  rx_setup();
+  bool gro = false;
+  for (const Socket& k : socks_) gro |= k.fd >= 0 && k.offloads.gro;
+  rx_.setup(gro, window_);
   for (const Socket& k : socks_) forwarding_ |= k.fwd != nullptr;
   running_ = true;
   thread_ = std::thread([this] { run(); });
@@ -202,11 +167,7 @@ void UdpTransport::stop() {
     k.fd = -1;
     k.share = {};
   }
-  if (wake_rd_ >= 0) close(wake_rd_);
-  if (wake_wr_ >= 0) close(wake_wr_);
-  wake_rd_ = wake_wr_ = -1;
-  if (timer_fd_ >= 0) close(timer_fd_);
-  timer_fd_ = -1;
+  fds_.close();
 }
 
 size_t UdpTransport::socket_for(const uint8_t sgid[16]) const {
@@ -220,43 +181,7 @@ size_t UdpTransport::socket_for(const uint8_t sgid[16]) const {
 }
 
 void UdpTransport::timer_moved(uint64_t d) {
-  // The progress thread reads the deadline again before it sleeps; others make sure it wakes by d.
-  // A wake-up already due may be the one the thread is handling now, having read the lease state
-  // before the caller changed it: only one still to come is sure to find the caller's changes.
-  if (tls_progress == this) return;
-  const uint64_t now = now_ns();
-  uint64_t by = armed_deadline_ > now ? armed_deadline_ : UINT64_MAX;
-  if (timer_at_ > now) by = std::min(by, timer_at_);
-  if (d >= by) return;
-  if (timer_fd_ >= 0)
-    timer_at_ = d;
-  else
-    armed_deadline_ = d;  // woken through the pipe, the thread computes its deadline again at once
-  if (d < timer_due_.load(std::memory_order_relaxed)) timer_due_.store(d, std::memory_order_relaxed);
-}
-
-void UdpTransport::arm_timer() {
-  if (timer_due_.load(std::memory_order_relaxed) == UINT64_MAX) return;
-  std::lock_guard<std::mutex> g(timer_mu_);
-  const uint64_t d = timer_due_.exchange(UINT64_MAX, std::memory_order_relaxed);
-  if (d == UINT64_MAX) return;  // another thread armed it meanwhile
-#if defined(__linux__)
-  if (timer_fd_ >= 0) {
-    itimerspec its{};
-    its.it_value.tv_sec = time_t(d / 1000000000ull);
-    its.it_value.tv_nsec = long(d % 1000000000ull);
-    if (!its.it_value.tv_sec && !its.it_value.tv_nsec) its.it_value.tv_nsec = 1;  // 0 would disarm
-    if (timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr) == 0) return;
-    std::lock_guard<std::mutex> m(mu_);
-    timer_at_ = UINT64_MAX;  // not armed after all: the wake below makes the thread look again
-  }
-#endif
-  wake();
-}
-
-void UdpTransport::wake() {
-  char c = 1;
-  if (wake_wr_ >= 0) (void)!write(wake_wr_, &c, 1);
+  if (tls_progress != this) timer_.moved(d);
 }
 
 void UdpTransport::handoff() {
@@ -387,27 +312,6 @@ void UdpTransport::flush_held() {
   send_queued(false);
 }
 
-void UdpTransport::rx_setup() {
-  bool gro = false;
-  for (const Socket& k : socks_) gro |= k.fd >= 0 && k.offloads.gro;
-  // Without GRO one buffer per packet, as many as a window (up to 512); with GRO a buffer holds up
-  // to 64 KiB of one flow's packets, and 32 of them more than a window.
-  rx_buf_size_ = gro ? kRxBufGro : kRxBuf;
-  const size_t n = gro ? 32 : std::clamp<size_t>(window_, 64, 512);
-  rx_buf_.resize(n * rx_buf_size_);
-  rx_msgs_.resize(n);
-  rx_iov_.resize(n);
-  rx_from_.resize(n);
-  rx_ctrl_.resize(n * kRxCtrl);
-  for (size_t i = 0; i < n; ++i) {
-    rx_iov_[i] = {rx_buf_.data() + i * rx_buf_size_, rx_buf_size_};
-    memset(&rx_msgs_[i], 0, sizeof(mmsghdr));
-    rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
-    rx_msgs_[i].msg_hdr.msg_iovlen = 1;
-    rx_msgs_[i].msg_hdr.msg_name = &rx_from_[i];
-  }
-}
-
 void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len,
                              uint16_t likely_id) {
   if (k.share.registry && is_probe(pkt, len)) {  // for the registry, after the engine lock (receive_batch)
@@ -417,7 +321,7 @@ void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, cons
     return;
   }
   RingMeta meta;
-  if (!from_sockaddr(from, meta.src, &meta.sport)) {
+  if (!sockaddr_gid(from, meta.src, &meta.sport)) {
     stats_.rx_malformed++;
     return;
   }
@@ -431,38 +335,17 @@ void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, cons
 
 void UdpTransport::rx_datagram(const Socket& k, const uint8_t src[16], uint16_t sport, const uint8_t* pkt, size_t len,
                                uint16_t likely_id) {
+  const RxLocal at{k.v6, k.addr.gid, port_, lane_.lane_of_bucket, lane_.index};
   IpUdp ip;
-  ip.v6 = k.v6;
-  memcpy(ip.src, src, 16);
-  memcpy(ip.dst, k.addr.gid, 16);
-  ip.sport = sport;
-  ip.dport = port_;
-  ip.udp_len = uint16_t(len + kUdpHeaderSize);
-  ip.hdr_len = uint8_t((k.v6 ? kIpv6HeaderSize : kIpv4HeaderSize) + kUdpHeaderSize);
-  uint16_t id = 0;
-  if (!icrc_check_udp_payload(ip, pkt, len, &id, likely_id)) {
-    stats_.rx_bad_icrc++;
-    return;
-  }
-  ip.ip_id = id;
-  stats_.rx_packets++;
+  uint8_t lane;
+  const RxTo to = check_datagram(at, src, sport, pkt, len, likely_id, stats_, &ip, &lane);
+  if (to == RxTo::bad_icrc) return;
   lane_rx_packets_.store(lane_rx_packets_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  if (lane_.lane_of_bucket && len >= 8) {
-    const uint32_t qpn = uint32_t(pkt[5]) << 16 | uint32_t(pkt[6]) << 8 | pkt[7];  // BTH: destination QP
-    const uint8_t to = lane_.lane_of_bucket[bucket_of_qpn(qpn)];
-    if (to == kNotOurs) {
-      // The one place a packet for a QPN of no lane here ends: another process's (steered here
-      // while the group's program is rebuilt after a member died: RC sends it again), QP1 with no
-      // CM agent, or a QPN nobody holds.
-      stats_.rx_unknown_qpn++;
-      return;
-    }
-    if (to != lane_.index) {
-      foreign_.push_back({to, ip, pkt, len});
-      return;
-    }
-  }
-  engine_.receive(ip, pkt, len);
+  if (to == RxTo::unknown_qpn) return;
+  if (to == RxTo::lane)
+    foreign_.push_back({lane, ip, pkt, len});
+  else
+    engine_.receive(ip, pkt, len);
 }
 
 void UdpTransport::hand_over() {
@@ -501,7 +384,7 @@ int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
   // is taken only after recvmmsg returns.
   Socket& k = socks_[sock];
   ShareForward* const fw = k.fwd.get();
-  const int nmsg = max_msgs > 0 ? std::min(max_msgs, int(rx_msgs_.size())) : int(rx_msgs_.size());
+  const int nmsg = max_msgs > 0 ? std::min(max_msgs, rx_.capacity()) : rx_.capacity();
   if (fw) {
     // A leased poll leaves the wake fd to the progress thread (a syscall per poll otherwise); it
     // reads the ring, which costs a load.
@@ -513,61 +396,18 @@ int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
   }
   const int rfd = fw ? fw->rx_fd() : k.fd;
   const bool ring = fw && fw->ring().pending();
-  for (int i = 0; i < nmsg; ++i) {
-    msghdr& h = rx_msgs_[i].msg_hdr;
-    h.msg_namelen = sizeof(sockaddr_storage);
-    h.msg_control = &rx_ctrl_[size_t(i) * kRxCtrl];
-    h.msg_controllen = kRxCtrl;
-    h.msg_flags = 0;
-  }
-  int n = 0;
-  if (rfd >= 0) {
-#if defined(__linux__)
-    n = recvmmsg(rfd, rx_msgs_.data(), unsigned(nmsg), MSG_DONTWAIT, nullptr);
-#else  // recvmsg_x with MELON_SOFT_DARWIN_BATCH, else one recvmsg per datagram (msg_batch.h)
-    n = recv_msg_x(system_msg_x(), rfd, rx_msgs_.data(), unsigned(nmsg));
-#endif
-  }
+  int n = rfd >= 0 ? rx_.receive(rfd, nmsg) : 0;
   if (n <= 0 && !ring) {
     rx_hint_.store(false, std::memory_order_relaxed);
     return 0;
   }
-  n = std::max(n, 0);
   std::unique_lock<std::mutex> g(mu_);
   const bool stage_empty = !stage_->nmsgs;
   batch_now_ = now_ns();
   engine_.begin_batch();  // one ACK per QP for the whole batch (Engine::begin_batch)
-  for (int i = 0; i < n; ++i) {
-    msghdr& h = rx_msgs_[i].msg_hdr;
-    const uint8_t* buf = rx_buf_.data() + size_t(i) * rx_buf_size_;
-    const size_t len = rx_msgs_[i].msg_len;
-    size_t seg = len;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
-#if defined(__linux__)
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-        int v;
-        memcpy(&v, CMSG_DATA(c), sizeof v);
-        if (v > 0) seg = size_t(v);
-      } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
-        uint32_t drops;  // the socket's running total: count what is new since the last report
-        memcpy(&drops, CMSG_DATA(c), sizeof drops);
-        stats_.rx_buffer_drops += uint32_t(drops - k.rxq_drops);
-        k.rxq_drops = drops;
-      }
-#endif
-    }
-    if (h.msg_flags & MSG_TRUNC) {
-      stats_.rx_malformed++;
-      continue;
-    }
-    if (len > seg) stats_.rx_gro_buffers++;
-    // A GRO buffer holds packets of `seg` bytes back to back, the last one possibly shorter. The
-    // i-th is likely to carry IPv4 identification i: it is, when the buffer is one GSO send of ours
-    // (transmit()), and the ICRC check then needs no solving.
-    uint16_t nth = 0;
-    for (size_t off = 0; off < len; off += seg, ++nth)
-      rx_packet(k, rx_from_[i], buf + off, std::min(seg, len - off), nth);
-  }
+  rx_.split(n, &k.rxq_drops, [&](const sockaddr_storage& from, const uint8_t* pkt, size_t len, uint16_t nth) {
+    rx_packet(k, from, pkt, len, nth);
+  });
   if (ring) {  // forward mode: what the owner copied into our ring, read in place
     const uint64_t bad = fw->ring().bad();
     n += int(fw->ring().pop(uint32_t(nmsg), [&](const uint8_t* d, size_t len, const RingMeta& m) {
@@ -640,7 +480,7 @@ bool UdpTransport::poll_progress() {
     // one again after a poll that did not.
     const int want = lease ? rx_lease_msgs_ : 0;
     const int n = receive_batch(s, lease, want);
-    if (lease) rx_lease_msgs_ = n == want ? std::min(want * 2, int(rx_msgs_.size())) : 1;
+    if (lease) rx_lease_msgs_ = n == want ? std::min(want * 2, rx_.capacity()) : 1;
     got += n;
   }
   rx_mu_.unlock();
@@ -727,7 +567,55 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
   return err;
 }
 
+UdpTransport::WaitPlan UdpTransport::plan_wait() {
+  // While the application holds a busy-poll lease, watch only the wake pipe and the timers, and
+  // look again when the lease would run out; once no poll came for busy_ns, take the sockets back.
+  // Threads blocked in wait_readable() receive too; the same holds while there are any.
+  // The lease is read under mu_, where the timer's deadline is planned: a waiter that leaves a
+  // lease then calls timer_moved under mu_, so either this sees its lease or it sees the deadline
+  // planned here (and wakes this thread if its lease ends sooner).
+  std::lock_guard<std::mutex> g(mu_);
+  WaitPlan w;
+  const uint64_t lease_end = lease_.running_until(now_ns());
+  w.spin_leased = lease_end != 0;
+  watching_.store(true);  // before looking at waiters_: an arriving waiter sees one or the other
+  w.leased = w.spin_leased || waiters_.load() > 0;
+  if (w.leased) watching_.store(false);
+  const ProgressTimer::Plan p = timer_.plan(engine_.next_deadline(), lease_end, next_share_tick_);
+  if (p.publish) publish_totals_locked();
+  w.deadline = p.deadline;
+  return w;
+}
+
+void UdpTransport::receive_ready(const pollfd* fds, const std::vector<size_t>& which) {
+  for (size_t s = 0; s < which.size(); ++s) {
+    if (!(fds[s].revents & POLLIN)) continue;
+    rx_hint_.store(true, std::memory_order_relaxed);
+    for (int i = 0; i < 16; ++i) {  // drain a burst, but look at timers in between
+      int n;
+      {
+        RxLock g(this);
+        n = receive_batch(which[s]);
+      }
+      send_queued(false);
+      if (n < rx_.capacity()) break;
+    }
+  }
+}
+
+void UdpTransport::run_due_timers() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (engine_.next_deadline() <= now_ns()) {
+      engine_.tick();
+      after_engine_call();
+    }
+  }
+  send_queued(false);
+}
+
 void UdpTransport::run() {
+  // fds: the sockets' receive fds (which[] maps them to sockets), then the wake pipe and timer fd.
   std::vector<pollfd> fds;
   std::vector<size_t> which;
   size_t nsock = 0;
@@ -739,8 +627,7 @@ void UdpTransport::run() {
       watch_set(&fds, &which);
     }
     nsock = which.size();
-    fds.push_back({wake_rd_, POLLIN, 0});
-    if (timer_fd_ >= 0) fds.push_back({timer_fd_, POLLIN, 0});
+    fds_.watch(&fds);
   };
   rewatch();
   tls_progress = this;
@@ -753,89 +640,16 @@ void UdpTransport::run() {
       if (share_tick()) rewatch();
       next_share_tick_ = now_ns() + AddressRegistry::kTickNs;
     }
-    // While the application holds a busy-poll lease, watch only the wake pipe and the timers, and
-    // look again when the lease would run out; once no poll came for busy_ns, take the sockets back.
-    // Threads blocked in wait_readable() receive too; the same holds while there are any.
-    uint64_t deadline, lease_end;
-    bool spin_leased, leased;
-    {
-      // The lease is read under mu_, where armed_deadline_ is set: a waiter that leaves a lease
-      // then calls timer_moved under mu_, so either this sees its lease or it sees the deadline
-      // set here (and wakes this thread if its lease ends sooner).
-      std::lock_guard<std::mutex> g(mu_);
-      lease_end = lease_.running_until(now_ns());
-      spin_leased = lease_end != 0;
-      watching_.store(true);  // before looking at waiters_: an arriving waiter sees one or the other
-      leased = spin_leased || waiters_.load() > 0;
-      if (leased) watching_.store(false);
-      deadline = engine_.next_deadline();
-      // The engine's retransmission counters, copied out at most every millisecond (a sum over
-      // QPs); while they may be stale the wait is capped so they catch up.
-      const uint64_t now = now_ns();
-      if (now - totals_at_ >= 1000000) {
-        publish_totals_locked();
-        totals_stale_ = false;
-        totals_at_ = now;
-      } else {
-        totals_stale_ = true;
-      }
-      if (totals_stale_) deadline = std::min(deadline, totals_at_ + 1000000);
-      if (next_share_tick_) deadline = std::min(deadline, next_share_tick_);
-      if (spin_leased) deadline = std::min(deadline, lease_end);
-      // A timer set earlier than this needs a wake-up (after_engine_call); later ones are seen
-      // when this wait ends anyway, so posts during a lease do not write to the wake pipe.
-      armed_deadline_ = deadline;
-      if (timer_at_ <= now) timer_at_ = UINT64_MAX;  // the timer fd has fired (or fires at once)
-    }
+    const WaitPlan w = plan_wait();
     // Replies the application held back (receive_batch) leave when it stopped polling.
-    if (!spin_leased && held_.load(std::memory_order_relaxed)) flush_held();
-    timespec ts{}, *tsp = nullptr;
-    if (deadline != UINT64_MAX) {
-      uint64_t now = now_ns();
-      uint64_t wait = deadline <= now ? 0 : deadline - now;
-      ts.tv_sec = time_t(wait / 1000000000ull);
-      ts.tv_nsec = long(wait % 1000000000ull);
-      tsp = &ts;
-    }
-    pollfd* watch = leased ? &fds[nsock] : fds.data();  // the wake pipe and the timer only
-    const size_t nwatch = leased ? fds.size() - nsock : fds.size();
-    if (leased)
-      for (size_t s = 0; s < nsock; ++s) fds[s].revents = 0;
-#if defined(__linux__)
-    int r = ppoll(watch, nwatch, tsp, nullptr);
-#else
-    int r = poll(watch, nfds_t(nwatch), poll_timeout_ms(tsp));
-#endif
+    if (!w.spin_leased && held_.load(std::memory_order_relaxed)) flush_held();
+    for (size_t s = 0; s < nsock; ++s) fds[s].revents = 0;
+    pollfd* watch = w.leased ? &fds[nsock] : fds.data();  // leased: the wake pipe and the timer only
+    const int r = timer_.wait(watch, w.leased ? fds.size() - nsock : fds.size(), w.deadline);
     if (r < 0 && errno != EINTR) break;
-    if (fds[nsock].revents & POLLIN) {
-      char buf[64];
-      while (read(wake_rd_, buf, sizeof buf) > 0) {}
-    }
-    if (timer_fd_ >= 0 && (fds[nsock + 1].revents & POLLIN)) {
-      uint64_t expirations;
-      (void)!read(timer_fd_, &expirations, sizeof expirations);
-    }
-    for (size_t s = 0; s < nsock; ++s) {
-      if (!(fds[s].revents & POLLIN)) continue;
-      rx_hint_.store(true, std::memory_order_relaxed);
-      for (int i = 0; i < 16; ++i) {  // drain a burst, but look at timers in between
-        int n;
-        {
-          RxLock g(this);
-          n = receive_batch(which[s]);
-        }
-        send_queued(false);
-        if (n < int(rx_msgs_.size())) break;
-      }
-    }
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (engine_.next_deadline() <= now_ns()) {
-        engine_.tick();
-        after_engine_call();
-      }
-    }
-    send_queued(false);
+    fds_.drain(&fds[nsock]);
+    receive_ready(fds.data(), which);
+    run_due_timers();
   }
 }
 
@@ -865,7 +679,7 @@ bool UdpTransport::share_tick() {
     RxLock g(this);
     if (!k.fwd->tick()) continue;
     // The port's socket is new: the offloads the receive buffers were sized for (rx_setup).
-    if (rx_buf_size_ == kRxBufGro) enable_offloads(k.fwd->rx_fd());
+    if (rx_.gro()) enable_offloads(k.fwd->rx_fd());
     changed = true;
   }
   if (changed) roles_.fetch_add(1);

@@ -10,9 +10,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include <climits>
-#include <ctime>
-
 #include <atomic>
 #include <memory>
 #include <cstdint>
@@ -23,6 +20,9 @@
 
 #include "providers/soft/busy_poll_lease.h"
 #include "providers/soft/msg_batch.h"  // mmsghdr off Linux
+#include "providers/soft/progress_fds.h"
+#include "providers/soft/progress_timer.h"
+#include "providers/soft/rx_batch.h"
 #include "providers/soft/send_queue.h"
 #include "providers/soft/share_forward.h"
 #include "providers/soft/soft_counters.h"
@@ -33,16 +33,6 @@
 #include "roce/frame.h"
 
 namespace melon::soft {
-
-// The progress thread's wait off Linux (macOS has poll, not ppoll): the time left, rounded up to
-// whole milliseconds so the wait never ends before a deadline and a wait under 1 ms is not a spin
-// of 0 ms timeouts, and capped at INT_MAX ms; -1 (no timeout) for no deadline.
-inline int poll_timeout_ms(const timespec* ts) {
-  if (!ts) return -1;
-  const uint64_t ns = uint64_t(ts->tv_sec) * 1000000000ull + uint64_t(ts->tv_nsec);
-  const uint64_t ms = ns / 1000000 + (ns % 1000000 != 0);
-  return ms > uint64_t(INT_MAX) ? INT_MAX : int(ms);
-}
 
 // One local address of the device, as a GID (IPv4-mapped or IPv6), with the IPv6 scope.
 struct LocalAddress {
@@ -55,7 +45,6 @@ class UdpTransport;
 // Where a transport stands among its device's lanes (hub.h, Hub) and the processes sharing its
 // addresses (addr_registry.h). The default is a device of one lane on addresses of its own: its own
 // counter file, ordinary sockets, every packet its own.
-constexpr uint8_t kNotOurs = 0xff;  // LaneConfig::lane_of_bucket: a bucket no lane of this device owns
 struct LaneConfig {
   uint32_t count = 1, index = 0;
   TransportStats* stats = nullptr;  // the device's counters, shared by its lanes (nullptr: own file)
@@ -155,7 +144,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
 
   // Locks, in the order they may nest: rx_mu_ (receive buffers, recvmmsg) -> mu_ (the engine and
   // the batch being filled) -> the send queue's own (send_queue.h, held for pointer moves only; its
-  // sender lock is held without mu_). timer_mu_ (arm_timer) -> mu_. Lanes: this lane's rx_mu_ ->
+  // sender lock is held without mu_). The progress timer's arm lock (progress_timer.h) -> mu_. Lanes: this lane's rx_mu_ ->
   // another lane's mu_ (hand_over), and no thread holds two lanes' mu_. No thread makes a syscall
   // while holding mu_, so a post waits at most for engine work, never for a recvmmsg or a sendmmsg.
   // The busy-poll lease (busy_poll_lease.h) takes no lock.
@@ -191,7 +180,16 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // With mu_ held, after a post: hold what it staged (doorbell batching) or queue it; true if the
   // caller must send the queue.
   bool after_post(bool backed, uint64_t staged_before, uint64_t handoffs_before);
+  // The progress thread: plans its wait (plan_wait), waits, receives what is ready, runs due timers.
   void run();
+  struct WaitPlan {
+    uint64_t deadline;
+    bool leased;  // the sockets are the application's (a busy-poll lease) or a waiter's: not watched
+    bool spin_leased;  // a busy-poll lease runs (held replies stay for the application's next poll)
+  };
+  WaitPlan plan_wait();
+  void receive_ready(const pollfd* fds, const std::vector<size_t>& which);  // the sockets' entries, after the wait
+  void run_due_timers();
   // With rx_mu_ held (takes mu_ to process). `hold`: the receive of a busy-polling application or a
   // blocked waiter; what the engine sends in reply stays in stage_ (held_) for the application's
   // next post (one sendmmsg with it), poll or ibv_req_notify_cq, or the end of the lease.
@@ -208,20 +206,17 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   };
   void hand_over();
   void receive_handed(const Foreign* f, size_t n);  // from another lane's thread
-  void wake();
-  // With mu_ held: the engine's next deadline (or a lease's end) is now d. If that is earlier than
-  // the progress thread will wake, the timer fd is to be armed for d (Linux), else the thread woken:
-  // arm_timer() does either once the caller has released mu_ and sent what it queued. Every caller
-  // of timer_moved calls arm_timer afterwards.
+  void wake() { fds_.wake(); }
+  // With mu_ held: the engine's next deadline (or a lease's end) is now d (ProgressTimer::moved; the
+  // progress thread itself plans its wait again anyway). arm_timer() sets the timer fd or wakes the
+  // thread once the caller has released mu_ and sent what it queued. Every caller of timer_moved
+  // calls arm_timer afterwards.
   void timer_moved(uint64_t d);
-  void arm_timer();  // without mu_: the timerfd_settime (or wake) that timer_moved asked for, if any
+  void arm_timer() { timer_.arm(); }
   size_t socket_for(const uint8_t sgid[16]) const;
 
   // Transmit: packets fill a batch (tx_batch.h) that joins the send queue (send_queue.h).
   static constexpr int kMaxHeld = kMaxGsoSegments;  // held packets that make posts send (one GSO run)
-  // Receive: one datagram per buffer, or with UDP GRO up to 64 KiB of one flow's packets.
-  static constexpr size_t kRxBuf = 9216;
-  static constexpr size_t kRxBufGro = 65536;
 
   struct Socket {
     LocalAddress addr;
@@ -235,9 +230,10 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   };
   std::vector<Socket> socks_;
   uint16_t port_;
-  int wake_rd_ = -1, wake_wr_ = -1;
-  int timer_fd_ = -1;  // timerfd (Linux) the progress thread watches beside its ppoll timeout
   std::mutex rx_mu_, mu_;
+  MonotonicClock clock_;
+  ProgressFds fds_;  // the progress thread's wake pipe and timer fd (opened by start())
+  ProgressTimer timer_{clock_, fds_, mu_};  // when the progress thread wakes (its state guarded by mu_)
   rc::Engine engine_;
   std::thread thread_;
   std::atomic<bool> running_{false};
@@ -267,17 +263,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     UdpTransport* t;
   };  // threads in wait_readable(): they receive, the progress thread does not
   bool defer_ = true;  // the application receives; the progress thread keeps off the sockets
-  // The progress thread wakes by the earlier of armed_deadline_ (its own wait's deadline, set before
-  // each wait) and timer_at_ (the timer fd's expiry, kept after the timer it was armed for has gone:
-  // an early wake-up costs that thread one look, a timerfd_settime per post costs the poster a
-  // syscall). Both guarded by mu_. timer_due_: the expiry arm_timer() has yet to set.
-  uint64_t armed_deadline_ = UINT64_MAX;
-  uint64_t timer_at_ = UINT64_MAX;
-  std::atomic<uint64_t> timer_due_{UINT64_MAX};
-  std::mutex timer_mu_;  // one timerfd_settime at a time, the last with the earliest expiry asked for
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
-  uint64_t totals_at_ = 0;  // when the engine's counter totals were last copied out (progress thread)
-  bool totals_stale_ = false;
   std::string name_;
   LaneConfig lane_;
   CounterFile counters_;
@@ -312,8 +298,6 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   std::unique_ptr<SendQueue> sendq_;
   std::unique_ptr<std::atomic<bool>[]> gso_;  // per socket: cleared by the sender if the kernel refuses
 
-  // Receive batch (guarded by rx_mu_), sized to the window; set up once in start().
-  void rx_setup();
   // `likely_id`: the IPv4 identification to try first in the ICRC check (its index in a GRO buffer).
   // In forward mode the owner routes other members' datagrams to their rings first.
   void rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len, uint16_t likely_id);
@@ -326,13 +310,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // Forward mode (share_forward.h), lane 0's progress thread: the registries' ticks and take-overs;
   // true if a socket's role changed (the watch set is rebuilt).
   bool share_tick();
-  size_t rx_buf_size_ = kRxBuf;
-  std::vector<uint8_t> rx_buf_;
-  std::vector<mmsghdr> rx_msgs_;
-  std::vector<iovec> rx_iov_;
-  std::vector<sockaddr_storage> rx_from_;
-  static constexpr size_t kRxCtrl = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint32_t));
-  std::vector<char> rx_ctrl_;
+  RxBatch rx_{stats_};  // the receive buffers (guarded by rx_mu_), sized to the window by start()
   int rx_lease_msgs_ = 1;  // the recvmmsg vector of a leased poll (poll_progress; guarded by rx_mu_)
   uint32_t window_;
 };
