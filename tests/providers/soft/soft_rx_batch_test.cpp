@@ -3,7 +3,7 @@
 // segments with the last shorter and its UDP_GRO control message, the SO_RXQ_OVFL running drop
 // count, MSG_TRUNC), and from a real UDP GSO send over loopback to a GRO socket; then the check that
 // sends each packet to its lane's engine or drops it, counted. The packets' ICRCs are summed by zlib
-// over the masked fields of IBA Annex A17, not by our CRC code.
+// (the datagram oracle, tests/common), not by our CRC code.
 #include "providers/soft/rx_batch.h"
 
 #include <arpa/inet.h>
@@ -12,7 +12,6 @@
 #include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cstring>
 #include <deque>
@@ -20,6 +19,7 @@
 
 #include "providers/soft/steering.h"
 #include "providers/soft/udp_socket.h"
+#include "common/datagram_oracle.h"
 
 namespace melon::soft {
 namespace {
@@ -29,46 +29,21 @@ const uint8_t kOurs[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 
 constexpr uint16_t kPeerPort = 49152, kPort = 4791;
 
 // One RoCEv2 packet (BTH, `payload` bytes, ICRC) from kPeer:kPeerPort to kOurs:kPort over IPv4
-// with identification `id`, its ICRC summed by zlib: 8 bytes of 0xff for the LRH, the IPv4 header
-// with TOS, TTL and checksum all ones, the UDP header with its checksum all ones, the BTH with its
-// reserved byte 4 all ones (IBA A17.3.3), then the payload.
+// with identification `id`, its ICRC summed by zlib (tests/common/datagram_oracle.h).
 std::vector<uint8_t> roce_packet(uint32_t dest_qp, size_t payload, uint16_t id, uint8_t fill = 0x5a) {
-  std::vector<uint8_t> p(12 + payload + 4, fill);
+  test::Datagram d;
+  memcpy(d.src, kPeer, 16);
+  memcpy(d.dst, kOurs, 16);
+  d.sport = kPeerPort;
+  d.dport = kPort;
+  d.id = id;
+  d.bytes.assign(12 + payload + 4, fill);
   const uint8_t bth[12] = {0x04, 0x40, 0xff, 0xff, 0, uint8_t(dest_qp >> 16), uint8_t(dest_qp >> 8), uint8_t(dest_qp),
                            0,    0,    0,    7};  // SEND ONLY, tver 0, pkey 0xffff, PSN 7
-  memcpy(p.data(), bth, 12);
-  std::vector<uint8_t> d(8, 0xff);
-  const uint16_t total = uint16_t(20 + 8 + p.size());
-  const uint8_t ip[20] = {0x45,
-                          0xff,
-                          uint8_t(total >> 8),
-                          uint8_t(total),
-                          uint8_t(id >> 8),
-                          uint8_t(id),
-                          0x40,
-                          0,
-                          0xff,
-                          17,
-                          0xff,
-                          0xff,
-                          127,
-                          0,
-                          0,
-                          3,
-                          127,
-                          0,
-                          0,
-                          2};
-  d.insert(d.end(), ip, ip + 20);
-  const uint16_t ulen = uint16_t(8 + p.size());
-  const uint8_t udp[8] = {kPeerPort >> 8,     kPeerPort & 0xff, kPort >> 8, kPort & 0xff,
-                          uint8_t(ulen >> 8), uint8_t(ulen),    0xff,       0xff};
-  d.insert(d.end(), udp, udp + 8);
-  d.insert(d.end(), p.begin(), p.end() - 4);
-  d[8 + 20 + 8 + 4] = 0xff;
-  const uint32_t crc = uint32_t(crc32(0, d.data(), uInt(d.size())));
-  for (int i = 0; i < 4; ++i) p[p.size() - 4 + size_t(i)] = uint8_t(crc >> (8 * i));  // little-endian on the wire
-  return p;
+  memcpy(d.bytes.data(), bth, 12);
+  const uint32_t crc = test::datagram_icrc(d);
+  for (int i = 0; i < 4; ++i) d.bytes[d.bytes.size() - 4 + size_t(i)] = uint8_t(crc >> (8 * i));  // little-endian
+  return d.bytes;
 }
 
 // What split() handed on.

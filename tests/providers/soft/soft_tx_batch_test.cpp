@@ -8,11 +8,11 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/udp.h>
-#include <zlib.h>
 
 #include <cstring>
 #include <vector>
 
+#include "common/datagram_oracle.h"
 #include "roce/opcode.h"
 
 namespace melon::soft {
@@ -75,50 +75,19 @@ std::vector<uint8_t> gather(const TxBatch& b, const TxMsg& m) {
   return out;
 }
 
-// The ICRC of one RoCEv2 datagram (BTH onwards, ICRC last, little-endian on the wire) sent from
-// our address to `dst` over IPv4 with identification `id`, summed by zlib over the masked
-// pseudo-header: 8 bytes of 0xff for the LRH, the IPv4 header with TOS, TTL and checksum all ones,
-// the UDP header with its checksum all ones, and the BTH with its reserved byte 4 all ones.
+// Whether one RoCEv2 datagram (BTH onwards, ICRC last, little-endian on the wire) sent from our
+// address to `dst` over IPv4 with identification `id` ends with the ICRC zlib sums for it over the
+// masked fields (tests/common/datagram_oracle.h).
 bool icrc_ok(const uint8_t* roce, size_t len, const uint8_t dst[16], uint16_t id) {
   if (len < 16) return false;
-  std::vector<uint8_t> d(8, 0xff);
-  const uint16_t total = uint16_t(20 + 8 + len);
-  const uint8_t ip[20] = {0x45,
-                          0xff,
-                          uint8_t(total >> 8),
-                          uint8_t(total),
-                          uint8_t(id >> 8),
-                          uint8_t(id),
-                          0x40,
-                          0,
-                          0xff,
-                          17,
-                          0xff,
-                          0xff,
-                          kOurs[12],
-                          kOurs[13],
-                          kOurs[14],
-                          kOurs[15],
-                          dst[12],
-                          dst[13],
-                          dst[14],
-                          dst[15]};
-  d.insert(d.end(), ip, ip + 20);
-  const uint16_t ulen = uint16_t(8 + len);
-  const uint8_t udp[8] = {uint8_t(4791 >> 8),
-                          uint8_t(4791 & 0xff),
-                          uint8_t(4791 >> 8),
-                          uint8_t(4791 & 0xff),
-                          uint8_t(ulen >> 8),
-                          uint8_t(ulen),
-                          0xff,
-                          0xff};
-  d.insert(d.end(), udp, udp + 8);
-  d.insert(d.end(), roce, roce + len - 4);
-  d[8 + 20 + 8 + 4] = 0xff;
-  const uint32_t crc = uint32_t(crc32(0, d.data(), uInt(d.size())));
+  test::Datagram d;
+  memcpy(d.src, kOurs, 16);
+  memcpy(d.dst, dst, 16);
+  d.sport = d.dport = 4791;
+  d.id = id;
+  d.bytes.assign(roce, roce + len);
   const uint8_t* t = roce + len - 4;
-  return crc == (uint32_t(t[0]) | uint32_t(t[1]) << 8 | uint32_t(t[2]) << 16 | uint32_t(t[3]) << 24);
+  return test::datagram_icrc(d) == (uint32_t(t[0]) | uint32_t(t[1]) << 8 | uint32_t(t[2]) << 16 | uint32_t(t[3]) << 24);
 }
 
 // Cuts message `m` as the kernel's GSO does (datagrams of m.seg bytes, the last shorter) and
