@@ -1,9 +1,22 @@
 // The soft provider's wire: one UDP socket on port 4791 of a device address, the transport engine
 // behind it, and a progress thread, so RDMA WRITE/READ/atomics aimed at this process complete
-// without the application calling any verb. Packets leave in sendmmsg batches, each payload copied
-// in before its ICRC is summed (runs of equal-size packets as one UDP GSO send where the kernel has it);
-// arrivals come in recvmmsg batches (several packets per buffer with UDP GRO) and are ICRC-checked
-// (icrc_udp.h). Batches are sized to the requester window.
+// without the application calling any verb. UdpTransport is the facade that wires the units, each
+// readable and tested alone: packets leave in send batches (tx_batch.h: each payload copied in
+// before its ICRC is summed, runs of equal-size packets as one UDP GSO send) through the send queue
+// (send_queue.h); arrivals come in receive batches (rx_batch.h: several packets per buffer with UDP
+// GRO, each ICRC-checked and steered to its lane); the busy-poll lease (busy_poll_lease.h) says who
+// receives; the progress timer (progress_timer.h, progress_fds.h) says when the progress thread
+// wakes. Batches are sized to the requester window. This file's members are defined in
+// udp_transport.cpp (start and stop, engine calls, sending), udp_receive.cpp (the receive path,
+// polls and waiters) and progress_thread.cpp (the progress thread).
+//
+// Locks, in the order they may nest: rx_mu_ (the receive batch, recvmmsg) -> mu_ (the engine, the
+// batch being filled, the progress timer's deadlines) -> the send queue's own (send_queue.h, held
+// for pointer moves only; its sender lock is held without mu_). The progress timer's arm lock
+// (progress_timer.h) -> mu_. Lanes: this lane's rx_mu_ -> another lane's mu_ (hand_over), and no
+// thread holds two lanes' mu_. No thread makes a syscall while holding mu_, so a post waits at most
+// for engine work, never for a recvmmsg or a sendmmsg. The busy-poll lease takes no lock; atomics
+// (held_, rx_hint_, waiters_, watching_, ...) are read without one and say so where they are declared.
 #pragma once
 #include <netinet/in.h>
 #include <poll.h>
@@ -142,12 +155,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // With MELON_SOFT_STATS=1: every counter of a device in one line on stderr.
   static void print_counters(const char* name, const TransportStats& stats);
 
-  // Locks, in the order they may nest: rx_mu_ (receive buffers, recvmmsg) -> mu_ (the engine and
-  // the batch being filled) -> the send queue's own (send_queue.h, held for pointer moves only; its
-  // sender lock is held without mu_). The progress timer's arm lock (progress_timer.h) -> mu_. Lanes: this lane's rx_mu_ ->
-  // another lane's mu_ (hand_over), and no thread holds two lanes' mu_. No thread makes a syscall
-  // while holding mu_, so a post waits at most for engine work, never for a recvmmsg or a sendmmsg.
-  // The busy-poll lease (busy_poll_lease.h) takes no lock.
+  // Locks: see the top of this file.
  private:
   enum class Mode { control, post, post_send };
   template <typename F>
@@ -174,28 +182,44 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     return f(engine_);
   }
 
+  struct Socket;  // one per address (below)
+
+  // udp_transport.cpp: engine calls and sending.
   void transmit(const rc::TxPacket& p) override;
   uint64_t now() override { return batch_now_ ? batch_now_ : now_ns(); }
   void after_engine_call();  // with mu_ held: queue the batch, arm the progress thread's timer if needed
   // With mu_ held, after a post: hold what it staged (doorbell batching) or queue it; true if the
   // caller must send the queue.
   bool after_post(bool backed, uint64_t staged_before, uint64_t handoffs_before);
-  // The progress thread: plans its wait (plan_wait), waits, receives what is ready, runs due timers.
-  void run();
-  struct WaitPlan {
-    uint64_t deadline;
-    bool leased;  // the sockets are the application's (a busy-poll lease) or a waiter's: not watched
-    bool spin_leased;  // a busy-poll lease runs (held replies stay for the application's next poll)
-  };
-  WaitPlan plan_wait();
-  void receive_ready(const pollfd* fds, const std::vector<size_t>& which);  // the sockets' entries, after the wait
-  void run_due_timers();
+  void publish_totals_locked();  // with mu_ held
+  void wake() { fds_.wake(); }
+  // With mu_ held: the engine's next deadline (or a lease's end) is now d (ProgressTimer::moved; the
+  // progress thread itself plans its wait again anyway). arm_timer() sets the timer fd or wakes the
+  // thread once the caller has released mu_ and sent what it queued. Every caller of timer_moved
+  // calls arm_timer afterwards.
+  void timer_moved(uint64_t d);
+  void arm_timer() { timer_.arm(); }
+  size_t socket_for(const uint8_t sgid[16]) const;
+  // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
+  // the send queue, and whichever thread holds the queue's sender lock sends queued batches in order.
+  // With mu_ held: stage_ joins the send queue; a lone reply a receive held (replies_end_ == 1) and
+  // the one message of requests that followed it become one GSO send first (TxBatch::join_held_reply).
+  void handoff();
+  void send_queued(bool wait);
+  void send_batch(TxBatch& b);  // by the queue's one sender
+
+  // udp_receive.cpp: the receive path; polls and waiters (public above).
   // With rx_mu_ held (takes mu_ to process). `hold`: the receive of a busy-polling application or a
   // blocked waiter; what the engine sends in reply stays in stage_ (held_) for the application's
   // next post (one sendmmsg with it), poll or ibv_req_notify_cq, or the end of the lease.
   // `max_msgs` > 0: at most that many receive buffers (datagrams or GRO runs) in this call.
   int receive_batch(size_t sock, bool hold = false, int max_msgs = 0);
-  void publish_totals_locked();  // with mu_ held
+  // `likely_id`: the IPv4 identification to try first in the ICRC check (its index in a GRO buffer).
+  // In forward mode the owner routes other members' datagrams to their rings first.
+  void rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len, uint16_t likely_id);
+  // One datagram from `src`/`sport` to socket k's address, checked (ICRC) and given to its lane's engine.
+  void rx_datagram(const Socket& k, const uint8_t src[16], uint16_t sport, const uint8_t* pkt, size_t len,
+                   uint16_t likely_id);
   // Packets of another lane's QPs: set aside while processing a batch (pointing into the receive
   // buffers, under rx_mu_), handed over after mu_ is released (no thread holds two lanes' mu_).
   struct Foreign {
@@ -206,14 +230,25 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   };
   void hand_over();
   void receive_handed(const Foreign* f, size_t n);  // from another lane's thread
-  void wake() { fds_.wake(); }
-  // With mu_ held: the engine's next deadline (or a lease's end) is now d (ProgressTimer::moved; the
-  // progress thread itself plans its wait again anyway). arm_timer() sets the timer fd or wakes the
-  // thread once the caller has released mu_ and sent what it queued. Every caller of timer_moved
-  // calls arm_timer afterwards.
-  void timer_moved(uint64_t d);
-  void arm_timer() { timer_.arm(); }
-  size_t socket_for(const uint8_t sgid[16]) const;
+
+  // The progress thread (progress_thread.cpp): plans its wait (plan_wait), waits, receives what is
+  // ready, runs due timers.
+  void run();
+  static thread_local const UdpTransport* progress_thread_;  // the transport whose progress thread this is
+  struct WaitPlan {
+    uint64_t deadline;
+    bool leased;  // the sockets are the application's (a busy-poll lease) or a waiter's: not watched
+    bool spin_leased;  // a busy-poll lease runs (held replies stay for the application's next poll)
+  };
+  WaitPlan plan_wait();
+  void receive_ready(const pollfd* fds, const std::vector<size_t>& which);  // the sockets' entries, after the wait
+  void run_due_timers();
+  // What the receive paths watch: each socket's receive fd (none for a forward-mode member) and its
+  // wake fd in forward mode; `which` maps each entry to its socket. Guarded by rx_mu_ (roles change under it).
+  void watch_set(std::vector<pollfd>* fds, std::vector<size_t>* which) const;
+  // Forward mode (share_forward.h), lane 0's progress thread: the registries' ticks and take-overs;
+  // true if a socket's role changed (the watch set is rebuilt).
+  bool share_tick();
 
   // Transmit: packets fill a batch (tx_batch.h) that joins the send queue (send_queue.h).
   static constexpr int kMaxHeld = kMaxGsoSegments;  // held packets that make posts send (one GSO run)
@@ -283,33 +318,14 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   bool forwarding_ = false;  // a socket is in forward mode (set by start(), read-only after)
   std::atomic<uint64_t> lane_rx_packets_{0}, lane_handed_over_{0};  // written under rx_mu_
 
-  // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
-  // the send queue, and whichever thread holds the queue's sender lock sends queued batches in order.
-  // With mu_ held: stage_ joins the send queue; a lone reply a receive held (replies_end_ == 1) and
-  // the one message of requests that followed it become one GSO send first (TxBatch::join_held_reply).
-  void handoff();
-  JoinDelta join_delta_;  // guarded by mu_
-  void send_queued(bool wait);
-  void send_batch(TxBatch& b);  // by the queue's one sender
   std::unique_ptr<TxBatch> stage_;  // guarded by mu_
+  JoinDelta join_delta_;  // guarded by mu_
   uint64_t staged_ = 0, handoffs_ = 0;  // packets transmit() staged, batches handed off (guarded by mu_)
   std::atomic<bool> held_{false};  // stage_ holds packets a post left there (set and cleared under mu_)
   int replies_end_ = 0;  // stage_'s first messages, held by a receive into an empty stage_ (guarded by mu_)
   std::unique_ptr<SendQueue> sendq_;
   std::unique_ptr<std::atomic<bool>[]> gso_;  // per socket: cleared by the sender if the kernel refuses
 
-  // `likely_id`: the IPv4 identification to try first in the ICRC check (its index in a GRO buffer).
-  // In forward mode the owner routes other members' datagrams to their rings first.
-  void rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len, uint16_t likely_id);
-  // One datagram from `src`/`sport` to socket k's address, checked (ICRC) and given to its lane's engine.
-  void rx_datagram(const Socket& k, const uint8_t src[16], uint16_t sport, const uint8_t* pkt, size_t len,
-                   uint16_t likely_id);
-  // What the receive paths watch: each socket's receive fd (none for a forward-mode member) and its
-  // wake fd in forward mode; `which` maps each entry to its socket. Guarded by rx_mu_ (roles change under it).
-  void watch_set(std::vector<pollfd>* fds, std::vector<size_t>* which) const;
-  // Forward mode (share_forward.h), lane 0's progress thread: the registries' ticks and take-overs;
-  // true if a socket's role changed (the watch set is rebuilt).
-  bool share_tick();
   RxBatch rx_{stats_};  // the receive buffers (guarded by rx_mu_), sized to the window by start()
   int rx_lease_msgs_ = 1;  // the recvmmsg vector of a leased poll (poll_progress; guarded by rx_mu_)
   uint32_t window_;
