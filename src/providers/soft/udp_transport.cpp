@@ -198,41 +198,10 @@ void UdpTransport::drain() {
 }
 
 void UdpTransport::send_queued(bool wait) {
-  sendq_->send(wait, [this](TxBatch& b) { send_batch(b); });
-}
-
-void UdpTransport::send_batch(TxBatch& b) {
-  b.prepare_send();
-  // Consecutive messages from the same socket go out in one sendmmsg.
-  int off = 0;
-  while (off < b.nmsgs) {
-    const size_t sock = b.msgs[off].sock;
-    int end = off + 1;
-    while (end < b.nmsgs && b.msgs[end].sock == sock) ++end;
-    const int fd = socks_[sock].fd;
-#if defined(__linux__)
-    int r = sendmmsg(fd, b.mmsg.data() + off, unsigned(end - off), 0);
-#else  // sendmsg_x with MELON_SOFT_DARWIN_BATCH, else one sendmsg per message (msg_batch.h)
-    int r = send_msg_x(system_msg_x(), fd, b.mmsg.data() + off, unsigned(end - off));
-#endif
-    stats_.tx_calls.fetch_add(1, std::memory_order_relaxed);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const TxMsg& m = b.msgs[off];
-      // A kernel that refuses this GSO send (EIO: no checksum offload on the route; EINVAL: a limit
-      // we do not know of) gets one datagram per packet from now on; these packets are lost and
-      // the transport retries them. Anything else (ENOBUFS, EAGAIN, no route) loses the packets.
-      if (m.npkts > 1 && (errno == EIO || errno == EINVAL) && gso_[sock].exchange(false)) stats_.offload_fallbacks++;
-      stats_.tx_errors += uint64_t(m.npkts);
-      ++off;
-      continue;
-    }
-    for (int j = off; j < off + r; ++j) {
-      stats_.tx_packets += uint64_t(b.msgs[j].npkts);
-      if (b.msgs[j].npkts > 1) stats_.tx_gso_sends++;
-    }
-    off += r;
-  }
+  sendq_->send(wait, [this](TxBatch& b) {
+    send_batch(
+        b, [this](size_t sock) { return socks_[sock].fd; }, gso_.get(), stats_);
+  });
 }
 
 void UdpTransport::print_counters(const char* name, const TransportStats& stats) {

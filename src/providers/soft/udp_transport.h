@@ -206,7 +206,6 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // the one message of requests that followed it become one GSO send first (TxBatch::join_held_reply).
   void handoff();
   void send_queued(bool wait);
-  void send_batch(TxBatch& b);  // by the queue's one sender
 
   // udp_receive.cpp: the receive path; polls and waiters (public above).
   // With rx_mu_ held (takes mu_ to process). `hold`: the receive of a busy-polling application or a

@@ -1,5 +1,6 @@
 // The soft provider's transmit batch (providers/soft/tx_batch.h): which packets share a UDP GSO
-// send, and whether each datagram the kernel will cut from a send carries the right ICRC. The
+// send, whether each datagram the kernel will cut from a send carries the right ICRC, and how a
+// batch is handed to a stand-in for sendmmsg (one call per socket's run, partial and refused sends). The
 // judge of the ICRC is not our CRC code: each datagram is rebuilt as it will be on the wire (IPv4
 // header with identification i for the i-th segment of a send, as Linux's inet_gso_segment numbers
 // them) and summed with zlib's crc32 over the masked fields of IBA Annex A17.
@@ -10,6 +11,7 @@
 #include <netinet/udp.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "common/datagram_oracle.h"
@@ -27,7 +29,7 @@ uint8_t kOther[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 4};
 
 struct Fixture {
   explicit Fixture(bool gso_on = true) {
-    gso[0] = gso_on;
+    gso[0] = gso[1] = gso_on;
     peer.av.hop_limit = 64;
     memcpy(peer.av.sgid, kOurs, 16);
     memcpy(peer.av.dgid, kPeer, 16);
@@ -37,12 +39,13 @@ struct Fixture {
   struct Dest {
     rc::AddressVector av;
   } peer, other;
-  std::atomic<bool> gso[1];
+  std::atomic<bool> gso[2];  // per socket
+  size_t sock = 0;  // the socket the next packets leave from
   TxBatch batch{256};
   std::vector<std::vector<uint8_t>> payloads;
   uint32_t psn = 100;
 
-  TxSource src() { return TxSource{0, kOurs, false, 4791, gso}; }
+  TxSource src() { return TxSource{sock, kOurs, false, 4791, gso}; }
   // One packet of `opcode` with `len` payload bytes (a byte pattern of its PSN) to `d`.
   void add(uint8_t opcode, uint32_t len, const Dest& d) {
     payloads.emplace_back(len);
@@ -254,6 +257,114 @@ TEST(SoftTxBatch, PrepareSendAsksTheKernelToCutOnlyTheGsoMessages) {
   EXPECT_EQ(seg, 12 + 1024 + 4);
 #endif
   EXPECT_EQ(f.batch.mmsg[1].msg_hdr.msg_controllen, 0u);  // one datagram: nothing to cut
+}
+
+// send_batch's calls, and what the stand-in for sendmmsg answers each (by default: all sent).
+struct SendCall {
+  int fd;
+  unsigned n;
+};
+std::vector<SendCall> g_calls;
+std::vector<std::pair<int, int>> g_answers;  // (result, errno), in call order
+int fake_send(int fd, mmsghdr* v, unsigned n) {
+  (void)v;
+  const size_t i = g_calls.size();
+  g_calls.push_back({fd, n});
+  if (i >= g_answers.size() || g_answers[i].first == int(n)) return int(n);
+  errno = g_answers[i].second;
+  return g_answers[i].first;
+}
+int fd_of(size_t sock) { return 10 + int(sock); }
+
+// Four messages: a GSO send of 3 packets and a single packet from socket 0, one from socket 1, one
+// more from socket 0.
+void four_messages(Fixture& f) {
+  for (int i = 0; i < 3; ++i) f.add(kSendOnly, 1024, f.peer);
+  f.add(kSendOnly, 1024, f.other);
+  f.sock = 1;
+  f.add(kSendOnly, 64, f.peer);
+  f.sock = 0;
+  f.add(kSendOnly, 64, f.peer);
+  ASSERT_EQ(f.batch.nmsgs, 4);
+  ASSERT_EQ(f.batch.msgs[0].npkts, 3);
+}
+
+TEST(SoftTxBatch, EachSocketsConsecutiveMessagesLeaveInOneCallAndAreCounted) {
+  Fixture f;
+  four_messages(f);
+  g_calls.clear();
+  g_answers.clear();
+  TransportStats st;
+  send_batch(f.batch, fd_of, f.gso, st, fake_send);
+  ASSERT_EQ(g_calls.size(), 3u);
+  EXPECT_EQ(g_calls[0].fd, 10);
+  EXPECT_EQ(g_calls[0].n, 2u);
+  EXPECT_EQ(g_calls[1].fd, 11);
+  EXPECT_EQ(g_calls[1].n, 1u);
+  EXPECT_EQ(g_calls[2].fd, 10);
+  EXPECT_EQ(g_calls[2].n, 1u);
+  EXPECT_EQ(st.tx_calls.load(), 3u);
+  EXPECT_EQ(st.tx_packets.load(), 6u);
+  EXPECT_EQ(st.tx_gso_sends.load(), 1u);
+  EXPECT_EQ(st.tx_errors.load(), 0u);
+}
+
+TEST(SoftTxBatch, AnInterruptedOrPartialSendGoesOnWhereTheKernelStopped) {
+  Fixture f;
+  four_messages(f);
+  g_calls.clear();
+  g_answers = {{-1, EINTR}, {1, 0}};  // interrupted, then the first of two taken
+  TransportStats st;
+  send_batch(f.batch, fd_of, f.gso, st, fake_send);
+  ASSERT_EQ(g_calls.size(), 5u);
+  EXPECT_EQ(g_calls[0].n, 2u);
+  EXPECT_EQ(g_calls[1].n, 2u);  // the same two again
+  EXPECT_EQ(g_calls[2].n, 1u);  // the one left of them
+  EXPECT_EQ(g_calls[2].fd, 10);
+  EXPECT_EQ(st.tx_packets.load(), 6u);
+  EXPECT_EQ(st.tx_errors.load(), 0u);
+}
+
+TEST(SoftTxBatch, AGsoSendTheKernelRefusesWithEioTurnsGsoOffForItsSocketAndLosesItsPacketsOnly) {
+  Fixture f;
+  four_messages(f);
+  g_calls.clear();
+  g_answers = {{-1, EIO}};
+  TransportStats st;
+  send_batch(f.batch, fd_of, f.gso, st, fake_send);
+  ASSERT_EQ(g_calls.size(), 4u);
+  EXPECT_EQ(g_calls[1].n, 1u);  // the next message of that socket's run
+  EXPECT_FALSE(f.gso[0].load());
+  EXPECT_TRUE(f.gso[1].load());
+  EXPECT_EQ(st.offload_fallbacks.load(), 1u);
+  EXPECT_EQ(st.tx_errors.load(), 3u);  // the 3 packets of that send (the transport retries them)
+  EXPECT_EQ(st.tx_packets.load(), 3u);
+  EXPECT_EQ(st.tx_gso_sends.load(), 0u);
+}
+
+TEST(SoftTxBatch, OtherRefusalsLoseThePacketsAndKeepGso) {
+  for (int e : {ENOBUFS, EAGAIN, ENETUNREACH}) {
+    Fixture f;
+    four_messages(f);
+    g_calls.clear();
+    g_answers = {{-1, e}};
+    TransportStats st;
+    send_batch(f.batch, fd_of, f.gso, st, fake_send);
+    EXPECT_TRUE(f.gso[0].load()) << e;
+    EXPECT_EQ(st.offload_fallbacks.load(), 0u) << e;
+    EXPECT_EQ(st.tx_errors.load(), 3u) << e;
+    EXPECT_EQ(st.tx_packets.load(), 3u) << e;
+  }
+  // EIO on a single datagram is no GSO refusal.
+  Fixture f;
+  f.add(kSendOnly, 64, f.peer);
+  g_calls.clear();
+  g_answers = {{-1, EIO}};
+  TransportStats st;
+  send_batch(f.batch, fd_of, f.gso, st, fake_send);
+  EXPECT_TRUE(f.gso[0].load());
+  EXPECT_EQ(st.offload_fallbacks.load(), 0u);
+  EXPECT_EQ(st.tx_errors.load(), 1u);
 }
 
 }  // namespace
