@@ -260,11 +260,8 @@ TEST(SoftTxBatch, PrepareSendAsksTheKernelToCutOnlyTheGsoMessages) {
 }
 
 // send_batch's calls, and what the stand-in for sendmmsg answers each (by default: all sent).
-struct SendCall {
-  int fd;
-  unsigned n;
-};
-std::vector<SendCall> g_calls;
+using Calls = std::vector<std::pair<int, unsigned>>;  // (fd, messages) of each call
+Calls g_calls;
 std::vector<std::pair<int, int>> g_answers;  // (result, errno), in call order
 int fake_send(int fd, mmsghdr* v, unsigned n) {
   (void)v;
@@ -289,71 +286,53 @@ void four_messages(Fixture& f) {
   ASSERT_EQ(f.batch.msgs[0].npkts, 3);
 }
 
-TEST(SoftTxBatch, EachSocketsConsecutiveMessagesLeaveInOneCallAndAreCounted) {
+// Four messages sent through fake_send, answering `answers`.
+struct Sent {
   Fixture f;
-  four_messages(f);
-  g_calls.clear();
-  g_answers.clear();
   TransportStats st;
-  send_batch(f.batch, fd_of, f.gso, st, fake_send);
-  ASSERT_EQ(g_calls.size(), 3u);
-  EXPECT_EQ(g_calls[0].fd, 10);
-  EXPECT_EQ(g_calls[0].n, 2u);
-  EXPECT_EQ(g_calls[1].fd, 11);
-  EXPECT_EQ(g_calls[1].n, 1u);
-  EXPECT_EQ(g_calls[2].fd, 10);
-  EXPECT_EQ(g_calls[2].n, 1u);
-  EXPECT_EQ(st.tx_calls.load(), 3u);
-  EXPECT_EQ(st.tx_packets.load(), 6u);
-  EXPECT_EQ(st.tx_gso_sends.load(), 1u);
-  EXPECT_EQ(st.tx_errors.load(), 0u);
+  explicit Sent(std::vector<std::pair<int, int>> answers) {
+    four_messages(f);
+    g_calls.clear();
+    g_answers = std::move(answers);
+    send_batch(f.batch, fd_of, f.gso, st, fake_send);
+  }
+};
+
+TEST(SoftTxBatch, EachSocketsConsecutiveMessagesLeaveInOneCallAndAreCounted) {
+  Sent s({});
+  EXPECT_EQ(g_calls, (Calls{{10, 2}, {11, 1}, {10, 1}}));
+  EXPECT_EQ(s.st.tx_calls.load(), 3u);
+  EXPECT_EQ(s.st.tx_packets.load(), 6u);
+  EXPECT_EQ(s.st.tx_gso_sends.load(), 1u);
+  EXPECT_EQ(s.st.tx_errors.load(), 0u);
 }
 
 TEST(SoftTxBatch, AnInterruptedOrPartialSendGoesOnWhereTheKernelStopped) {
-  Fixture f;
-  four_messages(f);
-  g_calls.clear();
-  g_answers = {{-1, EINTR}, {1, 0}};  // interrupted, then the first of two taken
-  TransportStats st;
-  send_batch(f.batch, fd_of, f.gso, st, fake_send);
-  ASSERT_EQ(g_calls.size(), 5u);
-  EXPECT_EQ(g_calls[0].n, 2u);
-  EXPECT_EQ(g_calls[1].n, 2u);  // the same two again
-  EXPECT_EQ(g_calls[2].n, 1u);  // the one left of them
-  EXPECT_EQ(g_calls[2].fd, 10);
-  EXPECT_EQ(st.tx_packets.load(), 6u);
-  EXPECT_EQ(st.tx_errors.load(), 0u);
+  Sent s({{-1, EINTR}, {1, 0}});  // interrupted, then the first of two taken
+  // The same two again, then the one left of them.
+  EXPECT_EQ(g_calls, (Calls{{10, 2}, {10, 2}, {10, 1}, {11, 1}, {10, 1}}));
+  EXPECT_EQ(s.st.tx_packets.load(), 6u);
+  EXPECT_EQ(s.st.tx_errors.load(), 0u);
 }
 
 TEST(SoftTxBatch, AGsoSendTheKernelRefusesWithEioTurnsGsoOffForItsSocketAndLosesItsPacketsOnly) {
-  Fixture f;
-  four_messages(f);
-  g_calls.clear();
-  g_answers = {{-1, EIO}};
-  TransportStats st;
-  send_batch(f.batch, fd_of, f.gso, st, fake_send);
-  ASSERT_EQ(g_calls.size(), 4u);
-  EXPECT_EQ(g_calls[1].n, 1u);  // the next message of that socket's run
-  EXPECT_FALSE(f.gso[0].load());
-  EXPECT_TRUE(f.gso[1].load());
-  EXPECT_EQ(st.offload_fallbacks.load(), 1u);
-  EXPECT_EQ(st.tx_errors.load(), 3u);  // the 3 packets of that send (the transport retries them)
-  EXPECT_EQ(st.tx_packets.load(), 3u);
-  EXPECT_EQ(st.tx_gso_sends.load(), 0u);
+  Sent s({{-1, EIO}});
+  EXPECT_EQ(g_calls, (Calls{{10, 2}, {10, 1}, {11, 1}, {10, 1}}));  // on with the next message of that run
+  EXPECT_FALSE(s.f.gso[0].load());
+  EXPECT_TRUE(s.f.gso[1].load());
+  EXPECT_EQ(s.st.offload_fallbacks.load(), 1u);
+  EXPECT_EQ(s.st.tx_errors.load(), 3u);  // the 3 packets of that send (the transport retries them)
+  EXPECT_EQ(s.st.tx_packets.load(), 3u);
+  EXPECT_EQ(s.st.tx_gso_sends.load(), 0u);
 }
 
 TEST(SoftTxBatch, OtherRefusalsLoseThePacketsAndKeepGso) {
   for (int e : {ENOBUFS, EAGAIN, ENETUNREACH}) {
-    Fixture f;
-    four_messages(f);
-    g_calls.clear();
-    g_answers = {{-1, e}};
-    TransportStats st;
-    send_batch(f.batch, fd_of, f.gso, st, fake_send);
-    EXPECT_TRUE(f.gso[0].load()) << e;
-    EXPECT_EQ(st.offload_fallbacks.load(), 0u) << e;
-    EXPECT_EQ(st.tx_errors.load(), 3u) << e;
-    EXPECT_EQ(st.tx_packets.load(), 3u) << e;
+    Sent s({{-1, e}});
+    EXPECT_TRUE(s.f.gso[0].load()) << e;
+    EXPECT_EQ(s.st.offload_fallbacks.load(), 0u) << e;
+    EXPECT_EQ(s.st.tx_errors.load(), 3u) << e;
+    EXPECT_EQ(s.st.tx_packets.load(), 3u) << e;
   }
   // EIO on a single datagram is no GSO refusal.
   Fixture f;
