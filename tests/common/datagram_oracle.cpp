@@ -156,6 +156,31 @@ std::vector<uint8_t> ip_udp_header(const Datagram& d) {
 
 }  // namespace
 
+uint32_t datagram_icrc(const Datagram& d) {
+  const auto& b = d.bytes;
+  if (b.size() < 16) return 0;
+  // IBA Annex A17.3.3: masked LRH, IP and UDP headers, BTH with resv8a masked, the rest.
+  std::vector<uint8_t> ip = ip_udp_header(d);
+  if (d.v6) {
+    ip[0] |= 0x0f;
+    ip[1] = ip[2] = ip[3] = 0xff;  // traffic class, flow label
+    ip[7] = 0xff;  // hop limit
+    ip[40 + 6] = ip[40 + 7] = 0xff;  // UDP checksum
+  } else {
+    ip[1] = 0xff;  // TOS
+    ip[8] = 0xff;  // TTL
+    ip[10] = ip[11] = 0xff;  // header checksum
+    ip[20 + 6] = ip[20 + 7] = 0xff;
+  }
+  static const uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  uLong crc = crc32(0, ones, 8);  // zlib's standard CRC-32
+  crc = crc32(crc, ip.data(), uInt(ip.size()));
+  crc = crc32(crc, b.data(), 4);
+  crc = crc32(crc, ones, 1);  // BTH resv8a
+  crc = crc32(crc, b.data() + 5, uInt(b.size() - 9));
+  return uint32_t(crc);
+}
+
 std::string check_datagram(const Datagram& d, uint32_t mtu) {
   const auto& b = d.bytes;
   if (d.dport != 4791) return "destination port " + std::to_string(d.dport);
@@ -175,26 +200,7 @@ std::string check_datagram(const Datagram& d, uint32_t mtu) {
   if (!mtu && full && (payload < 256 || payload > 4096 || (payload & (payload - 1))))
     return "FIRST/MIDDLE not one of the path MTUs" + where;
   if (payload > (mtu ? mtu : 4096)) return "more than one MTU" + where;
-  // The ICRC (IBA Annex A17.3.3): masked LRH, IP and UDP headers, BTH with resv8a masked, the rest.
-  std::vector<uint8_t> ip = ip_udp_header(d);
-  if (d.v6) {
-    ip[0] |= 0x0f;
-    ip[1] = ip[2] = ip[3] = 0xff;  // traffic class, flow label
-    ip[7] = 0xff;  // hop limit
-    ip[40 + 6] = ip[40 + 7] = 0xff;  // UDP checksum
-  } else {
-    ip[1] = 0xff;  // TOS
-    ip[8] = 0xff;  // TTL
-    ip[10] = ip[11] = 0xff;  // header checksum
-    ip[20 + 6] = ip[20 + 7] = 0xff;
-  }
-  static const uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-  uLong crc = crc32(0, ones, 8);  // zlib's standard CRC-32
-  crc = crc32(crc, ip.data(), uInt(ip.size()));
-  crc = crc32(crc, b.data(), 4);
-  crc = crc32(crc, ones, 1);  // BTH resv8a
-  crc = crc32(crc, b.data() + 5, uInt(b.size() - 9));
-  const uint32_t want = uint32_t(crc);
+  const uint32_t want = datagram_icrc(d);
   const uint32_t got = uint32_t(b[b.size() - 4]) | uint32_t(b[b.size() - 3]) << 8 | uint32_t(b[b.size() - 2]) << 16 |
                        uint32_t(b[b.size() - 1]) << 24;
   if (want != got) return "ICRC wrong for this datagram (IPv4 id " + std::to_string(d.id) + ")" + where;

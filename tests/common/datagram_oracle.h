@@ -27,6 +27,11 @@ struct Datagram {
 // one datagram. Empty when `fd` or `h` is not UDP to an address.
 std::vector<Datagram> kernel_datagrams(int fd, const msghdr& h);
 
+// The ICRC `d` must end with (its last 4 bytes, little-endian on the wire) for the IP and UDP headers
+// the kernel writes for it (DF set), summed by zlib over the fields IBA Annex A17 masks; 0 when
+// it is shorter than a BTH and an ICRC.
+uint32_t datagram_icrc(const Datagram& d);
+
 // "" when `d` is one RoCE packet: its length agrees with its own headers and pad count, FIRST and
 // MIDDLE carry exactly one path MTU (`mtu`; 0: any of 256..4096), LAST and ONLY at most one,
 // requests for data and ACKs none, and its ICRC is right for the IP and UDP headers the kernel

@@ -1,5 +1,5 @@
 // Batched datagram calls where the platform has them: sendmmsg/recvmmsg on Linux (called directly
-// by udp_transport.cpp), and on macOS XNU's private sendmsg_x/recvmsg_x, used only when built with
+// by tx_batch.cpp and rx_batch.cpp), and on macOS XNU's private sendmsg_x/recvmsg_x, used only when built with
 // -DMELON_SOFT_DARWIN_BATCH=ON. The Darwin path has never been compiled or run on a Mac
 // (docs/macos.md); what is shared with Linux (turning our mmsghdr batch into msghdr_x entries and
 // back, the loop over calls, the fallback) is here and tested on Linux with stand-in calls.

@@ -158,4 +158,12 @@ void TxBatch::prepare_send() {
   }
 }
 
+int system_send(int fd, mmsghdr* v, unsigned n) {
+#if defined(__linux__)
+  return sendmmsg(fd, v, n, 0);
+#else  // sendmsg_x with MELON_SOFT_DARWIN_BATCH, else one sendmsg per message (msg_batch.h)
+  return send_msg_x(system_msg_x(), fd, v, n);
+#endif
+}
+
 }  // namespace melon::soft

@@ -2,12 +2,13 @@
 // ICRC in a slot, its payload copied into the batch first (the ICRC is summed over the copy, which
 // is what leaves), and packets grouped into messages. Consecutive
 // packets of one flow of the segment size share one message, sent as one UDP GSO send
-// (UDP_SEGMENT = that size, the last segment may be shorter); each socket's messages leave in
-// one sendmmsg (UdpTransport::send_batch).
+// (UDP_SEGMENT = that size, the last segment may be shorter); each socket's consecutive messages
+// leave in one sendmmsg (send_batch, below).
 //
 // Locks: none. A batch belongs to one thread at a time: the engine fills it under the transport's
 // engine lock, the send queue hands it to the one sending thread (send_queue.h), then back as a spare.
 #pragma once
+#include <errno.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "providers/soft/msg_batch.h"  // mmsghdr off Linux
+#include "providers/soft/soft_counters.h"
 #include "rc/engine.h"
 #include "roce/frame.h"
 #include "roce/ip_udp.h"
@@ -91,5 +93,42 @@ struct TxBatch {
   std::vector<std::unique_ptr<uint8_t[]>> chunks;
   size_t chunk = 0, chunk_off = 0;
 };
+
+// Sends up to `n` messages of `v` on `fd`: how many left, or -1 with errno (sendmmsg on Linux;
+// elsewhere sendmsg_x or one sendmsg per message, msg_batch.h). Tests stand in for it.
+using TxSendFn = int (*)(int fd, mmsghdr* v, unsigned n);
+int system_send(int fd, mmsghdr* v, unsigned n);
+
+// Hands `b` to the kernel (prepare_send, then consecutive messages of one socket in one `send` on
+// fd_of(sock)), by the send queue's one sender. A message the kernel refuses loses its packets
+// (tx_errors; the transport retries them). A GSO send refused with EIO (no checksum offload on the
+// route) or EINVAL (a limit we do not know of) also makes its socket send one datagram per packet
+// from then on (gso[sock] cleared, offload_fallbacks); anything else (ENOBUFS, EAGAIN, no route)
+// loses the packets only. Counts tx_calls, tx_packets and tx_gso_sends.
+template <typename FdOf>
+void send_batch(TxBatch& b, FdOf&& fd_of, std::atomic<bool>* gso, TransportStats& stats, TxSendFn send = system_send) {
+  b.prepare_send();
+  int off = 0;
+  while (off < b.nmsgs) {
+    const size_t sock = b.msgs[off].sock;
+    int end = off + 1;
+    while (end < b.nmsgs && b.msgs[end].sock == sock) ++end;
+    const int r = send(fd_of(sock), b.mmsg.data() + off, unsigned(end - off));
+    stats.tx_calls.fetch_add(1, std::memory_order_relaxed);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const TxMsg& m = b.msgs[off];
+      if (m.npkts > 1 && (errno == EIO || errno == EINVAL) && gso[sock].exchange(false)) stats.offload_fallbacks++;
+      stats.tx_errors += uint64_t(m.npkts);
+      ++off;
+      continue;
+    }
+    for (int j = off; j < off + r; ++j) {
+      stats.tx_packets += uint64_t(b.msgs[j].npkts);
+      if (b.msgs[j].npkts > 1) stats.tx_gso_sends++;
+    }
+    off += r;
+  }
+}
 
 }  // namespace melon::soft

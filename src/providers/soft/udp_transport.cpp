@@ -1,17 +1,8 @@
 #include "providers/soft/udp_transport.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/udp.h>
-#include <poll.h>
-#if defined(__linux__)
-#include <sys/timerfd.h>
-#endif
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,37 +11,13 @@
 #include "providers/soft/msg_batch.h"
 #include "providers/soft/soft_config.h"
 #include "providers/soft/udp_socket.h"
-#include "rc/wire.h"
-#include "roce/frame.h"
-#include "roce/icrc.h"
-#include "roce/icrc_udp.h"
 #include "roce/ip_udp.h"
 
 namespace melon::soft {
 
 using namespace roce;
 
-namespace {
-
-thread_local const UdpTransport* tls_progress = nullptr;  // the transport whose progress thread this is
-
-bool from_sockaddr(const sockaddr_storage& ss, uint8_t gid[16], uint16_t* port) {
-  if (ss.ss_family == AF_INET) {
-    auto* s = reinterpret_cast<const sockaddr_in*>(&ss);
-    gid_from_ipv4(gid, ntohl(s->sin_addr.s_addr));
-    *port = ntohs(s->sin_port);
-    return true;
-  }
-  if (ss.ss_family == AF_INET6) {
-    auto* s = reinterpret_cast<const sockaddr_in6*>(&ss);
-    memcpy(gid, &s->sin6_addr, 16);
-    *port = ntohs(s->sin6_port);
-    return true;
-  }
-  return false;
-}
-
-}  // namespace
+thread_local const UdpTransport* UdpTransport::progress_thread_ = nullptr;
 
 UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemory& memory, rc::EventSink* events,
                            const rc::EngineConfig& config, uint16_t port, const char* counter_name,
@@ -80,11 +47,7 @@ UdpTransport::UdpTransport(const std::vector<LocalAddress>& addrs, rc::HostMemor
 
 UdpTransport::~UdpTransport() { stop(); }
 
-uint64_t UdpTransport::now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+uint64_t UdpTransport::now_ns() { return monotonic_ns(); }
 
 size_t UdpTransport::bound() const {
   size_t n = 0;
@@ -144,28 +107,13 @@ int UdpTransport::start(std::string* why) {
   // Not silent: packets to these GIDs will not arrive.
   for (const std::string& w : unbound)
     std::fprintf(stderr, "melondma soft: %s; packets to this address will not be received\n", w.c_str());
-  int p[2];
-  if (pipe(p) < 0) {
-    int e = errno;
+  if (const int e = fds_.open(why)) {
     stop();
-    if (why) *why = std::string("pipe: ") + strerror(e);
     return e;
   }
-  wake_rd_ = p[0];
-  wake_wr_ = p[1];
-  // The progress thread drains the wake pipe until EAGAIN; a blocking pipe would hang it.
-  if (fcntl(wake_rd_, F_SETFL, O_NONBLOCK) != 0 || fcntl(wake_wr_, F_SETFL, O_NONBLOCK) != 0) {
-    int e = errno;
-    stop();
-    if (why) *why = std::string("fcntl(O_NONBLOCK) on the wake pipe: ") + strerror(e);
-    return e;
-  }
-#if defined(__linux__)
-  // Timers set by a post are armed here, without waking the progress thread (timer_moved); without
-  // it they wake the thread through the pipe.
-  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-#endif
-  rx_setup();
+  bool gro = false;
+  for (const Socket& k : socks_) gro |= k.fd >= 0 && k.offloads.gro;
+  rx_.setup(gro, window_);
   for (const Socket& k : socks_) forwarding_ |= k.fwd != nullptr;
   running_ = true;
   thread_ = std::thread([this] { run(); });
@@ -202,11 +150,7 @@ void UdpTransport::stop() {
     k.fd = -1;
     k.share = {};
   }
-  if (wake_rd_ >= 0) close(wake_rd_);
-  if (wake_wr_ >= 0) close(wake_wr_);
-  wake_rd_ = wake_wr_ = -1;
-  if (timer_fd_ >= 0) close(timer_fd_);
-  timer_fd_ = -1;
+  fds_.close();
 }
 
 size_t UdpTransport::socket_for(const uint8_t sgid[16]) const {
@@ -220,43 +164,7 @@ size_t UdpTransport::socket_for(const uint8_t sgid[16]) const {
 }
 
 void UdpTransport::timer_moved(uint64_t d) {
-  // The progress thread reads the deadline again before it sleeps; others make sure it wakes by d.
-  // A wake-up already due may be the one the thread is handling now, having read the lease state
-  // before the caller changed it: only one still to come is sure to find the caller's changes.
-  if (tls_progress == this) return;
-  const uint64_t now = now_ns();
-  uint64_t by = armed_deadline_ > now ? armed_deadline_ : UINT64_MAX;
-  if (timer_at_ > now) by = std::min(by, timer_at_);
-  if (d >= by) return;
-  if (timer_fd_ >= 0)
-    timer_at_ = d;
-  else
-    armed_deadline_ = d;  // woken through the pipe, the thread computes its deadline again at once
-  if (d < timer_due_.load(std::memory_order_relaxed)) timer_due_.store(d, std::memory_order_relaxed);
-}
-
-void UdpTransport::arm_timer() {
-  if (timer_due_.load(std::memory_order_relaxed) == UINT64_MAX) return;
-  std::lock_guard<std::mutex> g(timer_mu_);
-  const uint64_t d = timer_due_.exchange(UINT64_MAX, std::memory_order_relaxed);
-  if (d == UINT64_MAX) return;  // another thread armed it meanwhile
-#if defined(__linux__)
-  if (timer_fd_ >= 0) {
-    itimerspec its{};
-    its.it_value.tv_sec = time_t(d / 1000000000ull);
-    its.it_value.tv_nsec = long(d % 1000000000ull);
-    if (!its.it_value.tv_sec && !its.it_value.tv_nsec) its.it_value.tv_nsec = 1;  // 0 would disarm
-    if (timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr) == 0) return;
-    std::lock_guard<std::mutex> m(mu_);
-    timer_at_ = UINT64_MAX;  // not armed after all: the wake below makes the thread look again
-  }
-#endif
-  wake();
-}
-
-void UdpTransport::wake() {
-  char c = 1;
-  if (wake_wr_ >= 0) (void)!write(wake_wr_, &c, 1);
+  if (progress_thread_ != this) timer_.moved(d);
 }
 
 void UdpTransport::handoff() {
@@ -290,41 +198,10 @@ void UdpTransport::drain() {
 }
 
 void UdpTransport::send_queued(bool wait) {
-  sendq_->send(wait, [this](TxBatch& b) { send_batch(b); });
-}
-
-void UdpTransport::send_batch(TxBatch& b) {
-  b.prepare_send();
-  // Consecutive messages from the same socket go out in one sendmmsg.
-  int off = 0;
-  while (off < b.nmsgs) {
-    const size_t sock = b.msgs[off].sock;
-    int end = off + 1;
-    while (end < b.nmsgs && b.msgs[end].sock == sock) ++end;
-    const int fd = socks_[sock].fd;
-#if defined(__linux__)
-    int r = sendmmsg(fd, b.mmsg.data() + off, unsigned(end - off), 0);
-#else  // sendmsg_x with MELON_SOFT_DARWIN_BATCH, else one sendmsg per message (msg_batch.h)
-    int r = send_msg_x(system_msg_x(), fd, b.mmsg.data() + off, unsigned(end - off));
-#endif
-    stats_.tx_calls.fetch_add(1, std::memory_order_relaxed);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const TxMsg& m = b.msgs[off];
-      // A kernel that refuses this GSO send (EIO: no checksum offload on the route; EINVAL: a limit
-      // we do not know of) gets one datagram per packet from now on; these packets are lost and
-      // the transport retries them. Anything else (ENOBUFS, EAGAIN, no route) loses the packets.
-      if (m.npkts > 1 && (errno == EIO || errno == EINVAL) && gso_[sock].exchange(false)) stats_.offload_fallbacks++;
-      stats_.tx_errors += uint64_t(m.npkts);
-      ++off;
-      continue;
-    }
-    for (int j = off; j < off + r; ++j) {
-      stats_.tx_packets += uint64_t(b.msgs[j].npkts);
-      if (b.msgs[j].npkts > 1) stats_.tx_gso_sends++;
-    }
-    off += r;
-  }
+  sendq_->send(wait, [this](TxBatch& b) {
+    send_batch(
+        b, [this](size_t sock) { return socks_[sock].fd; }, gso_.get(), stats_);
+  });
 }
 
 void UdpTransport::print_counters(const char* name, const TransportStats& stats) {
@@ -385,491 +262,6 @@ void UdpTransport::flush_held() {
     handoff();
   }
   send_queued(false);
-}
-
-void UdpTransport::rx_setup() {
-  bool gro = false;
-  for (const Socket& k : socks_) gro |= k.fd >= 0 && k.offloads.gro;
-  // Without GRO one buffer per packet, as many as a window (up to 512); with GRO a buffer holds up
-  // to 64 KiB of one flow's packets, and 32 of them more than a window.
-  rx_buf_size_ = gro ? kRxBufGro : kRxBuf;
-  const size_t n = gro ? 32 : std::clamp<size_t>(window_, 64, 512);
-  rx_buf_.resize(n * rx_buf_size_);
-  rx_msgs_.resize(n);
-  rx_iov_.resize(n);
-  rx_from_.resize(n);
-  rx_ctrl_.resize(n * kRxCtrl);
-  for (size_t i = 0; i < n; ++i) {
-    rx_iov_[i] = {rx_buf_.data() + i * rx_buf_size_, rx_buf_size_};
-    memset(&rx_msgs_[i], 0, sizeof(mmsghdr));
-    rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
-    rx_msgs_[i].msg_hdr.msg_iovlen = 1;
-    rx_msgs_[i].msg_hdr.msg_name = &rx_from_[i];
-  }
-}
-
-void UdpTransport::rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len,
-                             uint16_t likely_id) {
-  if (k.share.registry && is_probe(pkt, len)) {  // for the registry, after the engine lock (receive_batch)
-    ProbeSeen p{size_t(&k - socks_.data()), {}};
-    memcpy(p.bytes, pkt, kProbeLen);
-    probes_.push_back(p);
-    return;
-  }
-  RingMeta meta;
-  if (!from_sockaddr(from, meta.src, &meta.sport)) {
-    stats_.rx_malformed++;
-    return;
-  }
-  if (k.fwd && k.fwd->owner()) {  // another member's datagram goes to its ring (share_forward.h)
-    meta.likely_id = likely_id;
-    meta.v6 = k.v6;
-    if (k.fwd->route(pkt, len, meta)) return;
-  }
-  rx_datagram(k, meta.src, meta.sport, pkt, len, likely_id);
-}
-
-void UdpTransport::rx_datagram(const Socket& k, const uint8_t src[16], uint16_t sport, const uint8_t* pkt, size_t len,
-                               uint16_t likely_id) {
-  IpUdp ip;
-  ip.v6 = k.v6;
-  memcpy(ip.src, src, 16);
-  memcpy(ip.dst, k.addr.gid, 16);
-  ip.sport = sport;
-  ip.dport = port_;
-  ip.udp_len = uint16_t(len + kUdpHeaderSize);
-  ip.hdr_len = uint8_t((k.v6 ? kIpv6HeaderSize : kIpv4HeaderSize) + kUdpHeaderSize);
-  uint16_t id = 0;
-  if (!icrc_check_udp_payload(ip, pkt, len, &id, likely_id)) {
-    stats_.rx_bad_icrc++;
-    return;
-  }
-  ip.ip_id = id;
-  stats_.rx_packets++;
-  lane_rx_packets_.store(lane_rx_packets_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  if (lane_.lane_of_bucket && len >= 8) {
-    const uint32_t qpn = uint32_t(pkt[5]) << 16 | uint32_t(pkt[6]) << 8 | pkt[7];  // BTH: destination QP
-    const uint8_t to = lane_.lane_of_bucket[bucket_of_qpn(qpn)];
-    if (to == kNotOurs) {
-      // The one place a packet for a QPN of no lane here ends: another process's (steered here
-      // while the group's program is rebuilt after a member died: RC sends it again), QP1 with no
-      // CM agent, or a QPN nobody holds.
-      stats_.rx_unknown_qpn++;
-      return;
-    }
-    if (to != lane_.index) {
-      foreign_.push_back({to, ip, pkt, len});
-      return;
-    }
-  }
-  engine_.receive(ip, pkt, len);
-}
-
-void UdpTransport::hand_over() {
-  // Lane by lane, in arrival order within each (a QP's packets stay in order).
-  lane_handed_over_.store(lane_handed_over_.load(std::memory_order_relaxed) + foreign_.size(),
-                          std::memory_order_relaxed);
-  stats_.rx_lane_handovers.fetch_add(foreign_.size(), std::memory_order_relaxed);
-  std::vector<Foreign> mine;
-  for (uint32_t l = 0; l < lane_.count; ++l) {
-    mine.clear();
-    for (const Foreign& f : foreign_)
-      if (f.lane == l) mine.push_back(f);
-    if (!mine.empty()) lane_.lanes[l]->receive_handed(mine.data(), mine.size());
-  }
-  foreign_.clear();
-}
-
-void UdpTransport::receive_handed(const Foreign* f, size_t n) {
-  if (!running_) return;  // the device is closing: nothing to deliver to
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    batch_now_ = now_ns();
-    engine_.begin_batch();
-    for (size_t i = 0; i < n; ++i) engine_.receive(f[i].ip, f[i].pkt, f[i].len);
-    engine_.end_batch();
-    batch_now_ = 0;
-    after_engine_call();
-  }
-  send_queued(false);
-  arm_timer();
-}
-
-int UdpTransport::receive_batch(size_t sock, bool hold, int max_msgs) {
-  // Called with rx_mu_ held: the receive buffers are shared with poll_progress(), and reading and
-  // processing under that lock keeps packets in arrival order whoever reads them. The engine lock
-  // is taken only after recvmmsg returns.
-  Socket& k = socks_[sock];
-  ShareForward* const fw = k.fwd.get();
-  const int nmsg = max_msgs > 0 ? std::min(max_msgs, int(rx_msgs_.size())) : int(rx_msgs_.size());
-  if (fw) {
-    // A leased poll leaves the wake fd to the progress thread (a syscall per poll otherwise); it
-    // reads the ring, which costs a load.
-    if (max_msgs <= 0 && fw->drain_wake()) {  // an owner that left handed the port to us
-      share_tick_now_.store(true);
-      wake();
-    }
-    if (fw->owner()) fw->refresh_routes();
-  }
-  const int rfd = fw ? fw->rx_fd() : k.fd;
-  const bool ring = fw && fw->ring().pending();
-  for (int i = 0; i < nmsg; ++i) {
-    msghdr& h = rx_msgs_[i].msg_hdr;
-    h.msg_namelen = sizeof(sockaddr_storage);
-    h.msg_control = &rx_ctrl_[size_t(i) * kRxCtrl];
-    h.msg_controllen = kRxCtrl;
-    h.msg_flags = 0;
-  }
-  int n = 0;
-  if (rfd >= 0) {
-#if defined(__linux__)
-    n = recvmmsg(rfd, rx_msgs_.data(), unsigned(nmsg), MSG_DONTWAIT, nullptr);
-#else  // recvmsg_x with MELON_SOFT_DARWIN_BATCH, else one recvmsg per datagram (msg_batch.h)
-    n = recv_msg_x(system_msg_x(), rfd, rx_msgs_.data(), unsigned(nmsg));
-#endif
-  }
-  if (n <= 0 && !ring) {
-    rx_hint_.store(false, std::memory_order_relaxed);
-    return 0;
-  }
-  n = std::max(n, 0);
-  std::unique_lock<std::mutex> g(mu_);
-  const bool stage_empty = !stage_->nmsgs;
-  batch_now_ = now_ns();
-  engine_.begin_batch();  // one ACK per QP for the whole batch (Engine::begin_batch)
-  for (int i = 0; i < n; ++i) {
-    msghdr& h = rx_msgs_[i].msg_hdr;
-    const uint8_t* buf = rx_buf_.data() + size_t(i) * rx_buf_size_;
-    const size_t len = rx_msgs_[i].msg_len;
-    size_t seg = len;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
-#if defined(__linux__)
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-        int v;
-        memcpy(&v, CMSG_DATA(c), sizeof v);
-        if (v > 0) seg = size_t(v);
-      } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
-        uint32_t drops;  // the socket's running total: count what is new since the last report
-        memcpy(&drops, CMSG_DATA(c), sizeof drops);
-        stats_.rx_buffer_drops += uint32_t(drops - k.rxq_drops);
-        k.rxq_drops = drops;
-      }
-#endif
-    }
-    if (h.msg_flags & MSG_TRUNC) {
-      stats_.rx_malformed++;
-      continue;
-    }
-    if (len > seg) stats_.rx_gro_buffers++;
-    // A GRO buffer holds packets of `seg` bytes back to back, the last one possibly shorter. The
-    // i-th is likely to carry IPv4 identification i: it is, when the buffer is one GSO send of ours
-    // (transmit()), and the ICRC check then needs no solving.
-    uint16_t nth = 0;
-    for (size_t off = 0; off < len; off += seg, ++nth)
-      rx_packet(k, rx_from_[i], buf + off, std::min(seg, len - off), nth);
-  }
-  if (ring) {  // forward mode: what the owner copied into our ring, read in place
-    const uint64_t bad = fw->ring().bad();
-    n += int(fw->ring().pop(uint32_t(nmsg), [&](const uint8_t* d, size_t len, const RingMeta& m) {
-      if (m.v6 != k.v6) {
-        stats_.rx_malformed++;
-        return;
-      }
-      rx_datagram(k, m.src, m.sport, d, len, m.likely_id);
-    }));
-    if (fw->ring().bad() != bad) stats_.rx_ring_bad.fetch_add(fw->ring().bad() - bad, std::memory_order_relaxed);
-  }
-  engine_.end_batch();
-  const uint64_t dropped = engine_.dropped_packets();
-  if (dropped != published_dropped_) {  // a locked add only when there is something to add
-    stats_.rx_engine_dropped.fetch_add(dropped - published_dropped_, std::memory_order_relaxed);
-    published_dropped_ = dropped;
-  }
-  engine_.tick();
-  batch_now_ = 0;
-  if (hold && defer_ && stage_->nslots <= kMaxHeldReplies) {
-    // A busy-polling application's or a waiter's own receive: its replies (ACKs) wait in stage_ for
-    // the application's next post, which sends them in the same sendmmsg (after_post), or its next
-    // poll (flush_held), arming, or the end of its lease (run()).
-    if (stage_->nslots) held_.store(true, std::memory_order_relaxed);
-    if (stage_empty) replies_end_ = stage_->nmsgs;  // a post's requests may join them (join_held_reply)
-    timer_moved(engine_.next_deadline());
-  } else {
-    // More than a ping-pong's replies: a stream whose ACKs open the window. Sending it is work for
-    // the progress thread on the other core, not for the polling thread: the lease ends (poll_progress).
-    if (hold) lease_.note_stream();
-    after_engine_call();
-  }
-  g.unlock();
-  if (fw && fw->owner()) fw->wake_routed();
-  if (!foreign_.empty()) hand_over();
-  for (const ProbeSeen& p : probes_) {
-    const Socket& ps = socks_[p.sock];
-    ps.share.registry->probe_arrived(ps.share.slot, p.bytes, kProbeLen);
-  }
-  probes_.clear();
-  if (n < nmsg) rx_hint_.store(false, std::memory_order_relaxed);  // drained (for now)
-  return n;
-}
-
-bool UdpTransport::poll_progress() {
-  // Outside a busy-poll lease an empty CQ poll costs no syscall and no lock unless the progress
-  // thread's ppoll has seen a socket readable (the hint) or poll_interval_ns_ has passed since this
-  // path last looked. Inside one the progress thread does not receive, so every poll does.
-  if (!running_) return false;
-  const uint64_t now = now_ns();
-  const BusyPollLease::Poll poll = lease_.on_poll(now);
-  const bool lease = poll.leased;
-  if (poll.taken) {  // the progress thread leaves the sockets to us
-    stats_.busy_poll_leases++;
-    wake();
-  }
-  if (!lease && !rx_hint_.load(std::memory_order_relaxed)) {
-    if (now - last_poll_rx_.load(std::memory_order_relaxed) < poll_interval_ns_) return false;
-    last_poll_rx_.store(now, std::memory_order_relaxed);
-  }
-  // A thread blocked on rx_mu_ goes first: a spinning poll that took the lock back at once every
-  // time would keep the progress thread (and the timers it runs) waiting for ever.
-  if (rx_blocked_.load(std::memory_order_relaxed) || !rx_mu_.try_lock()) return false;
-  int got = 0;
-  for (size_t s = 0; s < socks_.size(); ++s) {
-    if (socks_[s].fd < 0) continue;
-    // In a lease, a ping-pong's next arrival is one buffer (with GRO, the peer's SEND and ACK
-    // together), so the vector starts at one entry: after the datagram, a longer recvmmsg makes one
-    // more attempt that finds the socket empty. It doubles while polls fill it (a burst) and is
-    // one again after a poll that did not.
-    const int want = lease ? rx_lease_msgs_ : 0;
-    const int n = receive_batch(s, lease, want);
-    if (lease) rx_lease_msgs_ = n == want ? std::min(want * 2, int(rx_msgs_.size())) : 1;
-    got += n;
-  }
-  rx_mu_.unlock();
-  send_queued(false);
-  arm_timer();
-  // Streaming: receiving goes back to the progress thread, for a back-off (busy_poll_lease.h).
-  if (lease && lease_.end_if_stream(now)) wake();
-  return got > 0;
-}
-
-void UdpTransport::app_waits() {
-  // A waiter's lease that stays has its timer armed, so an application that now blocks elsewhere
-  // (poll() on the channel fd) has its arrivals taken up at the latest busy_ns from here.
-  if (lease_.on_arm(now_ns()) == BusyPollLease::Arm::ended) wake();
-  if (held_.load(std::memory_order_relaxed)) flush_held();
-}
-
-int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
-  if (!running_) return 0;
-  waiters_.fetch_add(1);
-  if (watching_.load()) wake();  // the progress thread leaves the sockets to waiters
-  if (lease_.enabled()) {
-    // The lease this wait leaves on its way out ends by the timer (below). Armed now, before the
-    // wait, it need not be armed after the wake-up unless the wait outlasted it (timer_moved).
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      timer_moved(now_ns() + lease_.busy_ns());
-    }
-    arm_timer();
-  }
-  std::vector<pollfd> fds{{fd, POLLIN, 0}};
-  std::vector<size_t> which;
-  uint32_t roles = 0;
-  int err = 0;
-  for (;;) {
-    if (fds.size() == 1 || roles != roles_.load()) {  // a take-over gave a socket a new receive fd
-      std::unique_lock<std::mutex> g;
-      if (forwarding_) g = std::unique_lock<std::mutex>(rx_mu_);  // roles change under it (share_tick)
-      roles = roles_.load();
-      fds.resize(1);
-      watch_set(&fds, &which);
-    }
-    // No timeout: the progress thread keeps the timers, and wakes on its pipe when this one ends.
-    if (poll(fds.data(), nfds_t(fds.size()), -1) < 0) {
-      if (errno == EINTR) continue;
-      err = errno;
-      break;
-    }
-    if (fds[0].revents) break;  // an event (or an error the read will report)
-    // Replies (ACKs) are held while this thread looks whether its event came: if it did, they
-    // leave after this thread has returned (from the progress thread it wakes below, or with the
-    // application's next post); if not, now.
-    {
-      RxLock g(this);
-      for (size_t s = 0; s < which.size(); ++s)
-        if (fds[s + 1].revents & POLLIN) receive_batch(which[s], true);
-    }
-    // Our own receive signalled the channel (its event is ours, not in `fd`), or another thread
-    // did meanwhile.
-    if (event_taken() || poll(fds.data(), 1, 0) == 1) break;
-    if (held_.load(std::memory_order_relaxed)) flush_held();
-    send_queued(false);
-    arm_timer();
-  }
-  // What the receive queued beyond the replies it may hold (READ responses, a window's refill)
-  // leaves now: the lease this wait leaves may wake nobody before it ends.
-  send_queued(false);
-  // The last waiter out leaves a lease, as a poll does: the application's next poll, post or
-  // ibv_req_notify_cq takes over from here (and sends the held replies); if none comes, the
-  // progress thread's timer ends the lease after busy_ns. No wake-up on the way out.
-  const uint64_t now = now_ns();
-  lease_.on_wait_left(now, event_taken());  // its own event: see BusyPollLease::on_arm
-  if (waiters_.fetch_sub(1) == 1) {
-    if (!lease_.enabled()) {
-      wake();
-    } else {
-      std::lock_guard<std::mutex> g(mu_);
-      timer_moved(now + lease_.busy_ns());  // mostly armed already, on the way in
-    }
-  } else if (held_.load(std::memory_order_relaxed)) {
-    flush_held();
-  }
-  arm_timer();  // also what this thread's receive asked for
-  return err;
-}
-
-void UdpTransport::run() {
-  std::vector<pollfd> fds;
-  std::vector<size_t> which;
-  size_t nsock = 0;
-  auto rewatch = [&] {
-    fds.clear();
-    {
-      std::unique_lock<std::mutex> g;
-      if (forwarding_) g = std::unique_lock<std::mutex>(rx_mu_);  // roles change under it (share_tick)
-      watch_set(&fds, &which);
-    }
-    nsock = which.size();
-    fds.push_back({wake_rd_, POLLIN, 0});
-    if (timer_fd_ >= 0) fds.push_back({timer_fd_, POLLIN, 0});
-  };
-  rewatch();
-  tls_progress = this;
-  // Lane 0 looks after its addresses' registries: dead members, unanswered probes (addr_registry.h).
-  bool shares = false;
-  for (const Socket& k : socks_) shares |= lane_.index == 0 && k.share.registry && k.fd >= 0;
-  if (shares) next_share_tick_ = now_ns();
-  while (running_) {
-    if (next_share_tick_ && (share_tick_now_.exchange(false) || now_ns() >= next_share_tick_)) {
-      if (share_tick()) rewatch();
-      next_share_tick_ = now_ns() + AddressRegistry::kTickNs;
-    }
-    // While the application holds a busy-poll lease, watch only the wake pipe and the timers, and
-    // look again when the lease would run out; once no poll came for busy_ns, take the sockets back.
-    // Threads blocked in wait_readable() receive too; the same holds while there are any.
-    uint64_t deadline, lease_end;
-    bool spin_leased, leased;
-    {
-      // The lease is read under mu_, where armed_deadline_ is set: a waiter that leaves a lease
-      // then calls timer_moved under mu_, so either this sees its lease or it sees the deadline
-      // set here (and wakes this thread if its lease ends sooner).
-      std::lock_guard<std::mutex> g(mu_);
-      lease_end = lease_.running_until(now_ns());
-      spin_leased = lease_end != 0;
-      watching_.store(true);  // before looking at waiters_: an arriving waiter sees one or the other
-      leased = spin_leased || waiters_.load() > 0;
-      if (leased) watching_.store(false);
-      deadline = engine_.next_deadline();
-      // The engine's retransmission counters, copied out at most every millisecond (a sum over
-      // QPs); while they may be stale the wait is capped so they catch up.
-      const uint64_t now = now_ns();
-      if (now - totals_at_ >= 1000000) {
-        publish_totals_locked();
-        totals_stale_ = false;
-        totals_at_ = now;
-      } else {
-        totals_stale_ = true;
-      }
-      if (totals_stale_) deadline = std::min(deadline, totals_at_ + 1000000);
-      if (next_share_tick_) deadline = std::min(deadline, next_share_tick_);
-      if (spin_leased) deadline = std::min(deadline, lease_end);
-      // A timer set earlier than this needs a wake-up (after_engine_call); later ones are seen
-      // when this wait ends anyway, so posts during a lease do not write to the wake pipe.
-      armed_deadline_ = deadline;
-      if (timer_at_ <= now) timer_at_ = UINT64_MAX;  // the timer fd has fired (or fires at once)
-    }
-    // Replies the application held back (receive_batch) leave when it stopped polling.
-    if (!spin_leased && held_.load(std::memory_order_relaxed)) flush_held();
-    timespec ts{}, *tsp = nullptr;
-    if (deadline != UINT64_MAX) {
-      uint64_t now = now_ns();
-      uint64_t wait = deadline <= now ? 0 : deadline - now;
-      ts.tv_sec = time_t(wait / 1000000000ull);
-      ts.tv_nsec = long(wait % 1000000000ull);
-      tsp = &ts;
-    }
-    pollfd* watch = leased ? &fds[nsock] : fds.data();  // the wake pipe and the timer only
-    const size_t nwatch = leased ? fds.size() - nsock : fds.size();
-    if (leased)
-      for (size_t s = 0; s < nsock; ++s) fds[s].revents = 0;
-#if defined(__linux__)
-    int r = ppoll(watch, nwatch, tsp, nullptr);
-#else
-    int r = poll(watch, nfds_t(nwatch), poll_timeout_ms(tsp));
-#endif
-    if (r < 0 && errno != EINTR) break;
-    if (fds[nsock].revents & POLLIN) {
-      char buf[64];
-      while (read(wake_rd_, buf, sizeof buf) > 0) {}
-    }
-    if (timer_fd_ >= 0 && (fds[nsock + 1].revents & POLLIN)) {
-      uint64_t expirations;
-      (void)!read(timer_fd_, &expirations, sizeof expirations);
-    }
-    for (size_t s = 0; s < nsock; ++s) {
-      if (!(fds[s].revents & POLLIN)) continue;
-      rx_hint_.store(true, std::memory_order_relaxed);
-      for (int i = 0; i < 16; ++i) {  // drain a burst, but look at timers in between
-        int n;
-        {
-          RxLock g(this);
-          n = receive_batch(which[s]);
-        }
-        send_queued(false);
-        if (n < int(rx_msgs_.size())) break;
-      }
-    }
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (engine_.next_deadline() <= now_ns()) {
-        engine_.tick();
-        after_engine_call();
-      }
-    }
-    send_queued(false);
-  }
-}
-
-void UdpTransport::watch_set(std::vector<pollfd>* fds, std::vector<size_t>* which) const {
-  which->clear();
-  for (size_t i = 0; i < socks_.size(); ++i) {
-    const Socket& k = socks_[i];
-    if (k.fd < 0) continue;
-    const int rfd = k.fwd ? k.fwd->rx_fd() : k.fd;
-    if (rfd >= 0) {
-      fds->push_back({rfd, POLLIN, 0});
-      which->push_back(i);
-    }
-    if (k.fwd) {
-      fds->push_back({k.fwd->wake_fd(), POLLIN, 0});
-      which->push_back(i);
-    }
-  }
-}
-
-bool UdpTransport::share_tick() {
-  bool changed = false;
-  for (Socket& k : socks_) {
-    if (!k.share.registry || k.fd < 0) continue;
-    k.share.registry->tick();  // dead members reclaimed (a dead owner among them), probes
-    if (!k.fwd) continue;
-    RxLock g(this);
-    if (!k.fwd->tick()) continue;
-    // The port's socket is new: the offloads the receive buffers were sized for (rx_setup).
-    if (rx_buf_size_ == kRxBufGro) enable_offloads(k.fwd->rx_fd());
-    changed = true;
-  }
-  if (changed) roles_.fetch_add(1);
-  return changed;
 }
 
 }  // namespace melon::soft

@@ -1,17 +1,27 @@
 // The soft provider's wire: one UDP socket on port 4791 of a device address, the transport engine
 // behind it, and a progress thread, so RDMA WRITE/READ/atomics aimed at this process complete
-// without the application calling any verb. Packets leave in sendmmsg batches, each payload copied
-// in before its ICRC is summed (runs of equal-size packets as one UDP GSO send where the kernel has it);
-// arrivals come in recvmmsg batches (several packets per buffer with UDP GRO) and are ICRC-checked
-// (icrc_udp.h). Batches are sized to the requester window.
+// without the application calling any verb. UdpTransport is the facade that wires the units, each
+// readable and tested alone: packets leave in send batches (tx_batch.h: each payload copied in
+// before its ICRC is summed, runs of equal-size packets as one UDP GSO send) through the send queue
+// (send_queue.h); arrivals come in receive batches (rx_batch.h: several packets per buffer with UDP
+// GRO, each ICRC-checked and steered to its lane); the busy-poll lease (busy_poll_lease.h) says who
+// receives; the progress timer (progress_timer.h, progress_fds.h) says when the progress thread
+// wakes. Batches are sized to the requester window. This file's members are defined in
+// udp_transport.cpp (start and stop, engine calls, sending), udp_receive.cpp (the receive path,
+// polls and waiters) and progress_thread.cpp (the progress thread).
+//
+// Locks, in the order they may nest: rx_mu_ (the receive batch, recvmmsg) -> mu_ (the engine, the
+// batch being filled, the progress timer's deadlines) -> the send queue's own (send_queue.h, held
+// for pointer moves only; its sender lock is held without mu_). The progress timer's arm lock
+// (progress_timer.h) -> mu_. Lanes: this lane's rx_mu_ -> another lane's mu_ (hand_over), and no
+// thread holds two lanes' mu_. No thread makes a syscall while holding mu_, so a post waits at most
+// for engine work, never for a recvmmsg or a sendmmsg. The busy-poll lease takes no lock; atomics
+// (held_, rx_hint_, waiters_, watching_, ...) are read without one and say so where they are declared.
 #pragma once
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-
-#include <climits>
-#include <ctime>
 
 #include <atomic>
 #include <memory>
@@ -23,6 +33,9 @@
 
 #include "providers/soft/busy_poll_lease.h"
 #include "providers/soft/msg_batch.h"  // mmsghdr off Linux
+#include "providers/soft/progress_fds.h"
+#include "providers/soft/progress_timer.h"
+#include "providers/soft/rx_batch.h"
 #include "providers/soft/send_queue.h"
 #include "providers/soft/share_forward.h"
 #include "providers/soft/soft_counters.h"
@@ -33,16 +46,6 @@
 #include "roce/frame.h"
 
 namespace melon::soft {
-
-// The progress thread's wait off Linux (macOS has poll, not ppoll): the time left, rounded up to
-// whole milliseconds so the wait never ends before a deadline and a wait under 1 ms is not a spin
-// of 0 ms timeouts, and capped at INT_MAX ms; -1 (no timeout) for no deadline.
-inline int poll_timeout_ms(const timespec* ts) {
-  if (!ts) return -1;
-  const uint64_t ns = uint64_t(ts->tv_sec) * 1000000000ull + uint64_t(ts->tv_nsec);
-  const uint64_t ms = ns / 1000000 + (ns % 1000000 != 0);
-  return ms > uint64_t(INT_MAX) ? INT_MAX : int(ms);
-}
 
 // One local address of the device, as a GID (IPv4-mapped or IPv6), with the IPv6 scope.
 struct LocalAddress {
@@ -55,7 +58,6 @@ class UdpTransport;
 // Where a transport stands among its device's lanes (hub.h, Hub) and the processes sharing its
 // addresses (addr_registry.h). The default is a device of one lane on addresses of its own: its own
 // counter file, ordinary sockets, every packet its own.
-constexpr uint8_t kNotOurs = 0xff;  // LaneConfig::lane_of_bucket: a bucket no lane of this device owns
 struct LaneConfig {
   uint32_t count = 1, index = 0;
   TransportStats* stats = nullptr;  // the device's counters, shared by its lanes (nullptr: own file)
@@ -153,12 +155,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // With MELON_SOFT_STATS=1: every counter of a device in one line on stderr.
   static void print_counters(const char* name, const TransportStats& stats);
 
-  // Locks, in the order they may nest: rx_mu_ (receive buffers, recvmmsg) -> mu_ (the engine and
-  // the batch being filled) -> the send queue's own (send_queue.h, held for pointer moves only; its
-  // sender lock is held without mu_). timer_mu_ (arm_timer) -> mu_. Lanes: this lane's rx_mu_ ->
-  // another lane's mu_ (hand_over), and no thread holds two lanes' mu_. No thread makes a syscall
-  // while holding mu_, so a post waits at most for engine work, never for a recvmmsg or a sendmmsg.
-  // The busy-poll lease (busy_poll_lease.h) takes no lock.
+  // Locks: see the top of this file.
  private:
   enum class Mode { control, post, post_send };
   template <typename F>
@@ -185,19 +182,43 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     return f(engine_);
   }
 
+  struct Socket;  // one per address (below)
+
+  // udp_transport.cpp: engine calls and sending.
   void transmit(const rc::TxPacket& p) override;
   uint64_t now() override { return batch_now_ ? batch_now_ : now_ns(); }
   void after_engine_call();  // with mu_ held: queue the batch, arm the progress thread's timer if needed
   // With mu_ held, after a post: hold what it staged (doorbell batching) or queue it; true if the
   // caller must send the queue.
   bool after_post(bool backed, uint64_t staged_before, uint64_t handoffs_before);
-  void run();
+  void publish_totals_locked();  // with mu_ held
+  void wake() { fds_.wake(); }
+  // With mu_ held: the engine's next deadline (or a lease's end) is now d (ProgressTimer::moved; the
+  // progress thread itself plans its wait again anyway). arm_timer() sets the timer fd or wakes the
+  // thread once the caller has released mu_ and sent what it queued. Every caller of timer_moved
+  // calls arm_timer afterwards.
+  void timer_moved(uint64_t d);
+  void arm_timer() { timer_.arm(); }
+  size_t socket_for(const uint8_t sgid[16]) const;
+  // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
+  // the send queue, and whichever thread holds the queue's sender lock sends queued batches in order.
+  // With mu_ held: stage_ joins the send queue; a lone reply a receive held (replies_end_ == 1) and
+  // the one message of requests that followed it become one GSO send first (TxBatch::join_held_reply).
+  void handoff();
+  void send_queued(bool wait);
+
+  // udp_receive.cpp: the receive path; polls and waiters (public above).
   // With rx_mu_ held (takes mu_ to process). `hold`: the receive of a busy-polling application or a
   // blocked waiter; what the engine sends in reply stays in stage_ (held_) for the application's
   // next post (one sendmmsg with it), poll or ibv_req_notify_cq, or the end of the lease.
   // `max_msgs` > 0: at most that many receive buffers (datagrams or GRO runs) in this call.
   int receive_batch(size_t sock, bool hold = false, int max_msgs = 0);
-  void publish_totals_locked();  // with mu_ held
+  // `likely_id`: the IPv4 identification to try first in the ICRC check (its index in a GRO buffer).
+  // In forward mode the owner routes other members' datagrams to their rings first.
+  void rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len, uint16_t likely_id);
+  // One datagram from `src`/`sport` to socket k's address, checked (ICRC) and given to its lane's engine.
+  void rx_datagram(const Socket& k, const uint8_t src[16], uint16_t sport, const uint8_t* pkt, size_t len,
+                   uint16_t likely_id);
   // Packets of another lane's QPs: set aside while processing a batch (pointing into the receive
   // buffers, under rx_mu_), handed over after mu_ is released (no thread holds two lanes' mu_).
   struct Foreign {
@@ -208,20 +229,28 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   };
   void hand_over();
   void receive_handed(const Foreign* f, size_t n);  // from another lane's thread
-  void wake();
-  // With mu_ held: the engine's next deadline (or a lease's end) is now d. If that is earlier than
-  // the progress thread will wake, the timer fd is to be armed for d (Linux), else the thread woken:
-  // arm_timer() does either once the caller has released mu_ and sent what it queued. Every caller
-  // of timer_moved calls arm_timer afterwards.
-  void timer_moved(uint64_t d);
-  void arm_timer();  // without mu_: the timerfd_settime (or wake) that timer_moved asked for, if any
-  size_t socket_for(const uint8_t sgid[16]) const;
+
+  // The progress thread (progress_thread.cpp): plans its wait (plan_wait), waits, receives what is
+  // ready, runs due timers.
+  void run();
+  static thread_local const UdpTransport* progress_thread_;  // the transport whose progress thread this is
+  struct WaitPlan {
+    uint64_t deadline;
+    bool leased;  // the sockets are the application's (a busy-poll lease) or a waiter's: not watched
+    bool spin_leased;  // a busy-poll lease runs (held replies stay for the application's next poll)
+  };
+  WaitPlan plan_wait();
+  void receive_ready(const pollfd* fds, const std::vector<size_t>& which);  // the sockets' entries, after the wait
+  void run_due_timers();
+  // What the receive paths watch: each socket's receive fd (none for a forward-mode member) and its
+  // wake fd in forward mode; `which` maps each entry to its socket. Guarded by rx_mu_ (roles change under it).
+  void watch_set(std::vector<pollfd>* fds, std::vector<size_t>* which) const;
+  // Forward mode (share_forward.h), lane 0's progress thread: the registries' ticks and take-overs;
+  // true if a socket's role changed (the watch set is rebuilt).
+  bool share_tick();
 
   // Transmit: packets fill a batch (tx_batch.h) that joins the send queue (send_queue.h).
   static constexpr int kMaxHeld = kMaxGsoSegments;  // held packets that make posts send (one GSO run)
-  // Receive: one datagram per buffer, or with UDP GRO up to 64 KiB of one flow's packets.
-  static constexpr size_t kRxBuf = 9216;
-  static constexpr size_t kRxBufGro = 65536;
 
   struct Socket {
     LocalAddress addr;
@@ -235,9 +264,10 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   };
   std::vector<Socket> socks_;
   uint16_t port_;
-  int wake_rd_ = -1, wake_wr_ = -1;
-  int timer_fd_ = -1;  // timerfd (Linux) the progress thread watches beside its ppoll timeout
   std::mutex rx_mu_, mu_;
+  MonotonicClock clock_;
+  ProgressFds fds_;  // the progress thread's wake pipe and timer fd (opened by start())
+  ProgressTimer timer_{clock_, fds_, mu_};  // when the progress thread wakes (its state guarded by mu_)
   rc::Engine engine_;
   std::thread thread_;
   std::atomic<bool> running_{false};
@@ -267,17 +297,7 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
     UdpTransport* t;
   };  // threads in wait_readable(): they receive, the progress thread does not
   bool defer_ = true;  // the application receives; the progress thread keeps off the sockets
-  // The progress thread wakes by the earlier of armed_deadline_ (its own wait's deadline, set before
-  // each wait) and timer_at_ (the timer fd's expiry, kept after the timer it was armed for has gone:
-  // an early wake-up costs that thread one look, a timerfd_settime per post costs the poster a
-  // syscall). Both guarded by mu_. timer_due_: the expiry arm_timer() has yet to set.
-  uint64_t armed_deadline_ = UINT64_MAX;
-  uint64_t timer_at_ = UINT64_MAX;
-  std::atomic<uint64_t> timer_due_{UINT64_MAX};
-  std::mutex timer_mu_;  // one timerfd_settime at a time, the last with the earliest expiry asked for
   uint64_t batch_now_ = 0;  // one clock reading for a whole receive batch (0: read the clock)
-  uint64_t totals_at_ = 0;  // when the engine's counter totals were last copied out (progress thread)
-  bool totals_stale_ = false;
   std::string name_;
   LaneConfig lane_;
   CounterFile counters_;
@@ -297,42 +317,15 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   bool forwarding_ = false;  // a socket is in forward mode (set by start(), read-only after)
   std::atomic<uint64_t> lane_rx_packets_{0}, lane_handed_over_{0};  // written under rx_mu_
 
-  // Transmit: the engine fills a batch under mu_ (stage_); after each engine call the batch joins
-  // the send queue, and whichever thread holds the queue's sender lock sends queued batches in order.
-  // With mu_ held: stage_ joins the send queue; a lone reply a receive held (replies_end_ == 1) and
-  // the one message of requests that followed it become one GSO send first (TxBatch::join_held_reply).
-  void handoff();
-  JoinDelta join_delta_;  // guarded by mu_
-  void send_queued(bool wait);
-  void send_batch(TxBatch& b);  // by the queue's one sender
   std::unique_ptr<TxBatch> stage_;  // guarded by mu_
+  JoinDelta join_delta_;  // guarded by mu_
   uint64_t staged_ = 0, handoffs_ = 0;  // packets transmit() staged, batches handed off (guarded by mu_)
   std::atomic<bool> held_{false};  // stage_ holds packets a post left there (set and cleared under mu_)
   int replies_end_ = 0;  // stage_'s first messages, held by a receive into an empty stage_ (guarded by mu_)
   std::unique_ptr<SendQueue> sendq_;
   std::unique_ptr<std::atomic<bool>[]> gso_;  // per socket: cleared by the sender if the kernel refuses
 
-  // Receive batch (guarded by rx_mu_), sized to the window; set up once in start().
-  void rx_setup();
-  // `likely_id`: the IPv4 identification to try first in the ICRC check (its index in a GRO buffer).
-  // In forward mode the owner routes other members' datagrams to their rings first.
-  void rx_packet(const Socket& k, const sockaddr_storage& from, const uint8_t* pkt, size_t len, uint16_t likely_id);
-  // One datagram from `src`/`sport` to socket k's address, checked (ICRC) and given to its lane's engine.
-  void rx_datagram(const Socket& k, const uint8_t src[16], uint16_t sport, const uint8_t* pkt, size_t len,
-                   uint16_t likely_id);
-  // What the receive paths watch: each socket's receive fd (none for a forward-mode member) and its
-  // wake fd in forward mode; `which` maps each entry to its socket. Guarded by rx_mu_ (roles change under it).
-  void watch_set(std::vector<pollfd>* fds, std::vector<size_t>* which) const;
-  // Forward mode (share_forward.h), lane 0's progress thread: the registries' ticks and take-overs;
-  // true if a socket's role changed (the watch set is rebuilt).
-  bool share_tick();
-  size_t rx_buf_size_ = kRxBuf;
-  std::vector<uint8_t> rx_buf_;
-  std::vector<mmsghdr> rx_msgs_;
-  std::vector<iovec> rx_iov_;
-  std::vector<sockaddr_storage> rx_from_;
-  static constexpr size_t kRxCtrl = CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(uint32_t));
-  std::vector<char> rx_ctrl_;
+  RxBatch rx_{stats_};  // the receive buffers (guarded by rx_mu_), sized to the window by start()
   int rx_lease_msgs_ = 1;  // the recvmmsg vector of a leased poll (poll_progress; guarded by rx_mu_)
   uint32_t window_;
 };

@@ -2,8 +2,8 @@
 // (src/providers/soft/udp_socket.h): what XNU needs of a RoCEv2 socket (IP_DONTFRAG for IPv4
 // identification 0, buffers below kern.ipc.maxsockbuf), the host setting that rule relies on
 // (sysctl net.inet.ip.rfc6864), IPv6 refused (udp6_input drops zero UDP checksums), and the
-// progress thread's poll() timeout. The stand-ins behave as XNU is documented to; that XNU does so
-// only a Mac can show (docs/macos.md, "macOS-only code tested on Linux").
+// progress thread's poll() timeout (progress_timer.h). The stand-ins behave as XNU is documented to; that XNU
+// does so only a Mac can show (docs/macos.md, "macOS-only code tested on Linux").
 #include <errno.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "providers/soft/udp_socket.h"
-#include "providers/soft/udp_transport.h"
+#include "providers/soft/progress_timer.h"
 
 namespace {
 

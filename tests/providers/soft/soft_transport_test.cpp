@@ -481,7 +481,7 @@ TEST_F(SoftTransport, WithoutGsoAndGroEveryPacketIsADatagramAndTheFallbackIsCoun
 
 // GSO without GRO at the receiver: the kernel cuts each send into datagrams before the socket, and
 // each is checked and placed as a packet of its own. (The receiver solves for the IPv4
-// identification, so this does not check which one the kernel wrote: see udp_transport.cpp.)
+// identification, so this does not check which one the kernel wrote: see rx_batch.h.)
 TEST_F(SoftTransport, GsoSendsReachASocketWithoutGroAsSingleDatagrams) {
   if (!kernel_has_gso_and_gro()) GTEST_SKIP() << "this kernel has no UDP_SEGMENT/UDP_GRO";
   fail_option(SOL_UDP, UDP_GRO);

@@ -1,5 +1,6 @@
 // The soft provider's transmit batch (providers/soft/tx_batch.h): which packets share a UDP GSO
-// send, and whether each datagram the kernel will cut from a send carries the right ICRC. The
+// send, whether each datagram the kernel will cut from a send carries the right ICRC, and how a
+// batch is handed to a stand-in for sendmmsg (one call per socket's run, partial and refused sends). The
 // judge of the ICRC is not our CRC code: each datagram is rebuilt as it will be on the wire (IPv4
 // header with identification i for the i-th segment of a send, as Linux's inet_gso_segment numbers
 // them) and summed with zlib's crc32 over the masked fields of IBA Annex A17.
@@ -8,11 +9,12 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/udp.h>
-#include <zlib.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include "common/datagram_oracle.h"
 #include "roce/opcode.h"
 
 namespace melon::soft {
@@ -27,7 +29,7 @@ uint8_t kOther[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 4};
 
 struct Fixture {
   explicit Fixture(bool gso_on = true) {
-    gso[0] = gso_on;
+    gso[0] = gso[1] = gso_on;
     peer.av.hop_limit = 64;
     memcpy(peer.av.sgid, kOurs, 16);
     memcpy(peer.av.dgid, kPeer, 16);
@@ -37,12 +39,13 @@ struct Fixture {
   struct Dest {
     rc::AddressVector av;
   } peer, other;
-  std::atomic<bool> gso[1];
+  std::atomic<bool> gso[2];  // per socket
+  size_t sock = 0;  // the socket the next packets leave from
   TxBatch batch{256};
   std::vector<std::vector<uint8_t>> payloads;
   uint32_t psn = 100;
 
-  TxSource src() { return TxSource{0, kOurs, false, 4791, gso}; }
+  TxSource src() { return TxSource{sock, kOurs, false, 4791, gso}; }
   // One packet of `opcode` with `len` payload bytes (a byte pattern of its PSN) to `d`.
   void add(uint8_t opcode, uint32_t len, const Dest& d) {
     payloads.emplace_back(len);
@@ -75,50 +78,19 @@ std::vector<uint8_t> gather(const TxBatch& b, const TxMsg& m) {
   return out;
 }
 
-// The ICRC of one RoCEv2 datagram (BTH onwards, ICRC last, little-endian on the wire) sent from
-// our address to `dst` over IPv4 with identification `id`, summed by zlib over the masked
-// pseudo-header: 8 bytes of 0xff for the LRH, the IPv4 header with TOS, TTL and checksum all ones,
-// the UDP header with its checksum all ones, and the BTH with its reserved byte 4 all ones.
+// Whether one RoCEv2 datagram (BTH onwards, ICRC last, little-endian on the wire) sent from our
+// address to `dst` over IPv4 with identification `id` ends with the ICRC zlib sums for it over the
+// masked fields (tests/common/datagram_oracle.h).
 bool icrc_ok(const uint8_t* roce, size_t len, const uint8_t dst[16], uint16_t id) {
   if (len < 16) return false;
-  std::vector<uint8_t> d(8, 0xff);
-  const uint16_t total = uint16_t(20 + 8 + len);
-  const uint8_t ip[20] = {0x45,
-                          0xff,
-                          uint8_t(total >> 8),
-                          uint8_t(total),
-                          uint8_t(id >> 8),
-                          uint8_t(id),
-                          0x40,
-                          0,
-                          0xff,
-                          17,
-                          0xff,
-                          0xff,
-                          kOurs[12],
-                          kOurs[13],
-                          kOurs[14],
-                          kOurs[15],
-                          dst[12],
-                          dst[13],
-                          dst[14],
-                          dst[15]};
-  d.insert(d.end(), ip, ip + 20);
-  const uint16_t ulen = uint16_t(8 + len);
-  const uint8_t udp[8] = {uint8_t(4791 >> 8),
-                          uint8_t(4791 & 0xff),
-                          uint8_t(4791 >> 8),
-                          uint8_t(4791 & 0xff),
-                          uint8_t(ulen >> 8),
-                          uint8_t(ulen),
-                          0xff,
-                          0xff};
-  d.insert(d.end(), udp, udp + 8);
-  d.insert(d.end(), roce, roce + len - 4);
-  d[8 + 20 + 8 + 4] = 0xff;
-  const uint32_t crc = uint32_t(crc32(0, d.data(), uInt(d.size())));
+  test::Datagram d;
+  memcpy(d.src, kOurs, 16);
+  memcpy(d.dst, dst, 16);
+  d.sport = d.dport = 4791;
+  d.id = id;
+  d.bytes.assign(roce, roce + len);
   const uint8_t* t = roce + len - 4;
-  return crc == (uint32_t(t[0]) | uint32_t(t[1]) << 8 | uint32_t(t[2]) << 16 | uint32_t(t[3]) << 24);
+  return test::datagram_icrc(d) == (uint32_t(t[0]) | uint32_t(t[1]) << 8 | uint32_t(t[2]) << 16 | uint32_t(t[3]) << 24);
 }
 
 // Cuts message `m` as the kernel's GSO does (datagrams of m.seg bytes, the last shorter) and
@@ -285,6 +257,93 @@ TEST(SoftTxBatch, PrepareSendAsksTheKernelToCutOnlyTheGsoMessages) {
   EXPECT_EQ(seg, 12 + 1024 + 4);
 #endif
   EXPECT_EQ(f.batch.mmsg[1].msg_hdr.msg_controllen, 0u);  // one datagram: nothing to cut
+}
+
+// send_batch's calls, and what the stand-in for sendmmsg answers each (by default: all sent).
+using Calls = std::vector<std::pair<int, unsigned>>;  // (fd, messages) of each call
+Calls g_calls;
+std::vector<std::pair<int, int>> g_answers;  // (result, errno), in call order
+int fake_send(int fd, mmsghdr* v, unsigned n) {
+  (void)v;
+  const size_t i = g_calls.size();
+  g_calls.push_back({fd, n});
+  if (i >= g_answers.size() || g_answers[i].first == int(n)) return int(n);
+  errno = g_answers[i].second;
+  return g_answers[i].first;
+}
+int fd_of(size_t sock) { return 10 + int(sock); }
+
+// Four messages: a GSO send of 3 packets and a single packet from socket 0, one from socket 1, one
+// more from socket 0.
+void four_messages(Fixture& f) {
+  for (int i = 0; i < 3; ++i) f.add(kSendOnly, 1024, f.peer);
+  f.add(kSendOnly, 1024, f.other);
+  f.sock = 1;
+  f.add(kSendOnly, 64, f.peer);
+  f.sock = 0;
+  f.add(kSendOnly, 64, f.peer);
+  ASSERT_EQ(f.batch.nmsgs, 4);
+  ASSERT_EQ(f.batch.msgs[0].npkts, 3);
+}
+
+// Four messages sent through fake_send, answering `answers`.
+struct Sent {
+  Fixture f;
+  TransportStats st;
+  explicit Sent(std::vector<std::pair<int, int>> answers) {
+    four_messages(f);
+    g_calls.clear();
+    g_answers = std::move(answers);
+    send_batch(f.batch, fd_of, f.gso, st, fake_send);
+  }
+};
+
+TEST(SoftTxBatch, EachSocketsConsecutiveMessagesLeaveInOneCallAndAreCounted) {
+  Sent s({});
+  EXPECT_EQ(g_calls, (Calls{{10, 2}, {11, 1}, {10, 1}}));
+  EXPECT_EQ(s.st.tx_calls.load(), 3u);
+  EXPECT_EQ(s.st.tx_packets.load(), 6u);
+  EXPECT_EQ(s.st.tx_gso_sends.load(), 1u);
+  EXPECT_EQ(s.st.tx_errors.load(), 0u);
+}
+
+TEST(SoftTxBatch, AnInterruptedOrPartialSendGoesOnWhereTheKernelStopped) {
+  Sent s({{-1, EINTR}, {1, 0}});  // interrupted, then the first of two taken
+  // The same two again, then the one left of them.
+  EXPECT_EQ(g_calls, (Calls{{10, 2}, {10, 2}, {10, 1}, {11, 1}, {10, 1}}));
+  EXPECT_EQ(s.st.tx_packets.load(), 6u);
+  EXPECT_EQ(s.st.tx_errors.load(), 0u);
+}
+
+TEST(SoftTxBatch, AGsoSendTheKernelRefusesWithEioTurnsGsoOffForItsSocketAndLosesItsPacketsOnly) {
+  Sent s({{-1, EIO}});
+  EXPECT_EQ(g_calls, (Calls{{10, 2}, {10, 1}, {11, 1}, {10, 1}}));  // on with the next message of that run
+  EXPECT_FALSE(s.f.gso[0].load());
+  EXPECT_TRUE(s.f.gso[1].load());
+  EXPECT_EQ(s.st.offload_fallbacks.load(), 1u);
+  EXPECT_EQ(s.st.tx_errors.load(), 3u);  // the 3 packets of that send (the transport retries them)
+  EXPECT_EQ(s.st.tx_packets.load(), 3u);
+  EXPECT_EQ(s.st.tx_gso_sends.load(), 0u);
+}
+
+TEST(SoftTxBatch, OtherRefusalsLoseThePacketsAndKeepGso) {
+  for (int e : {ENOBUFS, EAGAIN, ENETUNREACH}) {
+    Sent s({{-1, e}});
+    EXPECT_TRUE(s.f.gso[0].load()) << e;
+    EXPECT_EQ(s.st.offload_fallbacks.load(), 0u) << e;
+    EXPECT_EQ(s.st.tx_errors.load(), 3u) << e;
+    EXPECT_EQ(s.st.tx_packets.load(), 3u) << e;
+  }
+  // EIO on a single datagram is no GSO refusal.
+  Fixture f;
+  f.add(kSendOnly, 64, f.peer);
+  g_calls.clear();
+  g_answers = {{-1, EIO}};
+  TransportStats st;
+  send_batch(f.batch, fd_of, f.gso, st, fake_send);
+  EXPECT_TRUE(f.gso[0].load());
+  EXPECT_EQ(st.offload_fallbacks.load(), 0u);
+  EXPECT_EQ(st.tx_errors.load(), 1u);
 }
 
 }  // namespace
