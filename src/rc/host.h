@@ -51,6 +51,14 @@ class HostMemory {
   // empty span.
   virtual MemStatus map(KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
                         Span* first) = 0;
+  // The checks of map() on all of [addr, addr + len), for bytes the engine will not touch now (a
+  // receive WQE when it is taken, a READ's local buffer when posted, a WRITE's target at its first
+  // packet). A host that copies what map() returns and writes it back must not copy here: the old
+  // bytes would go over whatever the application wrote there meanwhile.
+  virtual MemStatus check(KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access) {
+    Span s;
+    return map(kind, pd, key, addr, len, access, &s);
+  }
   // SEND with invalidate: false if `rkey` can't be invalidated in `pd` (no memory windows yet).
   virtual bool invalidate(uint32_t pd, uint32_t rkey) { return false; }
 };

@@ -6,8 +6,7 @@ namespace melon::rc {
 
 MemStatus check_range(HostMemory& mem, KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len,
                       uint32_t access) {
-  Span s;
-  return mem.map(kind, pd, key, addr, len, access, &s);
+  return mem.check(kind, pd, key, addr, len, access);
 }
 
 MemStatus append_spans(HostMemory& mem, KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len,

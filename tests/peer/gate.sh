@@ -532,9 +532,7 @@ for how in "${cm_hows[@]}"; do
   run_case rping "$how" rping_case
   run_case ucmatose "$how" cmatose_case ucmatose
   run_case udaddy "$how" cmatose_case udaddy
-  # Soft only: with mlx5_0 as the server io_demo crashed once in ucp_tag_recv_nbx (its retry passed;
-  # docs/rdmacm.md "Not yet").
-  [ "$provider" = soft ] && run_case "UCX io_demo (rdmacm)" "$how" ucx_case
+  run_case "UCX io_demo (rdmacm)" "$how" ucx_case
 done
 
 for how in guest-server host-server; do

@@ -96,17 +96,14 @@ work=$work/stats
 if [ "${3:-}" = sockaddr ]; then
   command -v io_demo > /dev/null || skip "io_demo not installed (ucx-utils)"
   port=13600
-  # ab, ba: soft0 at both ends. MELON_UCX_IOD_MLX5=1 adds "mlx5": the server on mlx5_0 (a melon-emud
-  # in the first namespace, wire 10.224.0.3), the client on soft0. Not in ctest: its server dies in
-  # UCX's ucp_tag_recv_nbx in most runs (docs/rdmacm.md "Not yet"); this is its reproduction.
-  dirs="ab ba"
-  if [ "${MELON_UCX_IOD_MLX5:-0}" = 1 ]; then
-    dirs="$dirs mlx5"
-    ip netns exec "$ns_a" "$emud" --socket "$work/emud.sock" --wire 10.224.0.3 > "$work/emud.log" 2>&1 &
-    emud_pid=$!
-    for _ in $(seq 100); do [ -S "$work/emud.sock" ] && break; sleep 0.05; done
-    [ -S "$work/emud.sock" ] || fail "melon-emud did not come up: $(cat "$work/emud.log")"
-  fi
+  # ab, ba: soft0 at both ends. mlx5: the server on mlx5_0 (a melon-emud in the first namespace,
+  # wire 10.224.0.3), the client on soft0. Its SRQ receives are UCX's buffers whose ends lie over
+  # the next buffer's header: the device must write a message's bytes and no others (docs/rdmacm.md).
+  dirs="ab ba mlx5"
+  ip netns exec "$ns_a" "$emud" --socket "$work/emud.sock" --wire 10.224.0.3 > "$work/emud.log" 2>&1 &
+  emud_pid=$!
+  for _ in $(seq 100); do [ -S "$work/emud.sock" ] && break; sleep 0.05; done
+  [ -S "$work/emud.sock" ] || fail "melon-emud did not come up: $(cat "$work/emud.log")"
   for dir in $dirs; do
     # S: the server's namespace and soft0 address, C: the client's; at: where the client connects.
     sdev=soft0

@@ -100,14 +100,17 @@ bool TestHost::read(uint64_t iova, void* dst, size_t len) {
 }
 
 bool TestHost::write(uint64_t iova, const void* src, size_t len) {
-  std::lock_guard<std::mutex> g(mu_);
-  const Mapping* m = find(iova, len);
-  if (!m) {
-    ++faults_;
-    last_fault_ = iova;
-    return false;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    const Mapping* m = find(iova, len);
+    if (!m) {
+      ++faults_;
+      last_fault_ = iova;
+      return false;
+    }
+    memcpy(m->host + (iova - m->iova), src, len);
   }
-  memcpy(m->host + (iova - m->iova), src, len);
+  if (on_write) on_write(iova, len);
   return true;
 }
 

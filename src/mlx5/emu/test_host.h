@@ -57,6 +57,9 @@ class TestHost : public DmaPort, public IrqSink {
   // DmaPort
   bool read(uint64_t iova, void* dst, size_t len) override;
   bool write(uint64_t iova, const void* src, size_t len) override;
+  // Called after each device write that landed (outside the lock): tests that check the device
+  // writes the bytes it was asked to and no others.
+  std::function<void(uint64_t iova, size_t len)> on_write;
   uint64_t dma_faults() const { return faults_.load(); }
   uint64_t last_fault_iova() const { return last_fault_.load(); }
   size_t mapped_bytes() const;

@@ -36,13 +36,19 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
  public:
   explicit EngineHost(Hca& h) : h_(h) {}
 
-  rc::MemStatus map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
-                    rc::Span* first) override {
+  // The mkey access bits a transport access needs.
+  static uint32_t mkey_access(rc::KeyKind kind, uint32_t access) {
     uint32_t acc = kind == rc::KeyKind::remote ? kAccRemote : 0;
     if (access & (rc::kLocalWrite | rc::kRemoteWrite)) acc |= kAccWrite;
     if (access & rc::kRemoteRead || access == 0) acc |= kAccRead;
     // IBA o10-39: an atomic needs Remote Atomic access on the key, not Remote Write.
     if (access & rc::kRemoteAtomic) acc |= kAccAtomic;
+    return acc;
+  }
+
+  rc::MemStatus map(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
+                    rc::Span* first) override {
+    uint32_t acc = mkey_access(kind, access);
     uint8_t st = h_.mkey_resolve(key, pd, addr, len, acc, &segs_);
     if (st) return rc::MemStatus(st);
     *first = rc::Span{};
@@ -52,8 +58,9 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     s.len = len;
     s.segs = segs_;
     s.writable = acc & (kAccWrite | kAccAtomic);  // an atomic writes its result back
-    // Reads need the bytes; writes fetch them too, so bytes the engine leaves untouched go back as
-    // they were.
+    // Reads need the bytes. A writable span goes back whole at flush(), so the engine writes all of
+    // it (scatter, copy_in) or reads it first (an atomic): fetched here, a byte it leaves alone goes
+    // back as it was when fetched. Key checks without a write (check()) are never staged.
     uint64_t off = 0;
     for (const IovaSeg& g : s.segs) {
       if (!h_.dma_read(g.iova, s.buf.get() + off, g.len)) return rc::MemStatus::no_access;
@@ -62,6 +69,12 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     *first = rc::Span{s.buf.get(), len};
     staged_.push_back(std::move(s));
     return rc::MemStatus::ok;
+  }
+
+  // The mkey's checks alone: nothing is read, nothing staged, nothing written back.
+  rc::MemStatus check(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len,
+                      uint32_t access) override {
+    return rc::MemStatus(h_.mkey_resolve(key, pd, addr, len, mkey_access(kind, access), &segs_));
   }
 
   // SEND with invalidate: the rkey's mkey goes free if it allows remote invalidation (mkc.en_rinval).

@@ -153,6 +153,45 @@ TEST_F(EmuDataPath, SendWithImmediateMultiSgeAndInline) {
   ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
 }
 
+// The responder writes a message's bytes, each once, and nothing else of the buffer. It used to
+// write back a copy of the whole receive buffer (or WRITE target) taken when it checked the key,
+// which put old bytes over any the application had changed meanwhile: UCX posts SRQ buffers whose
+// last bytes lie over the next buffer's header and changes that header while the buffer is posted
+// (docs/rdmacm.md, the io_demo crash with mlx5_0 serving).
+TEST_F(EmuDataPath, ResponderWritesOnlyTheBytesOfTheMessage) {
+  std::vector<std::pair<uint64_t, size_t>> writes;
+  b.h.host.on_write = [&](uint64_t iova, size_t len) {
+    if (iova < b.mem.iova + 256 * 1024 && iova + len > b.mem.iova) writes.push_back({iova - b.mem.iova, len});
+  };
+  auto written = [&](uint64_t from, uint64_t to) {  // bytes written, each in [from, to) or the test fails
+    size_t n = 0;
+    for (auto [off, len] : writes) {
+      EXPECT_GE(off, from);
+      EXPECT_LE(off + len, to) << "a write of " << len << " at " << off;
+      n += len;
+    }
+    writes.clear();
+    return n;
+  };
+  for (int i = 0; i < 4096; ++i) a.bytes()[i] = uint8_t(i * 13 + 5);
+  b.h.post_recv(b.qp, {{b.va(), 8192, b.key}});  // a receive far longer than the message
+  a.h.post_send(a.qp, wo::SEND, {{a.va(), 3000, a.key}});
+  const uint8_t* r = cqe(b);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(prm::get(r, prm::cqe64::byte_cnt), 3000u);
+  EXPECT_EQ(memcmp(b.bytes(), a.bytes(), 3000), 0);
+  EXPECT_EQ(written(0, 3000), 3000u);
+  Harness::SendOpts o;
+  o.raddr = b.va() + 50000, o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 4096, a.key}}, o);  // 4 packets of 1 KiB
+  pump();
+  EXPECT_EQ(memcmp(b.bytes() + 50000, a.bytes(), 4096), 0);
+  EXPECT_EQ(written(50000, 50000 + 4096), 4096u);
+  b.h.host.on_write = nullptr;
+  ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
+  ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
+}
+
 TEST_F(EmuDataPath, WriteWithImmediateConsumesAReceive) {
   b.h.post_recv(b.qp, {{b.va(), 16, b.key}});
   Harness::SendOpts o;
