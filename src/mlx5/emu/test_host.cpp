@@ -87,28 +87,26 @@ size_t TestHost::mapped_bytes() const {
   return n;
 }
 
+uint8_t* TestHost::bytes_at(uint64_t iova, size_t len) {
+  if (const Mapping* m = find(iova, len)) return m->host + (iova - m->iova);
+  ++faults_;
+  last_fault_ = iova;
+  return nullptr;
+}
+
 bool TestHost::read(uint64_t iova, void* dst, size_t len) {
   std::lock_guard<std::mutex> g(mu_);
-  const Mapping* m = find(iova, len);
-  if (!m) {
-    ++faults_;
-    last_fault_ = iova;
-    return false;
-  }
-  memcpy(dst, m->host + (iova - m->iova), len);
-  return true;
+  const uint8_t* p = bytes_at(iova, len);
+  if (p) memcpy(dst, p, len);
+  return p != nullptr;
 }
 
 bool TestHost::write(uint64_t iova, const void* src, size_t len) {
   {
     std::lock_guard<std::mutex> g(mu_);
-    const Mapping* m = find(iova, len);
-    if (!m) {
-      ++faults_;
-      last_fault_ = iova;
-      return false;
-    }
-    memcpy(m->host + (iova - m->iova), src, len);
+    uint8_t* p = bytes_at(iova, len);
+    if (!p) return false;
+    memcpy(p, src, len);
   }
   if (on_write) on_write(iova, len);
   return true;

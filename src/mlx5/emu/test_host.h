@@ -79,6 +79,7 @@ class TestHost : public DmaPort, public IrqSink {
     bool owned;  // alloc() memory, freed on free()
   };
   const Mapping* find(uint64_t iova, size_t len) const;  // caller holds mu_
+  uint8_t* bytes_at(uint64_t iova, size_t len);  // caller holds mu_; nullptr (a fault counted) if unmapped
 
   mutable std::mutex mu_;
   std::map<uint64_t, Mapping> maps_;  // by IOVA
