@@ -326,7 +326,8 @@ int main(int argc, char** argv) {
       DEVX_SET(query_mkey_in, in, mkey_index, big->lkey >> 8);
       if (mlx5dv_devx_general_cmd(ctx, in, sizeof in, out, sizeof out) == 0) {
         void* mkc = DEVX_ADDR_OF(query_mkey_out, out, memory_key_mkey_entry);
-        CHECK(DEVX_GET(mkc, mkc, log_page_size) == 31, "QUERY_MKEY log_page_size %u", DEVX_GET(mkc, mkc, log_page_size));
+        CHECK(DEVX_GET(mkc, mkc, log_page_size) == 31, "QUERY_MKEY log_page_size %u",
+              DEVX_GET(mkc, mkc, log_page_size));
         CHECK(DEVX_GET64(mkc, mkc, len) == span, "QUERY_MKEY len (across 64 GiB)");
       }
       printf("mr across a 64 GiB boundary at %p: lkey 0x%x\n", at, big->lkey);
