@@ -165,7 +165,7 @@ pair() {
   # "fix the msg_ep use-after-free at connection teardown"); a race of libfabric's, with rxe as
   # with us (docs/rdmacm.md, "Teardown"). That one failure, and only it, runs the pair again, once,
   # and says so.
-  if [ "$tool" = fi_pingpong ] && [ -z "${retried:-}" ] && [ $((crc | src)) -ne 0 ] &&
+  if [ "$name" = fi_pingpong_rdm ] && [ -z "${retried:-}" ] && [ $((crc | src)) -ne 0 ] &&
     grep -q "terminated with signal 11" "$work/$tag-client.out" "$work/$tag-server.out" &&
     grep -q "^4k  *20  *=20 " "$work/$tag-client.out" && grep -q "^4k  *20  *=20 " "$work/$tag-server.out"; then
     echo "NOTE: $tag: fi_pingpong died in libfabric's rxm teardown after all 20 exchanges; pair run again (1 retry)"
