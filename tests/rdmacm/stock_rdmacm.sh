@@ -129,6 +129,7 @@ wait_bound() {
 
 # pair <tag> <server ns> <server addr> <client ns> <client addr> <server cmd> -- <client cmd>
 pair() {
+  local args=("$@")
   local tag=$1 sns=$2 sa=$3 cns=$4 ca=$5
   shift 5
   local scmd=() ccmd=()
@@ -163,6 +164,21 @@ pair() {
   fi
   wait "$spid"
   src=$?
+  # fi_pingpong -e rdm: libfabric 1.17's rxm closes its MSG endpoint on the peer's DISCONNECTED
+  # before it handles what the CQ still holds, and reposts a receive buffer on the closed endpoint
+  # if the peer's last message completed after its last empty poll (a thread descheduled there):
+  # SIGSEGV after every exchange is done and verified. Fixed upstream (ofiwg/libfabric 697688386,
+  # "fix the msg_ep use-after-free at connection teardown"); a race of libfabric's, with rxe as
+  # with us (docs/rdmacm.md, "Teardown"). That one failure, and only it, runs the pair again, once,
+  # and says so.
+  if [ "$name" = fi_pingpong_rdm ] && [ -z "${retried:-}" ] && [ $((crc | src)) -ne 0 ] &&
+    grep -q "terminated with signal 11" "$work/$tag-client.out" "$work/$tag-server.out" &&
+    grep -q "^4k  *20  *=20 " "$work/$tag-client.out" && grep -q "^4k  *20  *=20 " "$work/$tag-server.out"; then
+    echo "NOTE: $tag: fi_pingpong died in libfabric's rxm teardown after all 20 exchanges; pair run again (1 retry)"
+    for f in client server; do mv "$work/$tag-$f.out" "$work/$tag-$f.first.out"; done
+    retried=1 pair "${args[@]}"
+    return
+  fi
   [ "$crc" -eq 0 ] || fail "$tag: client exited $crc"
   [ "$src" -eq 0 ] || fail "$tag: server exited $src"
 }

@@ -92,6 +92,10 @@ class Hub final : private rc::EventSink {
   void unuse(size_t lane) { load_[lane]--; }
   // Receive on the lanes in `mask` (bit i: lane i) from the caller's thread (UdpTransport::poll_progress).
   bool poll_progress(uint32_t mask);
+  // What every lane's sockets hold now, received and processed (UdpTransport::receive_arrived).
+  void receive_arrived() {
+    for (auto& l : lanes_) l->receive_arrived();
+  }
   // Everything queued on every lane handed to the kernel (UdpTransport::drain).
   void drain();
   // f(lane) for each lane in `mask` (bit i: lane i; a CQ's `lanes`, or ~0u for all).

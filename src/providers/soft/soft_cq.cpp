@@ -79,11 +79,13 @@ int start_poll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr) {
   int r = advance(c);
   // An empty CQ, as in poll_cq: what posts left queued goes out now (the application waits for
   // it), and arrivals are received in this thread; a spin of such polls takes the busy-poll lease.
+  // The ring is read again after that whatever was received (poll_cq says why).
   if (r == ENOENT)
     if (Hub* h = c->ctx->hub_if_started()) {
       const uint32_t lanes = c->lanes.load(std::memory_order_relaxed);
       h->each_lane(lanes, [](UdpTransport& l) { l.flush_held(); });
-      if (h->poll_progress(lanes)) r = advance(c);
+      h->poll_progress(lanes);
+      if (c->ready.load(std::memory_order_acquire)) r = advance(c);
     }
   return r;
 }

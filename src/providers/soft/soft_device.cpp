@@ -96,12 +96,16 @@ verbs::ContextBase* SoftDevice::open() {
     int got = c->poll(n, wc);
     // An empty CQ: send what posts left queued (doorbell batching: the application now waits for
     // it), and do the progress threads' work here rather than wait for them to be scheduled, on the
-    // lanes of this CQ's QPs.
+    // lanes of this CQ's QPs. Then read the ring again, whatever this thread received: a progress
+    // thread may have completed work while this one was in those system calls (or descheduled
+    // there), and a poll that returns empty must not have looked before they ended
+    // (docs/rdmacm.md, "Teardown").
     if (got == 0)
       if (Hub* h = c->ctx->hub_if_started()) {
         const uint32_t lanes = c->lanes.load(std::memory_order_relaxed);
         h->each_lane(lanes, [](UdpTransport& l) { l.flush_held(); });
-        if (h->poll_progress(lanes)) got = c->poll(n, wc);
+        h->poll_progress(lanes);
+        got = c->poll(n, wc);
       }
     return got;
   };

@@ -258,6 +258,11 @@ int SoftContext::query_qp(ibv_qp* ibqp, ibv_qp_attr* a, int mask, ibv_qp_init_at
 int SoftContext::destroy_qp(ibv_qp* ibqp) {
   if (ibqp->context != &vctx.context) return EINVAL;
   SoftQp* qp = SoftQp::from(ibqp);
+  // Packets that reached the device before the destroy are this QP's last work (the ACK of its
+  // last SEND, a peer's last message): processed now, as Linux's rxe has on arrival, so their
+  // completions are in the CQ when this returns, not lost with the QP. Every lane: GRO may have
+  // put one in another lane's socket.
+  qp->hub->receive_arrived();
   qp->hub->remove_qp(qp->qpn);
   qp->hub->unuse(qp->lane_index);
   // Queued packets may carry this QP's inline data, which lives in its send queue: send them first.

@@ -198,6 +198,20 @@ bool UdpTransport::poll_progress() {
   return got > 0;
 }
 
+void UdpTransport::receive_arrived() {
+  if (!running_) return;
+  {
+    RxLock g(this);  // after a receive in progress on another thread, which may hand packets on
+    for (size_t s = 0; s < socks_.size(); ++s) {
+      if (socks_[s].fd < 0) continue;
+      // What is there now, not a stream that keeps coming: a few batches at most.
+      for (int i = 0; i < 4 && receive_batch(s, false, 0) >= rx_.capacity(); ++i) {}
+    }
+  }
+  send_queued(false);
+  arm_timer();
+}
+
 void UdpTransport::app_waits() {
   // A waiter's lease that stays has its timer armed, so an application that now blocks elsewhere
   // (poll() on the channel fd) has its arrivals taken up at the latest busy_ns from here.

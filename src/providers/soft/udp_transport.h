@@ -129,6 +129,11 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // Inside a busy-poll lease (busy_poll_lease.h) every poll receives and the progress thread
   // keeps off the sockets.
   bool poll_progress();
+  // Receive and process everything the sockets hold now, from the caller's thread, lease or not
+  // (ibv_destroy_qp). Linux's rxe handles a packet when it arrives; here one may wait in a socket
+  // for a busy-polling application that is not running, and a QP destroyed meanwhile would lose
+  // what reached the device before the destroy (its last ACK: docs/rdmacm.md, "Teardown").
+  void receive_arrived();
   // A CQ of this transport was armed (ibv_req_notify_cq): the application is about to block, so
   // the progress thread watches the sockets again at once; unless the lease was left by a waiter
   // that received its own event (the application most likely waits there again, receiving itself):

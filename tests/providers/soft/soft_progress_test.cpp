@@ -8,7 +8,8 @@
 // can drop the next datagrams that carry a payload, checks the ICRC of every UDP GSO send's
 // segments, then forwards to the C library's. It also defines the calls of the completion-channel
 // wake-up path (poll, recvmmsg, read, write, send, timerfd_settime): they forward too, and log
-// themselves in order for a thread that asks (tls_trace).
+// themselves in order for a thread that asks (tls_trace). A thread's next recvmmsg can first run
+// what the thread asks (tls_in_recv): another thread's work done while this one receives.
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -31,6 +32,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -122,8 +124,16 @@ extern "C" int poll(struct pollfd* fds, nfds_t n, int timeout) {
   static auto real = next_fn<int (*)(struct pollfd*, nfds_t, int)>("poll");
   return int(traced("poll", real(fds, n, timeout)));
 }
+namespace {
+thread_local std::function<void()>* tls_in_recv = nullptr;  // run once by this thread's next recvmmsg
+}  // namespace
+
 extern "C" int recvmmsg(int fd, struct mmsghdr* v, unsigned int n, int flags, struct timespec* timeout) {
   static auto real = next_fn<int (*)(int, struct mmsghdr*, unsigned int, int, struct timespec*)>("recvmmsg");
+  if (std::function<void()>* f = tls_in_recv) {
+    tls_in_recv = nullptr;
+    (*f)();
+  }
   return int(traced("recvmmsg", real(fd, v, n, flags, timeout)));
 }
 #if defined(__linux__)
@@ -941,6 +951,91 @@ TEST_F(SoftProgress, AfterAWaiterTookItsOwnEventArmingAndWaitingAgainWakeNoOther
     EXPECT_EQ(calls.find("write"), std::string::npos) << "round " << round << ": " << calls;
   }
   EXPECT_GE(checked, 1) << "no wait ended on the waiter's own receive";
+}
+
+// Teardown, as libfabric's rxm over verbs does it (docs/rdmacm.md, "Teardown"): it polls its CQ
+// until empty, then reads its CM events, and on DISCONNECTED destroys the QP and handles whatever
+// the CQ still holds. A completion made before the poll returned empty, reported only after the
+// event, reached rxm after it closed the endpoint (fi_pingpong died in SIGSEGV).
+//
+// Here another thread completes work while the poller is inside its own receive (b's QP moved to
+// ERR, flushing the receive posted on it, during the poll's recvmmsg; a progress thread placing a
+// message while the application is descheduled in that call does the same). The poll reads the
+// ring after its receive, so it returns that completion, with poll_cq and with ibv_start_poll.
+class SoftPollAfterReceive : public SoftProgress {
+ protected:
+  // a's receive (id 7) flushed by another thread during the recvmmsg of a's next poll, which
+  // must return it; with `extended`, that poll is ibv_start_poll.
+  void poll_while_another_thread_flushes(bool extended) {
+    setenv("MELON_SOFT_BUSY_NS", "20000000000", 1);  // once leased, every empty poll receives
+    connect(18, extended);
+    ASSERT_EQ(recv_on(a, a.qp, 7), 0);
+    ibv_wc wc{};
+    EXPECT_FALSE(spin_for(a.cq, &wc, 20));  // a's thread takes a's sockets (the lease)
+    ASSERT_GE(counter("pg0", "busy_poll_leases"), 1u);
+    bool ran = false;
+    std::function<void()> meanwhile = [&] {
+      ran = true;
+      std::thread other([&] {
+        ibv_qp_attr at{};
+        at.qp_state = IBV_QPS_ERR;
+        EXPECT_EQ(ibv_modify_qp(a.qp, &at, IBV_QP_STATE), 0);
+      });
+      other.join();
+    };
+    tls_in_recv = &meanwhile;
+    int got = 0;
+    if (extended) {
+      ibv_poll_cq_attr pa{};
+      if (ibv_start_poll(a.cqx, &pa) == 0) {
+        got = 1;
+        wc.wr_id = a.cqx->wr_id;
+        wc.status = a.cqx->status;
+        ibv_end_poll(a.cqx);
+      }
+    } else {
+      got = ibv_poll_cq(a.cq, 1, &wc);
+    }
+    tls_in_recv = nullptr;
+    ASSERT_TRUE(ran) << "the poll made no recvmmsg";
+    ASSERT_EQ(got, 1) << "the poll returned empty with the flushed receive in the CQ";
+    EXPECT_EQ(wc.wr_id, 7u);
+    EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << ibv_wc_status_str(wc.status);
+  }
+};
+
+TEST_F(SoftPollAfterReceive, PollCqReturnsACompletionMadeWhileItWasReceiving) {
+  poll_while_another_thread_flushes(false);
+}
+TEST_F(SoftPollAfterReceive, StartPollReturnsACompletionMadeWhileItWasReceiving) {
+  poll_while_another_thread_flushes(true);
+}
+
+// The ACK of a's last SEND reaches a's socket while a's application, which holds the busy-poll
+// lease, is not polling; a then destroys its QP (rxm on DISCONNECTED). Linux's rxe processes the
+// ACK when it arrives, so the SEND has completed, successfully. The destroy processes what reached
+// the device before it, so the completion is in the CQ, not lost with the QP (rxm then reported
+// the SEND as flushed: "Work Request Flushed Error" from fi_pingpong).
+TEST_F(SoftProgress, AnAckThatArrivedBeforeTheDestroyCompletesTheSend) {
+  setenv("MELON_SOFT_BUSY_NS", "20000000000", 1);
+  connect();
+  ASSERT_EQ(recv_on(b, b.qp, 1), 0);
+  ibv_wc wc{};
+  EXPECT_FALSE(spin_for(a.cq, &wc, 20));  // a's thread takes a's sockets (the lease)
+  ASSERT_GE(counter("pg0", "busy_poll_leases"), 1u);
+  ASSERT_EQ(send_on(a.qp, 9), 0);
+  // b never polls: its progress thread places the SEND and sends the ACK, its only packet.
+  for (int i = 0; i < 5000 && counter("pg1", "tx_packets") < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GE(counter("pg1", "tx_packets"), 1u) << "b never acknowledged";
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // through loopback into a's socket
+  ASSERT_EQ(counter("pg0", "rx_packets"), 0u) << "a received the ACK before the destroy";
+  ASSERT_EQ(ibv_destroy_qp(a.qp), 0);
+  a.qp = nullptr;
+  ASSERT_EQ(ibv_poll_cq(a.cq, 1, &wc), 1) << "the SEND's completion was lost with the QP";
+  EXPECT_EQ(wc.wr_id, 9u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(wc.opcode, IBV_WC_SEND);
 }
 
 }  // namespace
