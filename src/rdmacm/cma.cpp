@@ -190,9 +190,9 @@ int channel_wait(Channel* ch) {
 #else
   char v;
 #endif
-  ssize_t r;
-  do r = read(ch->ch.fd, &v, sizeof v);
-  while (r < 0 && errno == EINTR);
+  // EINTR only after a handler without SA_RESTART (the kernel restarts the read otherwise), as
+  // rdma-core's rdma_get_cm_event fails with it.
+  const ssize_t r = read(ch->ch.fd, &v, sizeof v);
   if (r == ssize_t(sizeof v)) return 0;
   return r < 0 ? errno : EIO;
 }
