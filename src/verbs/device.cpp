@@ -345,6 +345,8 @@ bool read_restarts_after_signal() {
   sigset_t blocked;
   if (pthread_sigmask(SIG_BLOCK, nullptr, &blocked) != 0) return true;
   for (int s = 1; s < NSIG; s++) {
+    // Faults (a crash handler's, ASan's) arrive only from the faulting instruction, never in a wait.
+    if (s == SIGSEGV || s == SIGBUS || s == SIGFPE || s == SIGILL || s == SIGTRAP || s == SIGSYS) continue;
     struct sigaction sa;
     if (sigismember(&blocked, s) == 1 || sigaction(s, nullptr, &sa) != 0) continue;
     const bool handler = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
