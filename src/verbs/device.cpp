@@ -349,8 +349,8 @@ bool read_restarts_after_signal() {
     if (s == SIGSEGV || s == SIGBUS || s == SIGFPE || s == SIGILL || s == SIGTRAP || s == SIGSYS) continue;
     struct sigaction sa;
     if (sigismember(&blocked, s) == 1 || sigaction(s, nullptr, &sa) != 0) continue;
-    const bool handler = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
-                                                   : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
+    const bool handler =
+        (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
     if (handler && !(sa.sa_flags & SA_RESTART)) return false;
   }
   return true;
