@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 typedef uint8_t u8;
@@ -303,6 +304,36 @@ int main(int argc, char** argv) {
       printf("QUERY_MKEY: %s (status 0x%x syndrome 0x%x): not modelled\n", strerror(err),
              DEVX_GET(query_mkey_out, out, status), DEVX_GET(query_mkey_out, out, syndrome));
     }
+  }
+
+  /* A buffer across a 64 GiB boundary: mlx5_vfio's page for it spans 2^37 bytes, which it caps
+   * at 2^31 (MLX5_MAX_PAGE_SHIFT), so the mkey has log_page_size 31 and two entries, the largest the
+   * mkc's 5-bit field holds. Heap buffers land across such boundaries now and then (1 run in ~1000
+   * of this program failed ibv_reg_mr with EINVAL while the emulator refused 31). */
+  {
+    const size_t span = 1 << 20;
+    void* at = MAP_FAILED;
+    for (uint64_t k = 1; k < 2048 && at == MAP_FAILED; ++k)
+      at = mmap((void*)(uintptr_t)((k << 36) - span / 2), span, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    REQUIRE(at != MAP_FAILED, "no free address across a 64 GiB boundary");
+    memset(at, 0x3c, span);
+    struct ibv_mr* big = ibv_reg_mr(pd, at, span, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    CHECK(big, "ibv_reg_mr across %p's 64 GiB boundary: %s", at, strerror(errno));
+    if (big) {
+      uint32_t in[DEVX_ST_SZ_DW(query_mkey_in)] = {0}, out[DEVX_ST_SZ_DW(query_mkey_out)] = {0};
+      DEVX_SET(query_mkey_in, in, opcode, MLX5_CMD_OP_QUERY_MKEY);
+      DEVX_SET(query_mkey_in, in, mkey_index, big->lkey >> 8);
+      if (mlx5dv_devx_general_cmd(ctx, in, sizeof in, out, sizeof out) == 0) {
+        void* mkc = DEVX_ADDR_OF(query_mkey_out, out, memory_key_mkey_entry);
+        CHECK(DEVX_GET(mkc, mkc, log_page_size) == 31, "QUERY_MKEY log_page_size %u",
+              DEVX_GET(mkc, mkc, log_page_size));
+        CHECK(DEVX_GET64(mkc, mkc, len) == span, "QUERY_MKEY len (across 64 GiB)");
+      }
+      printf("mr across a 64 GiB boundary at %p: lkey 0x%x\n", at, big->lkey);
+      CHECK(ibv_dereg_mr(big) == 0, "dereg_mr (across 64 GiB)");
+    }
+    munmap(at, span);
   }
 
   /* A bad command: DEVX hands back the device's status and syndrome, as the PRM says. */

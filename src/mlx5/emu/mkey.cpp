@@ -39,7 +39,9 @@ CmdStatus Hca::create_mkey(Cmd& c) {
   if (!pds_.count(mk.pd)) return fail(S::BAD_RES_ERR, synd::UNKNOWN_PD);
   if (mk.access_mode == prm::mkc_access_mode::MTT) {
     if (mk.len64) return fail(S::BAD_PARAM_ERR, synd::BAD_MKEY_LENGTH);
-    if (mk.log_page_size < 12 || mk.log_page_size > 30) return fail(S::BAD_PARAM_ERR, synd::BAD_PAGE_SIZE);
+    // 4 KiB up to the 5-bit field's 2 GiB: rdma-core's mlx5_vfio caps a buffer's spanning page at
+    // 2^31 (MLX5_MAX_PAGE_SHIFT), and Linux's mlx5_ib offers every size the field holds.
+    if (mk.log_page_size < 12 || mk.log_page_size > 31) return fail(S::BAD_PARAM_ERR, synd::BAD_PAGE_SIZE);
     uint64_t pg = 1ull << mk.log_page_size;
     uint64_t need = (mk.start % pg + mk.len + pg - 1) / pg;
     uint64_t given = uint64_t(in.get(prm::create_mkey_in::translations_octword_actual_size)) * 2;
