@@ -103,6 +103,21 @@ Device* device_of(ibv_context* ctx) {
   return nullptr;
 }
 
+namespace {
+pid_t flush_pid = 0;  // the process that registered flush_at_exit (a fork's child has not opened QP1)
+
+// At exit, the CM MADs this process queued leave before it does (MadPort::flush): at most 250 ms
+// per device. The agent thread may hold the lock for a moment; never wait on it for long.
+void flush_at_exit() {
+  if (getpid() != flush_pid) return;
+  std::unique_lock<std::mutex> g(lib().mu, std::defer_lock);
+  for (int i = 0; i < 100 && !g.try_lock(); ++i) usleep(1000);
+  if (!g.owns_lock()) return;
+  for (auto& d : lib().devices)
+    if (d->mad) d->mad->flush(250);
+}
+}  // namespace
+
 int open_mad_port(Device* d) {
   if (d->mad) return 0;
   if (d->mad_err) return d->mad_err;
@@ -112,6 +127,10 @@ int open_mad_port(Device* d) {
     if (std::getenv("MELON_CM_DEBUG"))
       fprintf(stderr, "librdmacm: %s: no QP1 (%s)\n", ibv_get_device_name(d->ctx->device), strerror(d->mad_err));
     return d->mad_err;
+  }
+  if (flush_pid != getpid()) {
+    flush_pid = getpid();
+    std::atexit(flush_at_exit);
   }
   wake_agent();  // the agent polls the new port
   return 0;
@@ -190,9 +209,9 @@ int channel_wait(Channel* ch) {
 #else
   char v;
 #endif
-  ssize_t r;
-  do r = read(ch->ch.fd, &v, sizeof v);
-  while (r < 0 && errno == EINTR);
+  // EINTR only after a handler without SA_RESTART (the kernel restarts the read otherwise), as
+  // rdma-core's rdma_get_cm_event fails with it.
+  const ssize_t r = read(ch->ch.fd, &v, sizeof v);
   if (r == ssize_t(sizeof v)) return 0;
   return r < 0 ? errno : EIO;
 }

@@ -1,6 +1,8 @@
 // MadPort over the provider's GSI QP (QP1) in this process: a UD QP with Q_Key 0x80010000 whose
 // receive buffers hold the 40-byte GRH area and one MAD each (IBA 13.4.6).
 #include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -97,6 +99,17 @@ class GsiPort final : public MadPort {
   }
 
   int fd() const override { return ch_->fd; }
+
+  void flush(int ms) override {
+    timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (free_send_.size() < size_t(kSendDepth) && reap(nullptr, nullptr) >= 0) {
+      if (free_send_.size() == size_t(kSendDepth)) break;
+      clock_gettime(CLOCK_MONOTONIC, &t);
+      if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= ms) break;
+      usleep(100);
+    }
+  }
   int step() const { return step_; }
 
   int receive(uint8_t* mad, MadAddress* from) override {

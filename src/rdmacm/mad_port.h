@@ -32,6 +32,12 @@ class MadPort {
   // The next received MAD (kMadSize bytes into `mad`) and its sender: 1, or 0 when none is waiting,
   // or -errno. Receive buffers are re-posted as they are consumed.
   virtual int receive(uint8_t* mad, MadAddress* from) = 0;
+  // Waits up to `ms` milliseconds until every MAD queued by send() has left (its send completion);
+  // MADs arriving meanwhile are dropped. For the process's exit: a device that sends on its own time
+  // (melon-emud's mlx5_0) drops what it has not yet sent with the process's QP1, such as the DREP
+  // that answered a peer's DREQ just before the application exited. Linux's ib_cm sends from the
+  // kernel, which outlives the process.
+  virtual void flush(int ms) = 0;
 };
 
 // The GSI QP of `ctx`'s port 1 as a MadPort, or nullptr with errno (EOPNOTSUPP: the provider keeps

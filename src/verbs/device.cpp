@@ -4,6 +4,8 @@
 #include "verbs/internal.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -339,6 +341,21 @@ void signal_comp_channel(ibv_cq* cq) {
 
 bool channel_event_taken() { return tls_wait.cq != nullptr; }
 
+bool read_restarts_after_signal() {
+  sigset_t blocked;
+  if (pthread_sigmask(SIG_BLOCK, nullptr, &blocked) != 0) return true;
+  for (int s = 1; s < NSIG; s++) {
+    // Faults (a crash handler's, ASan's) arrive only from the faulting instruction, never in a wait.
+    if (s == SIGSEGV || s == SIGBUS || s == SIGFPE || s == SIGILL || s == SIGTRAP || s == SIGSYS) continue;
+    struct sigaction sa;
+    if (sigismember(&blocked, s) == 1 || sigaction(s, nullptr, &sa) != 0) continue;
+    const bool handler =
+        (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
+    if (handler && !(sa.sa_flags & SA_RESTART)) return false;
+  }
+  return true;
+}
+
 void retire_async_events(ibv_context* ctx, const void* element) {
   ContextBase::from(ctx)->async->purge([element](const ibv_async_event& e) { return e.element.cq == element; });
 }
@@ -561,9 +578,13 @@ MELON_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void**
   // The provider may do its receive work in this thread until an event comes (a blocking channel);
   // an event that work signalled on this channel comes back in tls_wait, not through the fd.
   tls_wait = {channel, nullptr};
-  (void)ContextBase::from(channel->context)->ops->wait_channel(channel->fd);
+  const int waited = ContextBase::from(channel->context)->ops->wait_channel(channel->fd);
   ibv_cq* got = tls_wait.cq;  // already counted as delivered (signal_comp_channel)
   tls_wait = {};
+  if (!got && waited == EINTR && !read_restarts_after_signal()) {
+    errno = EINTR;
+    return -1;
+  }
   if (!got) {
     if (int rc = CompChannel::from(channel)->queue->pop(&got)) {
       errno = rc;

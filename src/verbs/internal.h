@@ -43,7 +43,8 @@ struct EventFdQueue {
   int open();  // errno value
   void close();
   void push(const T& item);
-  // Blocks (unless read_fd is non-blocking) until an item is available. 0 or an errno value.
+  // Blocks (unless read_fd is non-blocking) until an item is available. 0 or an errno value: EINTR
+  // when a signal handler without SA_RESTART interrupts the read, as with rdma-core's fd.
   int pop(T* out);
   // Remove queued items for which pred is true, with their bytes. Returns how many.
   template <class Pred>
@@ -91,11 +92,8 @@ template <class T>
 inline int EventFdQueue<T>::pop(T* out) {
   for (;;) {
     char b;
-    ssize_t n = ::read(read_fd, &b, 1);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
+    ssize_t n = ::read(read_fd, &b, 1);  // the kernel restarts it after an SA_RESTART handler
+    if (n < 0) return errno;
     if (n == 0) return EIO;
     std::lock_guard<std::mutex> lock(mu);
     if (items.empty()) continue;  // byte of a purged item

@@ -139,7 +139,9 @@ class ContextOps {
   // meanwhile, so a software provider wakes the waiter itself rather than through a thread of its
   // own (a non-blocking fd must return at once). An errno value leaves the waiting to the read.
   // An event this thread signals meanwhile for this channel is returned without passing through
-  // `fd` (signal_comp_channel, channel_event_taken). The default returns 0 at once.
+  // `fd` (signal_comp_channel, channel_event_taken). The default returns 0 at once. A signal
+  // handler run in this thread ends the wait with EINTR: ibv_get_cq_event then fails with it or
+  // reads on, as a read of rdma-core's channel fd would (read_restarts_after_signal).
   virtual int wait_channel(int fd);
 
   // Called once from ibv_close_device after the library has released its own resources.
@@ -252,5 +254,11 @@ void signal_comp_channel(ibv_cq* cq);
 // Inside ContextOps::wait_channel: true once this thread's own work has signalled the channel it
 // waits for (the wait may end; ibv_get_cq_event returns that event).
 bool channel_event_taken();
+
+// A wait other than read() (poll in wait_channel) ended with EINTR: whether the kernel would have
+// restarted a read() of the channel fd instead, as it does when every handler of a signal this thread
+// can take has SA_RESTART. rdma-core's ibv_get_cq_event is that read, and an application whose
+// handler lacks SA_RESTART (qperf's SIGALRM ends its test) expects -1/EINTR from it.
+bool read_restarts_after_signal();
 
 }  // namespace melon::verbs

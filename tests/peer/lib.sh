@@ -35,7 +35,7 @@ PEER_HOST_LL6=fe80::5054:ff:fe77:1
 
 # What the guest root file system holds (debootstrap --variant=minbase).
 PEER_GUEST_PACKAGES=(rdma-core ibverbs-utils ibverbs-providers perftest rdmacm-utils iproute2 kmod
-                     tcpdump netcat-openbsd iputils-ping ethtool libfabric-bin ucx-utils)
+                     tcpdump netcat-openbsd iputils-ping ethtool libfabric-bin ucx-utils qperf)
 # Kernel modules copied into the root file system (with their dependencies); the rest of the
 # 390 MB module tree stays out of the image.
 PEER_ROOT_MODULES=(rdma_rxe crc32_generic crc32-pclmul rdma_ucm ib_umad ib_uverbs virtio_net 9p 9pnet_virtio

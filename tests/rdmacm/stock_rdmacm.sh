@@ -3,7 +3,7 @@
 # network namespaces this test creates (veth, 10.231.<n>.1 and .2, soft0 on each end), one case per
 # run: the server in one namespace, the client in the other, then the same with the ends swapped.
 #   usage: stock_rdmacm.sh <our library directory> <case>[_mlx5] [<melon-emud>]
-#   cases: rping ucmatose udaddy rdma_server ib_send_bw ib_write_lat fi_pingpong_msg fi_pingpong_rdm
+#   cases: rping ucmatose udaddy rdma_server ib_send_bw ib_write_lat fi_pingpong_msg fi_pingpong_rdm qperf
 # <case>_mlx5: the first namespace's end is mlx5_0 instead, melon-emud with its wire on 10.231.<n>.1
 # (its QP1 carries the CM: docs/rdmacm.md "Where QP1 lives"), the other end soft0 as before; the
 # daemon must stop cleanly at the end (nothing leaked).
@@ -38,13 +38,14 @@ rping | ucmatose | udaddy) tool=$name ;;
 rdma_server) tool=rdma_client ;;
 ib_send_bw | ib_write_lat) tool=$name ;;
 fi_pingpong_msg | fi_pingpong_rdm) tool=fi_pingpong ;;
+qperf) tool=qperf ;;
 *) echo "unknown case $name"; exit 2 ;;
 esac
-command -v "$tool" > /dev/null || skip "$tool not installed (rdmacm-utils / perftest / libfabric-bin)"
+command -v "$tool" > /dev/null || skip "$tool not installed (rdmacm-utils / perftest / libfabric-bin / qperf)"
 
 # A subnet per case, so cases may run side by side (the mlx5 variants: 10.231.1<n>).
 declare -A net=([rping]=1 [ucmatose]=2 [udaddy]=3 [rdma_server]=4 [ib_send_bw]=5 [ib_write_lat]=6
-  [fi_pingpong_msg]=7 [fi_pingpong_rdm]=8)
+  [fi_pingpong_msg]=7 [fi_pingpong_rdm]=8 [qperf]=9)
 n=${net[$name]}
 [ -n "$mlx5" ] && n=$((10 + n))
 a=10.231.$n.1
@@ -105,13 +106,16 @@ in_ns() {
 
 # The server's listen id is bound before the client starts: wait for its UDP 4791 socket. melon-emud's
 # wire has that socket from its start, so an mlx5_0 server gets a moment to reach rdma_listen.
-# fi_pingpong makes its endpoints only once its TCP control connection (port 47592) is up: wait
-# for that listener instead.
+# fi_pingpong makes its endpoints only once its TCP control connection (port 47592) is up, and
+# qperf's server makes an rdma_cm id per test a client asks for on its TCP port 19765: wait for
+# that listener instead.
 wait_bound() {
   local ns=$1 addr=$2
-  if [ "$tool" = fi_pingpong ]; then
+  local tcp=""
+  case $tool in fi_pingpong) tcp=47592 ;; qperf) tcp=19765 ;; esac
+  if [ -n "$tcp" ]; then
     for _ in $(seq 100); do
-      ip netns exec "$ns" ss -Hltn "sport = :47592" 2> /dev/null | grep -q . && return 0
+      ip netns exec "$ns" ss -Hltn "sport = :$tcp" 2> /dev/null | grep -q . && return 0
       sleep 0.05
     done
     return 1
@@ -128,19 +132,20 @@ wait_bound() {
 }
 
 # pair <tag> <server ns> <server addr> <client ns> <client addr> <server cmd> -- <client cmd>
+# Each end gets PAIR_LIMIT seconds (20 unless set).
 pair() {
   local args=("$@")
-  local tag=$1 sns=$2 sa=$3 cns=$4 ca=$5
+  local tag=$1 sns=$2 sa=$3 cns=$4 ca=$5 limit=${PAIR_LIMIT:-20}
   shift 5
   local scmd=() ccmd=()
   while [ "$1" != -- ]; do scmd+=("$1"); shift; done
   shift
   ccmd=("$@")
-  in_ns "$sns" "$sa" timeout 20 "${scmd[@]}" > "$work/$tag-server.out" 2>&1 &
+  in_ns "$sns" "$sa" timeout "$limit" "${scmd[@]}" > "$work/$tag-server.out" 2>&1 &
   local spid=$!
   pids+=("$spid")
   wait_bound "$sns" "$sa" || fail "$tag: the server never bound $sa:4791"
-  in_ns "$cns" "$ca" timeout 20 "${ccmd[@]}" > "$work/$tag-client.out" 2>&1
+  in_ns "$cns" "$ca" timeout "$limit" "${ccmd[@]}" > "$work/$tag-client.out" 2>&1
   crc=$?
   # perftest's -R client connects twice and may send its second REQ before the server's second
   # rdma_listen: the server's CM rejects it (IBA reason 8, as Linux's does). Debian's perftest
@@ -181,6 +186,16 @@ pair() {
   fi
   [ "$crc" -eq 0 ] || fail "$tag: client exited $crc"
   [ "$src" -eq 0 ] || fail "$tag: server exited $src"
+}
+
+# qperf_expect <file> <test> <field> <regex>: the value qperf printed as "<field> = <value>" in
+# <test>'s block (-vvs) matches <regex>.
+qperf_expect() {
+  local v
+  v=$(awk -v t="$2:" -v f="$3" '$0 == t { on = 1; next } /^[^ ]/ { on = 0 }
+    on && $1 == f { sub(/^[^=]*= */, ""); sub(/ +$/, ""); print; exit }' "$work/$1")
+  [[ $v =~ $4 ]] || fail "$1: $2 $3 = '$v', want /$4/"
+  echo "${1%%-*}: $2 $3 = $v"
 }
 
 expect() {  # expect <file> <regex> [count]
@@ -239,6 +254,34 @@ for dir in ab ba; do
       expect $dir-$side.out "^4k +20 +=20 "
     done
     [ "$ep" = msg ] || expect $dir-server.out "prov_name: verbs;ofi_rxm"
+    ;;
+  qperf)
+    # qperf -cm1: the server binds an rdma_cm id to the wildcard address and port 0 per test, and
+    # tells the client the port over its TCP connection. An option applies to the tests after it.
+    # Four tests run for 1 s each (qperf's SIGALRM, which must interrupt a wait in
+    # ibv_get_cq_event); ver_rc_compare_swap checks every compare-and-swap result itself (it stops
+    # with "mismatch" otherwise). Then rc_bw counts 5000 SENDs of 4 KiB at both ends (-n): its
+    # client stops at its last post and the server must still receive them all; more than the 1024
+    # it posts at first, or the client's time is only its posting (under a tick: bandwidth 0).
+    # -to 30: qperf's 5 s for each step of its TCP exchange is less than a debug melon-emud on a
+    # loaded machine may take. The last "test", quit, ends the server (exit 0).
+    PAIR_LIMIT=90 pair $dir "${S[@]}" "${C[@]}" qperf -- \
+      qperf -cm1 -vvs -to 30 "$sip" -t 1 rc_rdma_write_bw rc_lat rc_rdma_read_lat ver_rc_compare_swap \
+      -t 0 -n 5000 -m 4096 rc_bw quit
+    nz='^[0-9.,]*[1-9][0-9.,]*'
+    qperf_expect $dir-client.out rc_bw bw "$nz [KMG]B/sec\$"
+    qperf_expect $dir-client.out rc_bw send_msgs '^5,000$'
+    qperf_expect $dir-client.out rc_bw recv_msgs '^5,000$'
+    qperf_expect $dir-client.out rc_rdma_write_bw bw "$nz [KMG]B/sec\$"
+    qperf_expect $dir-client.out rc_rdma_write_bw recv_msgs "$nz\$"
+    for t in rc_lat rc_rdma_read_lat; do qperf_expect $dir-client.out $t latency "$nz (ns|us|ms)\$"; done
+    qperf_expect $dir-client.out rc_lat loc_recv_msgs "$nz\$"
+    qperf_expect $dir-client.out rc_lat rem_recv_msgs "$nz\$"
+    qperf_expect $dir-client.out rc_rdma_read_lat recv_msgs "$nz\$"
+    qperf_expect $dir-client.out ver_rc_compare_swap msg_rate "$nz [KM]?/sec\$"
+    qperf_expect $dir-client.out ver_rc_compare_swap recv_msgs "$nz\$"
+    expect $dir-client.out "^quit:"
+    ! grep -Eq "errs|mismatch|failed" "$work"/$dir-*.out || fail "an error counted or printed"
     ;;
   esac
 done

@@ -245,8 +245,9 @@ int UdpTransport::wait_readable(int fd, bool (*event_taken)()) {
       watch_set(&fds, &which);
     }
     // No timeout: the progress thread keeps the timers, and wakes on its pipe when this one ends.
+    // A signal handler ends the wait (EINTR): poll is never restarted, and whether the caller's
+    // read would have been is ibv_get_cq_event's to decide (read_restarts_after_signal).
     if (poll(fds.data(), nfds_t(fds.size()), -1) < 0) {
-      if (errno == EINTR) continue;
       err = errno;
       break;
     }

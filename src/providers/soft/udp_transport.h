@@ -143,7 +143,8 @@ class UdpTransport final : private rc::FrameLink, private rc::Clock {
   // receive signalled it (verbs::channel_event_taken: the event then never passes through `fd`),
   // receiving in the caller's thread meanwhile: while any thread waits here the progress thread
   // leaves the sockets (it keeps the timers), so an arrival wakes the waiter directly, not the
-  // progress thread and then the waiter. 0, or an errno value of poll().
+  // progress thread and then the waiter. 0, or an errno value of poll(): EINTR when a signal
+  // handler ran in this thread.
   int wait_readable(int fd, bool (*event_taken)());
 
   const TransportStats& stats() const { return stats_; }

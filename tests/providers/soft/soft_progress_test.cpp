@@ -21,6 +21,8 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #if defined(__linux__)
@@ -1036,6 +1038,109 @@ TEST_F(SoftProgress, AnAckThatArrivedBeforeTheDestroyCompletesTheSend) {
   EXPECT_EQ(wc.wr_id, 9u);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
   EXPECT_EQ(wc.opcode, IBV_WC_SEND);
+}
+
+// A signal caught while a thread waits in ibv_get_cq_event: rdma-core's wait is a read() of the
+// channel fd, which the kernel restarts after a handler with SA_RESTART and otherwise fails with
+// EINTR. qperf ends each timed test with SIGALRM (no SA_RESTART) and relies on the blocked wait
+// returning; the soft provider's waiter is a poll(), which is never restarted by itself.
+std::atomic<int> g_caught{0};
+void count_signal(int) { g_caught++; }
+
+struct WaitResult {
+  std::atomic<bool> back{false};
+  int rc = 0;
+  int err = 0;
+  ibv_cq* cq = nullptr;
+};
+
+// Waits on `ch` in a thread of its own, which `sig` interrupts (handler flags `flags`) once it has
+// blocked. The handler stays installed until the test's end (restore()).
+class SignalledWait {
+ public:
+  SignalledWait(ibv_comp_channel* ch, int flags) {
+    g_caught = 0;
+    struct sigaction sa {};
+    sa.sa_handler = count_signal;
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, &old_);
+    waiter_ = std::thread([this, ch] {
+      void* ctx = nullptr;
+      errno = 0;
+      r.rc = ibv_get_cq_event(ch, &r.cq, &ctx);
+      r.err = errno;
+      r.back = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // blocked by now
+    pthread_kill(waiter_.native_handle(), SIGUSR1);
+  }
+  ~SignalledWait() { sigaction(SIGUSR1, &old_, nullptr); }
+  // True once the wait returned within `ms`; a waiter that never returns cannot be joined, so the
+  // test process ends there rather than hang.
+  bool returned_within(int ms) {
+    for (int i = 0; i < ms && !r.back.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return r.back.load();
+  }
+  void join_or_exit(const char* what) {
+    if (!returned_within(5000)) {
+      fprintf(stderr, "%s\n", what);
+      _exit(1);
+    }
+    waiter_.join();
+  }
+  WaitResult r;
+
+ private:
+  struct sigaction old_ {};
+  std::thread waiter_;
+};
+
+TEST_F(SoftProgress, ASignalHandlerWithoutSaRestartEndsAWaitInGetCqEventWithEintr) {
+  connect();
+  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+  SignalledWait w(b.ch, 0);
+  w.join_or_exit("ibv_get_cq_event went on waiting after a handler without SA_RESTART");
+  EXPECT_EQ(g_caught.load(), 1);
+  EXPECT_EQ(w.r.rc, -1);
+  EXPECT_EQ(w.r.err, EINTR);
+  // Nothing was taken: the next event still comes, through the channel as before.
+  ibv_sge sge{uint64_t(uintptr_t(b.buf.data())), 64, b.mr->lkey};
+  ibv_recv_wr rwr{}, *rbad = nullptr;
+  rwr.sg_list = &sge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+  ASSERT_EQ(post(IBV_WR_SEND, 0, 8, 1), 0);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(b.ch, &ev_cq, &ev_ctx), 0);
+  EXPECT_EQ(ev_cq, b.cq);
+  ibv_ack_cq_events(b.cq, 1);
+}
+
+TEST_F(SoftProgress, ASignalHandlerWithSaRestartLeavesTheWaitInGetCqEventWaiting) {
+  connect();
+  ibv_sge sge{uint64_t(uintptr_t(b.buf.data())), 64, b.mr->lkey};
+  ibv_recv_wr rwr{}, *rbad = nullptr;
+  rwr.wr_id = 5;
+  rwr.sg_list = &sge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+  SignalledWait w(b.ch, SA_RESTART);
+  for (int i = 0; i < 2000 && g_caught.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(g_caught.load(), 1);
+  EXPECT_FALSE(w.returned_within(100)) << "rc " << w.r.rc << " errno " << w.r.err;
+  memcpy(a.buf.data(), "restart", 8);
+  ASSERT_EQ(post(IBV_WR_SEND, 0, 8, 2), 0);  // the event the wait is for
+  w.join_or_exit("the SEND did not wake the wait that a SA_RESTART handler interrupted");
+  EXPECT_EQ(w.r.rc, 0) << strerror(w.r.err);
+  EXPECT_EQ(w.r.cq, b.cq);
+  ibv_ack_cq_events(b.cq, 1);
+  ibv_wc wc{};
+  ASSERT_EQ(ibv_poll_cq(b.cq, 1, &wc), 1);
+  EXPECT_EQ(wc.wr_id, 5u);
+  EXPECT_STREQ(reinterpret_cast<const char*>(b.buf.data()), "restart");
 }
 
 }  // namespace
