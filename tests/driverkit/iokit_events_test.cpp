@@ -29,6 +29,15 @@ class IokitEvents : public ::testing::Test {
     verbs::ContextBase* c = mp::open_context(&dev, std::move(t));
     return c ? c->ibv() : nullptr;
   }
+  // Until the context's start-up calls are over (the first wake-up, answered at once, read): no
+  // call for 100 ms, within 5 s. A fixed wait was too short on a loaded machine; a context that
+  // polls on a timer never gets there.
+  static bool settled() {
+    auto end = Clock::now() + std::chrono::seconds(5);
+    while (Clock::now() < end)
+      if (idle_calls(100) == 0) return true;
+    return false;
+  }
   // The driver calls a context makes in `ms` milliseconds of doing nothing.
   static long idle_calls(int ms) {
     long before = dkfake::external_method_calls();
@@ -43,7 +52,7 @@ TEST_F(IokitEvents, AnIdleContextMakesNoCallsIntoTheDriver) {
   ASSERT_EQ(d.start_result, kIOReturnSuccess);
   ibv_context* ctx = open();
   ASSERT_NE(ctx, nullptr);
-  usleep(50 * 1000);  // the first wake-up (answered at once) is read
+  ASSERT_TRUE(settled()) << "the idle context kept calling the driver";
   EXPECT_EQ(idle_calls(300), 0);
   EXPECT_EQ(ibv_close_device(ctx), 0);
 }
@@ -68,7 +77,7 @@ TEST_F(IokitEvents, AnEventWakesTheContextThroughItsNotificationPort) {
   ASSERT_EQ(d.start_result, kIOReturnSuccess);
   ibv_context* ctx = open();
   ASSERT_NE(ctx, nullptr);
-  usleep(50 * 1000);
+  ASSERT_TRUE(settled()) << "the idle context kept calling the driver";
   long calls = dkfake::external_method_calls();
   long sent = dkfake::async_messages_sent();
   d.card.device().inject_fatal(0x7);
