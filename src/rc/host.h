@@ -48,7 +48,8 @@ class HostMemory {
   // `addr`: 1 <= first->len <= len. A host whose memory is not one flat range (the emulator's
   // IOVAs) may return less than `len`, ending only at a 4 KiB-aligned address; the engine then
   // asks again from addr + first->len for the rest. len == 0 checks the key only and returns an
-  // empty span.
+  // empty span. A span mapped for a write (kLocalWrite or kRemoteWrite without kRemoteAtomic) is
+  // written whole by the engine before it is read, so a host that stages it need not fetch it.
   virtual MemStatus map(KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len, uint32_t access,
                         Span* first) = 0;
   // The checks of map() on all of [addr, addr + len), for bytes the engine will not touch now (a

@@ -131,4 +131,16 @@ bool ClientDma::write(uint64_t iova, const void* src, size_t len) {
   return true;
 }
 
+bool ClientDma::writable(uint64_t iova, size_t len) {
+  if (iova < kWindowBase || iova >= mlx5::emu::TestHost::kIovaBase) return host_.writable(iova, len);
+  std::lock_guard<std::mutex> g(mu_);
+  uint64_t off;
+  const Window* w = find(iova, len, &off);
+  if (!w || !w->writable) {
+    faults_++;
+    return false;
+  }
+  return true;
+}
+
 }  // namespace melon::dext

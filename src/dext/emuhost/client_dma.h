@@ -63,6 +63,9 @@ class ClientDma final : public mlx5::emu::DmaPort {
 
   bool read(uint64_t iova, void* dst, size_t len) override;
   bool write(uint64_t iova, const void* src, size_t len) override;
+  // The window's bounds and rights, with no system call: whether the pages are still mapped shows
+  // at write(), as on hardware, where a registered page stays pinned.
+  bool writable(uint64_t iova, size_t len) override;
 
  private:
   struct Window {

@@ -35,6 +35,10 @@ class DmaPort {
   virtual ~DmaPort() = default;
   virtual bool read(uint64_t iova, void* dst, size_t len) = 0;
   virtual bool write(uint64_t iova, const void* src, size_t len) = 0;
+  // Whether write() of `len` bytes at `iova` would land now, moving nothing: the device asks before
+  // it stages a buffer it will overwrite whole, instead of reading the old bytes. The default reads
+  // the range into scratch space (right for any port); a port with a cheap lookup overrides it.
+  virtual bool writable(uint64_t iova, size_t len);
 };
 
 // MSI-X: the device raises vector `vector` (an EQ's `intr`, 0..msix_vectors-1). Masking and

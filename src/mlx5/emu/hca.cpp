@@ -73,6 +73,19 @@ bool Hca::dma_write(uint64_t iova, const void* src, size_t len) {
   return true;
 }
 
+bool Hca::dma_writable(uint64_t iova, size_t len) {
+  if (state_ == FwState::kRemoved || !(pci_[kPciCommand] & kPciCommandBusMaster) || !ports_.dma->writable(iova, len)) {
+    ++stats_.dma_faults;
+    return false;
+  }
+  return true;
+}
+
+bool DmaPort::writable(uint64_t iova, size_t len) {
+  std::unique_ptr<uint8_t[]> scratch(new uint8_t[len ? len : 1]);
+  return read(iova, scratch.get(), len);
+}
+
 // MSI-X (PCIe 6.1.4): a message goes out only while MSI-X is enabled, the function is not masked
 // and the vector's entry is not; otherwise its Pending Bit is set and it goes when that changes.
 void Hca::raise_irq(uint16_t vector) {

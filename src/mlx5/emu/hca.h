@@ -219,6 +219,7 @@ class Hca {
   void update_fw_state();  // booting -> ready when the delay has passed
   bool dma_read(uint64_t iova, void* dst, size_t len);
   bool dma_write(uint64_t iova, const void* src, size_t len);
+  bool dma_writable(uint64_t iova, size_t len);  // dma_write's checks, nothing moved
   void raise_irq(uint16_t vector);
   void enter_fatal(uint8_t syndrome);
   bool alive() const { return state_ != FwState::kFatal && state_ != FwState::kRemoved; }

@@ -112,6 +112,11 @@ bool TestHost::write(uint64_t iova, const void* src, size_t len) {
   return true;
 }
 
+bool TestHost::writable(uint64_t iova, size_t len) {
+  std::lock_guard<std::mutex> g(mu_);
+  return bytes_at(iova, len) != nullptr;
+}
+
 void TestHost::raise(uint16_t vector) {
   if (vector < kVectors) {
     std::lock_guard<std::mutex> g(irq_mu_);

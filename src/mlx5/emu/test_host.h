@@ -57,6 +57,7 @@ class TestHost : public DmaPort, public IrqSink {
   // DmaPort
   bool read(uint64_t iova, void* dst, size_t len) override;
   bool write(uint64_t iova, const void* src, size_t len) override;
+  bool writable(uint64_t iova, size_t len) override;  // a fault is counted as for write()
   // Called after each device write that landed (outside the lock): tests that check the device
   // writes the bytes it was asked to and no others.
   std::function<void(uint64_t iova, size_t len)> on_write;

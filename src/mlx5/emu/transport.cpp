@@ -58,12 +58,15 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     s.len = len;
     s.segs = segs_;
     s.writable = acc & (kAccWrite | kAccAtomic);  // an atomic writes its result back
-    // Reads need the bytes. A writable span goes back whole at flush(), so the engine writes all of
-    // it (scatter, copy_in) or reads it first (an atomic): fetched here, a byte it leaves alone goes
-    // back as it was when fetched. Key checks without a write (check()) are never staged.
+    // Reads and atomics need the bytes. A span mapped for a write alone goes back whole at flush(),
+    // and the engine writes every byte of it first (rc/host.h), so its old bytes are not fetched:
+    // only the IOMMU's answer is asked for, as the read gave it. (A fetch cost melon-emud a system
+    // call per received SEND or WRITE packet.) Key checks without a write (check()) are never staged.
+    bool fetch = !s.writable || (acc & kAccAtomic);
     uint64_t off = 0;
     for (const IovaSeg& g : s.segs) {
-      if (!h_.dma_read(g.iova, s.buf.get() + off, g.len)) return rc::MemStatus::no_access;
+      if (!(fetch ? h_.dma_read(g.iova, s.buf.get() + off, g.len) : h_.dma_writable(g.iova, g.len)))
+        return rc::MemStatus::no_access;
       off += g.len;
     }
     *first = rc::Span{s.buf.get(), len};
