@@ -70,6 +70,10 @@ class FramePort {
   virtual void transmit_many(std::vector<uint8_t>* frames, size_t n) {
     for (size_t i = 0; i < n; i++) transmit(frames[i].data(), frames[i].size());
   }
+  // The UDP source port every frame leaves with whatever the frame says (a socket's bound port), or
+  // 0: the frame's own. The ICRC covers that port, so a device that writes its frames with it spares
+  // the port computing the ICRC a second time.
+  virtual uint16_t source_port() const { return 0; }
 };
 
 // The machine's monotonic clock (CLOCK_MONOTONIC): what the device uses when the host gives none.

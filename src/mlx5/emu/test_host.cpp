@@ -95,10 +95,14 @@ uint8_t* TestHost::bytes_at(uint64_t iova, size_t len) {
 }
 
 bool TestHost::read(uint64_t iova, void* dst, size_t len) {
-  std::lock_guard<std::mutex> g(mu_);
-  const uint8_t* p = bytes_at(iova, len);
-  if (p) memcpy(dst, p, len);
-  return p != nullptr;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    const uint8_t* p = bytes_at(iova, len);
+    if (!p) return false;
+    memcpy(dst, p, len);
+  }
+  if (on_read) on_read(iova, len);
+  return true;
 }
 
 bool TestHost::write(uint64_t iova, const void* src, size_t len) {

@@ -61,6 +61,8 @@ class TestHost : public DmaPort, public IrqSink {
   // Called after each device write that landed (outside the lock): tests that check the device
   // writes the bytes it was asked to and no others.
   std::function<void(uint64_t iova, size_t len)> on_write;
+  // The same for each device read that was served (tests that check what the device fetches).
+  std::function<void(uint64_t iova, size_t len)> on_read;
   uint64_t dma_faults() const { return faults_.load(); }
   uint64_t last_fault_iova() const { return last_fault_.load(); }
   size_t mapped_bytes() const;

@@ -92,6 +92,7 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
 
   void transmit(const rc::TxPacket& p) override {
     roce::IpUdp ip = rc::tx_ip(p);
+    if (uint16_t sport = h_.ports_.wire ? h_.ports_.wire->source_port() : 0) ip.sport = sport;
     std::vector<uint8_t> f(roce::frame_length(ip.v6, p.pkt.bth.opcode, p.payload_len));
     f.resize(roce::write_frame(ip, p.pkt, p.iov, p.niov, f.data()));
     ++h_.stats_.frames_tx;

@@ -73,9 +73,19 @@ void MemoryLink::Port::transmit(const uint8_t* frame, size_t len) {
     if (p.get() != this && p->dev) p->dev->receive_frame(frame, len);
 }
 
-UdpWire::UdpWire(uint32_t ip, uint16_t port) : v6_(false), port_(port) { roce::gid_from_ipv4(gid_, ip); }
+// One received datagram, with room in front for the IP/UDP headers the socket hid.
+struct UdpWire::RxSlot {
+  static constexpr size_t kHeadroom = 64;
+  uint8_t buf[kHeadroom + 9216];
+  sockaddr_storage from;
+};
 
-UdpWire::UdpWire(const uint8_t gid[16], uint16_t port) : v6_(!roce::gid_is_v4_mapped(gid)), port_(port) {
+UdpWire::UdpWire(uint32_t ip, uint16_t port) : v6_(false), port_(port), rx_(new RxSlot[kRxBatch]) {
+  roce::gid_from_ipv4(gid_, ip);
+}
+
+UdpWire::UdpWire(const uint8_t gid[16], uint16_t port)
+    : v6_(!roce::gid_is_v4_mapped(gid)), port_(port), rx_(new RxSlot[kRxBatch]) {
   memcpy(gid_, gid, 16);
 }
 
@@ -126,9 +136,10 @@ int UdpWire::open() {
 }
 
 // The socket sends from its bound port, not the frame's entropy port, and the kernel picks the IPv4
-// identification: the ICRC covers both, so it is recomputed, in place, for what the peer will see
-// (the soft provider and rxe solve for the identification, roce/icrc_udp.h). False for a frame this
-// socket cannot send.
+// identification (0, see open()): the ICRC covers both, so a frame written with others gets it
+// recomputed, in place, for what the peer will see (the soft provider and rxe solve for the
+// identification, roce/icrc_udp.h). The emulated device writes its frames with source_port() and
+// identification 0, so their ICRC is already that one. False for a frame this socket cannot send.
 bool UdpWire::to_datagram(uint8_t* frame, size_t len, Datagram* d) const {
   roce::IpUdp h;
   if (fd_ < 0 || roce::parse_ip_udp(frame, len, h) != roce::ParseError::ok || h.v6 != v6_) return false;
@@ -137,6 +148,7 @@ bool UdpWire::to_datagram(uint8_t* frame, size_t len, Datagram* d) const {
   d->tl = to_sockaddr(h.dst, h.dport, &d->to);
   d->data = frame + h.hdr_len;
   d->len = n;
+  if (h.sport == port_ && h.ip_id == 0) return true;
   roce::IpUdp sent = h;
   sent.sport = port_;
   sent.ip_id = 0;
@@ -210,31 +222,60 @@ int UdpWire::poll_now() {
 // Under rx_mu_: datagrams reach the device in the order the socket gave them, whichever thread reads.
 int UdpWire::drain() {
   int n = 0;
-  uint8_t buf[9216 + 64];
   for (;;) {
-    sockaddr_storage from{};
-    socklen_t fl = sizeof from;
-    ssize_t r = recvfrom(fd_, buf + 64, sizeof buf - 64, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), &fl);
-    if (r <= 0) return n;
-    // Rebuild the IP/UDP headers the socket hid; the one unknowable field, the IPv4 identification,
-    // is recovered from the ICRC (roce/icrc_udp.h) so the device checks the frame as it came.
-    // (IPv6's traffic class, flow label and hop limit are masked out of the ICRC.)
-    roce::IpUdp h;
-    h.v6 = v6_;
-    h.sport = from_sockaddr(from, h.src);
-    memcpy(h.dst, gid_, 16);
-    h.dport = port_;
-    uint16_t id = 0;
-    if (!roce::icrc_check_udp_payload(h, buf + 64, size_t(r), &id)) {
-      ++bad_icrc_;
-      continue;
+    unsigned got = 0;
+    size_t lens[kRxBatch];
+#ifdef __linux__
+    // Up to kRxBatch datagrams a call; fewer means the queue was empty, so no call is made only to
+    // fail (one system call less per wake-up on a ping-pong's path).
+    iovec iov[kRxBatch];
+    mmsghdr m[kRxBatch];
+    for (unsigned i = 0; i < kRxBatch; i++) {
+      iov[i] = iovec{rx_[i].buf + RxSlot::kHeadroom, sizeof rx_[i].buf - RxSlot::kHeadroom};
+      m[i] = mmsghdr{};
+      m[i].msg_hdr.msg_name = &rx_[i].from;
+      m[i].msg_hdr.msg_namelen = sizeof rx_[i].from;
+      m[i].msg_hdr.msg_iov = &iov[i];
+      m[i].msg_hdr.msg_iovlen = 1;
     }
-    h.ip_id = id;
-    uint8_t hdr[64];
-    size_t hl = roce::write_ip_udp(h, size_t(r), hdr);
-    memcpy(buf + 64 - hl, hdr, hl);
-    dev_->receive_frame(buf + 64 - hl, hl + size_t(r));
-    ++n;
+    int r = recvmmsg(fd_, m, kRxBatch, MSG_DONTWAIT, nullptr);
+    if (r <= 0) return n;
+    got = unsigned(r);
+    for (unsigned i = 0; i < got; i++) lens[i] = m[i].msg_len;
+#else
+    socklen_t fl = sizeof rx_[0].from;
+    ssize_t r = recvfrom(fd_, rx_[0].buf + RxSlot::kHeadroom, sizeof rx_[0].buf - RxSlot::kHeadroom, MSG_DONTWAIT,
+                         reinterpret_cast<sockaddr*>(&rx_[0].from), &fl);
+    if (r <= 0) return n;
+    got = 1;
+    lens[0] = size_t(r);
+#endif
+    for (unsigned i = 0; i < got; i++) {
+      uint8_t* data = rx_[i].buf + RxSlot::kHeadroom;
+      // Rebuild the IP/UDP headers the socket hid; the one unknowable field, the IPv4 identification,
+      // is recovered from the ICRC (roce/icrc_udp.h) so the device checks the frame as it came.
+      // (IPv6's traffic class, flow label and hop limit are masked out of the ICRC.)
+      roce::IpUdp h;
+      h.v6 = v6_;
+      h.sport = from_sockaddr(rx_[i].from, h.src);
+      memcpy(h.dst, gid_, 16);
+      h.dport = port_;
+      uint16_t id = 0;
+      if (!lens[i]) continue;  // nothing to check, nothing RoCE
+      if (!roce::icrc_check_udp_payload(h, data, lens[i], &id)) {
+        ++bad_icrc_;
+        continue;
+      }
+      h.ip_id = id;
+      uint8_t hdr[RxSlot::kHeadroom];
+      size_t hl = roce::write_ip_udp(h, lens[i], hdr);
+      memcpy(data - hl, hdr, hl);
+      dev_->receive_frame(data - hl, hl + lens[i]);
+      ++n;
+    }
+#ifdef __linux__
+    if (got < kRxBatch) return n;
+#endif
   }
 }
 

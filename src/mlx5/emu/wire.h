@@ -53,6 +53,7 @@ class UdpWire : public FramePort {
   void attach(Device* dev) { dev_ = dev; }
   void transmit(const uint8_t* frame, size_t len) override;
   void transmit_many(std::vector<uint8_t>* frames, size_t n) override;
+  uint16_t source_port() const override { return port_; }
   // Hands every datagram waiting (up to `timeout_ms` for the first) to the device; returns how many.
   int poll(int timeout_ms);
   // The same without waiting, and nothing if another thread is reading the socket right now (it
@@ -82,6 +83,11 @@ class UdpWire : public FramePort {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> bad_icrc_{0};
   std::mutex rx_mu_;  // one reader of the socket at a time, so frames keep their order
+  // drain()'s datagram buffers (under rx_mu_): one recvmmsg takes several, and a short batch says
+  // the socket is empty without another call that fails.
+  static constexpr unsigned kRxBatch = 16;
+  struct RxSlot;
+  std::unique_ptr<RxSlot[]> rx_;
 };
 
 }  // namespace melon::mlx5::emu

@@ -192,6 +192,42 @@ TEST_F(EmuDataPath, ResponderWritesOnlyTheBytesOfTheMessage) {
   ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
 }
 
+// What the responder writes whole it does not fetch first: no read of the receive buffer or the
+// WRITE's target (melon-emud paid a system call per packet for it). The target is still checked: a
+// WRITE to a key whose pages the IOMMU no longer maps is refused (a remote access error), not lost.
+TEST_F(EmuDataPath, ResponderDoesNotReadWhatItOverwrites) {
+  size_t reads = 0;
+  b.h.host.on_read = [&](uint64_t iova, size_t len) {
+    if (iova < b.mem.iova + 256 * 1024 && iova + len > b.mem.iova) reads++;
+  };
+  memset(a.bytes(), 0x6d, 4096);
+  b.h.post_recv(b.qp, {{b.va(), 8192, b.key}});
+  a.h.post_send(a.qp, wo::SEND, {{a.va(), 3000, a.key}});
+  ASSERT_NE(cqe(b), nullptr);
+  EXPECT_EQ(b.bytes()[2999], 0x6d);
+  Harness::SendOpts o;
+  o.raddr = b.va() + 50000, o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 4096, a.key}}, o);
+  pump();
+  EXPECT_EQ(b.bytes()[50000 + 4095], 0x6d);
+  EXPECT_EQ(reads, 0u) << "reads of the receive buffer or the WRITE's target";
+  b.h.host.on_read = nullptr;
+  ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
+  ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
+
+  TestHost::Buffer gone = b.h.host.alloc(4096);
+  uint32_t rkey = b.h.create_mkey(gone, 4096);
+  ASSERT_TRUE(b.h.host.free(gone.iova));
+  uint64_t faults = b.h.host.dma_faults();
+  o.raddr = reinterpret_cast<uint64_t>(gone.va), o.rkey = rkey;
+  a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va(), 64, a.key}}, o);
+  const uint8_t* e = cqe(a);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::REMOTE_ACCESS_ERR);
+  EXPECT_GT(b.h.host.dma_faults(), faults);
+}
+
 TEST_F(EmuDataPath, WriteWithImmediateConsumesAReceive) {
   b.h.post_recv(b.qp, {{b.va(), 16, b.key}});
   Harness::SendOpts o;

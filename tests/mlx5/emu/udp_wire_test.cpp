@@ -128,5 +128,45 @@ TEST(EmuUdpWire, ABatchLeavesAsOneDatagramPerFrameInOrder) {
   close(peer);
 }
 
+// The device writes its frames with the wire's source port (FramePort::source_port), so their ICRC is
+// already the one for the header on the wire and the wire leaves it as it is: what leaves is the same.
+TEST(EmuUdpWire, AFrameWrittenWithTheSocketsPortKeepsItsIcrc) {
+  if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
+  ASSERT_TRUE(loopback_up());
+  int peer = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(peer, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(4791);
+  a.sin_addr.s_addr = htonl(0x7f000002);
+  ASSERT_EQ(bind(peer, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  UdpWire wire(0x7f000001);
+  ASSERT_EQ(wire.open(), 0);
+  ASSERT_EQ(wire.source_port(), 4791);
+
+  roce::IpUdp h;
+  roce::gid_from_ipv4(h.src, 0x7f000001);
+  roce::gid_from_ipv4(h.dst, 0x7f000002);
+  h.sport = wire.source_port();
+  uint8_t pkt[12 + 8 + roce::kIcrcSize] = {0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x00, 0x00, 0x00, 0x07};
+  memset(pkt + 12, 0x5a, 8);
+  std::vector<uint8_t> f(64 + sizeof pkt);
+  size_t hl = roce::write_ip_udp(h, sizeof pkt, f.data());
+  memcpy(f.data() + hl, pkt, sizeof pkt);
+  f.resize(hl + sizeof pkt);
+  roce::store_icrc(f.data() + f.size() - roce::kIcrcSize, roce::icrc_of_frame(f.data(), f.size() - roce::kIcrcSize));
+  std::vector<uint8_t> sent = f;
+  wire.transmit_many(&f, 1);
+
+  pollfd p{peer, POLLIN, 0};
+  ASSERT_GT(poll(&p, 1, 1000), 0) << "nothing on the wire";
+  uint8_t buf[128];
+  ssize_t n = recv(peer, buf, sizeof buf, 0);
+  ASSERT_EQ(n, ssize_t(sizeof pkt));
+  EXPECT_EQ(memcmp(buf, sent.data() + hl, sizeof pkt), 0) << "the frame's own ICRC";
+  EXPECT_EQ(roce::load_icrc(buf + n - roce::kIcrcSize), roce::icrc_for_udp_payload(h, buf, size_t(n) - roce::kIcrcSize));
+  close(peer);
+}
+
 }  // namespace
 }  // namespace melon::mlx5::emu
