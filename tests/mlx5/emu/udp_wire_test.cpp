@@ -164,7 +164,8 @@ TEST(EmuUdpWire, AFrameWrittenWithTheSocketsPortKeepsItsIcrc) {
   ssize_t n = recv(peer, buf, sizeof buf, 0);
   ASSERT_EQ(n, ssize_t(sizeof pkt));
   EXPECT_EQ(memcmp(buf, sent.data() + hl, sizeof pkt), 0) << "the frame's own ICRC";
-  EXPECT_EQ(roce::load_icrc(buf + n - roce::kIcrcSize), roce::icrc_for_udp_payload(h, buf, size_t(n) - roce::kIcrcSize));
+  EXPECT_EQ(roce::load_icrc(buf + n - roce::kIcrcSize),
+            roce::icrc_for_udp_payload(h, buf, size_t(n) - roce::kIcrcSize));
   close(peer);
 }
 
