@@ -139,10 +139,11 @@ counters() { peer_run 1 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && gr
 ours() {  # ours CMD...: a stock tool on the host side of the namespace, on our library and provider
   peer_host env "${OUR_ENV[@]}" timeout -k 3 "${EX_TIMEOUT:-60}" "$@"
 }
-host_listening() {  # until something on the host side listens on TCP 18515
-  local k
+host_listening() {  # host_listening [ss args]: until the host side has such a socket, 10 s at most
+  local k args=("$@")       # (default: a listener on TCP 18515, perftest's)
+  [ $# -gt 0 ] || args=(-Hltn 'sport = :18515')
   for ((k = 0; k < 100; k++)); do
-    [ -n "$(peer_host ss -Hltn 'sport = :18515')" ] && return 0
+    [ -n "$(peer_host ss "${args[@]}")" ] && return 0
     sleep 0.1
   done
   return 1
@@ -344,14 +345,7 @@ lat_case() {
 guest_cm_listening() {
   PEER_JOB_TIMEOUT=30 peer_run 1 "while ! rdma resource show cm_id 2>/dev/null | grep -q LISTEN; do sleep 0.1; done" >/dev/null
 }
-host_cm_listening() {
-  local k
-  for ((k = 0; k < 100; k++)); do
-    [ -n "$(peer_host ss -Hlun 'sport = :4791')" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
+host_cm_listening() { host_listening -Hlun 'sport = :4791'; }
 rping_case() {
   local how=$1 n=10 pcap=$PEER_RUN/rping-$1.pcap
   ip netns exec "$PEER_NS" tcpdump -q -n -i tap1 -s 512 -U --immediate-mode -w "$pcap" 'udp port 4791 and udp[8] == 100' \
@@ -428,14 +422,7 @@ rdma_perf_case() {  # rdma_perf_case <how> <tool>
 # mismatch prints "Error at iteration" and fails the run). No -v: it prints a line per byte filled,
 # which the TCG guest takes minutes over. fi_pingpong makes its endpoints once its TCP control
 # connection (47592) is up.
-fi_host_listening() {
-  local k
-  for ((k = 0; k < 100; k++)); do
-    [ -n "$(peer_host ss -Hltn 'sport = :47592')" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
+fi_host_listening() { host_listening -Hltn 'sport = :47592'; }
 # ofi_rxm's MSG CQ is (128 + 128) x FI_UNIVERSE_SIZE entries, 2^18 by default: rxe's max_cqe is
 # 32767, so rdm runs with a universe of 64 (16384 entries) at both ends.
 fi_case() {  # fi_case <how> <msg|rdm>
@@ -532,14 +519,6 @@ qperf_value() {  # qperf_value <output> <test> <field>: what qperf printed as "<
   awk -v t="$2:" -v f="$3" '$0 == t { on = 1; next } /^[^ ]/ { on = 0 }
     on && $1 == f { sub(/^[^=]*= */, ""); sub(/ +$/, ""); print; exit }' <<<"$1"
 }
-qperf_host_listening() {
-  local k
-  for ((k = 0; k < 100; k++)); do
-    [ -n "$(peer_host ss -Hltn 'sport = :19765')" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
 qperf_client() {  # qperf_client <how> <args>: one client run at the other end; its output, its status
   if [ "$1" = guest-server ]; then
     # shellcheck disable=SC2086
@@ -557,7 +536,7 @@ qperf_case() {
   else
     peer_host env "${OUR_ENV[@]}" timeout -k 3 300 qperf > "$out" 2>&1 &
     hp=$!
-    qperf_host_listening || echo "warning: our qperf not listening"
+    host_listening -Hltn 'sport = :19765' || echo "warning: our qperf not listening"
   fi
   for t in "${QPERF_TESTS[@]}"; do
     for ((k = 1; k <= 3; k++)); do

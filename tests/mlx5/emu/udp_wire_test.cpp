@@ -34,6 +34,20 @@ bool loopback_up() {
   return ok;
 }
 
+// The far end: a UDP socket on 127.0.0.2:4791, as a RoCE peer's; -1 if it cannot be had.
+int bound_peer() {
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(4791);
+  a.sin_addr.s_addr = htonl(0x7f000002);
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 TEST(EmuUdpWire, Ipv4FramesLeaveWithDfIdZeroAndAnIcrcOverTheHeaderOnTheWire) {
   if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
   ASSERT_TRUE(loopback_up());
@@ -81,13 +95,8 @@ TEST(EmuUdpWire, Ipv4FramesLeaveWithDfIdZeroAndAnIcrcOverTheHeaderOnTheWire) {
 TEST(EmuUdpWire, ABatchLeavesAsOneDatagramPerFrameInOrder) {
   if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
   ASSERT_TRUE(loopback_up());
-  int peer = socket(AF_INET, SOCK_DGRAM, 0);
+  int peer = bound_peer();
   ASSERT_GE(peer, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(4791);
-  a.sin_addr.s_addr = htonl(0x7f000002);
-  ASSERT_EQ(bind(peer, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   UdpWire wire(0x7f000001);
   ASSERT_EQ(wire.open(), 0);
 
@@ -133,13 +142,8 @@ TEST(EmuUdpWire, ABatchLeavesAsOneDatagramPerFrameInOrder) {
 TEST(EmuUdpWire, AFrameWrittenWithTheSocketsPortKeepsItsIcrc) {
   if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
   ASSERT_TRUE(loopback_up());
-  int peer = socket(AF_INET, SOCK_DGRAM, 0);
+  int peer = bound_peer();
   ASSERT_GE(peer, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(4791);
-  a.sin_addr.s_addr = htonl(0x7f000002);
-  ASSERT_EQ(bind(peer, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   UdpWire wire(0x7f000001);
   ASSERT_EQ(wire.open(), 0);
   ASSERT_EQ(wire.source_port(), 4791);

@@ -369,12 +369,7 @@ TEST_F(SoftProgress, BusyPollingRequesterAndAPassiveWriteTargetBothMakeProgress)
 TEST_F(SoftProgress, AnApplicationThatSpinsThenBlocksOnItsChannelIsWoken) {
   setenv("MELON_SOFT_BUSY_NS", "20000000000", 1);
   connect();
-  ibv_sge sge{uint64_t(uintptr_t(b.buf.data())), 64, b.mr->lkey};
-  ibv_recv_wr rwr{}, *rbad = nullptr;
-  rwr.wr_id = 77;
-  rwr.sg_list = &sge;
-  rwr.num_sge = 1;
-  ASSERT_EQ(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+  ASSERT_EQ(recv_on(b, b.qp, 77, 0), 0);
   ibv_wc wc{};
   EXPECT_FALSE(spin_for(b.cq, &wc, 20));
   ASSERT_GE(counter("pg1", "busy_poll_leases"), 1u);
@@ -427,12 +422,7 @@ TEST_F(SoftProgress, RetransmissionStillHappensWhileTheApplicationBusyPolls) {
 // device completes, acknowledged, while the waiter stays blocked; then a SEND wakes it.
 TEST_F(SoftProgress, AThreadBlockedInGetCqEventLetsOtherTrafficThrough) {
   connect();
-  ibv_sge sge{uint64_t(uintptr_t(b.buf.data())), 64, b.mr->lkey};
-  ibv_recv_wr rwr{}, *rbad = nullptr;
-  rwr.wr_id = 8;
-  rwr.sg_list = &sge;
-  rwr.num_sge = 1;
-  ASSERT_EQ(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+  ASSERT_EQ(recv_on(b, b.qp, 8, 0), 0);
   ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
   std::atomic<bool> woken{false};
   ibv_cq* ev_cq = nullptr;
@@ -1120,12 +1110,7 @@ TEST_F(SoftProgress, ASignalHandlerWithoutSaRestartEndsAWaitInGetCqEventWithEint
 
 TEST_F(SoftProgress, ASignalHandlerWithSaRestartLeavesTheWaitInGetCqEventWaiting) {
   connect();
-  ibv_sge sge{uint64_t(uintptr_t(b.buf.data())), 64, b.mr->lkey};
-  ibv_recv_wr rwr{}, *rbad = nullptr;
-  rwr.wr_id = 5;
-  rwr.sg_list = &sge;
-  rwr.num_sge = 1;
-  ASSERT_EQ(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+  ASSERT_EQ(recv_on(b, b.qp, 5, 0), 0);
   ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
   SignalledWait w(b.ch, SA_RESTART);
   for (int i = 0; i < 2000 && g_caught.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
