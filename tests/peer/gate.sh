@@ -136,6 +136,29 @@ first_pid=$!
 for ((k = 0; k < 50; k++)); do grep -q 'listening on' "$PEER_RUN/first-capture.log" 2>/dev/null && break; sleep 0.1; done
 counters() { peer_run 1 'cd /sys/class/infiniband/rxe0/ports/1/hw_counters && grep -H . *' 2>&1 | tr '\n' ' '; }
 
+# kill_tree <pid>: TERM to a host-side server started in the background and to all it started,
+# then until those are gone (10 s at most). `$!` of `peer_host ... &` is a subshell: killing it
+# alone left the tool running (io_demo's server, up to its timeout), still holding the address's
+# QP1, so the next row's server failed rdma_listen (EADDRINUSE).
+kill_tree() {
+  local kids=() k p alive
+  tree_of() {
+    local c
+    for c in $(pgrep -P "$1"); do
+      kids+=("$c")
+      tree_of "$c"
+    done
+  }
+  tree_of "$1"
+  kill -TERM "$1" "${kids[@]}" 2> /dev/null
+  for ((k = 0; k < 100; k++)); do
+    alive=0
+    for p in "${kids[@]}"; do kill -0 "$p" 2> /dev/null && alive=1; done
+    [ $alive = 0 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
 ours() {  # ours CMD...: a stock tool on the host side of the namespace, on our library and provider
   peer_host env "${OUR_ENV[@]}" timeout -k 3 "${EX_TIMEOUT:-60}" "$@"
 }
@@ -189,7 +212,7 @@ exchange() {
     for ((k = 0; k < 150; k++)); do kill -0 "$hp" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$hp" 2>/dev/null; then
       echo "host server still running 15 s after the client ended: killing it"
-      kill -TERM "$hp" 2>/dev/null
+      kill_tree "$hp"
     fi
     wait "$hp"; host_rc=$?
     host_out=$(cat "$out")
@@ -485,7 +508,7 @@ ucx_case() {
     guest_out=$(PEER_JOB_TIMEOUT=120 peer_run 1 "$guest_env $io -i 200 10.77.0.1" 2>&1); guest_rc=$?
     sleep 0.3
     kill -0 "$hp" 2> /dev/null && alive=1
-    kill -TERM "$hp" 2> /dev/null
+    kill_tree "$hp"
     wait "$hp"; host_rc=0
     host_out=$(cat "$out")
     client=$guest_out mads="in: req|out: rep|in: rtu"
@@ -557,7 +580,7 @@ qperf_case() {
     host_out=$client host_rc=$client_rc
   else
     for ((i = 0; i < 100; i++)); do kill -0 "$hp" 2> /dev/null || break; sleep 0.1; done
-    kill -0 "$hp" 2> /dev/null && kill -TERM "$hp" 2> /dev/null
+    kill -0 "$hp" 2> /dev/null && kill_tree "$hp"
     wait "$hp"; host_rc=$?
     host_out=$(cat "$out")
     guest_out=$client guest_rc=$client_rc
