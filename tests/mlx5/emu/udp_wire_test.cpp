@@ -48,6 +48,24 @@ int bound_peer() {
   return fd;
 }
 
+// An IP/UDP header from 127.0.0.1 to 127.0.0.2 with source port `sport`.
+roce::IpUdp loopback_header(uint16_t sport) {
+  roce::IpUdp h;
+  roce::gid_from_ipv4(h.src, 0x7f000001);
+  roce::gid_from_ipv4(h.dst, 0x7f000002);
+  h.sport = sport;
+  return h;
+}
+
+// A whole frame: `h`, then the RoCE packet `pkt` (BTH to ICRC) as it is.
+std::vector<uint8_t> frame_of(const roce::IpUdp& h, const uint8_t* pkt, size_t n) {
+  std::vector<uint8_t> f(64 + n);
+  size_t hl = roce::write_ip_udp(h, n, f.data());
+  memcpy(f.data() + hl, pkt, n);
+  f.resize(hl + n);
+  return f;
+}
+
 TEST(EmuUdpWire, Ipv4FramesLeaveWithDfIdZeroAndAnIcrcOverTheHeaderOnTheWire) {
   if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
   ASSERT_TRUE(loopback_up());
@@ -102,27 +120,17 @@ TEST(EmuUdpWire, ABatchLeavesAsOneDatagramPerFrameInOrder) {
 
   constexpr int kFrames = 100;  // more than one sendmmsg takes
   std::vector<std::vector<uint8_t>> frames;
-  roce::IpUdp h;
-  roce::gid_from_ipv4(h.src, 0x7f000001);
-  roce::gid_from_ipv4(h.dst, 0x7f000002);
-  h.sport = 0xc000;
+  const roce::IpUdp h = loopback_header(0xc000);
   for (int i = 0; i < kFrames; i++) {
     // SEND-only, PSN i, i+1 payload bytes of value i, then the ICRC (rewritten by the wire).
     std::vector<uint8_t> pkt = {0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x00, 0x00, 0x00, uint8_t(i)};
     pkt.insert(pkt.end(), size_t(i + 1), uint8_t(i));
     pkt.insert(pkt.end(), roce::kIcrcSize, 0);
-    std::vector<uint8_t> f(64 + pkt.size());
-    size_t hl = roce::write_ip_udp(h, pkt.size(), f.data());
-    memcpy(f.data() + hl, pkt.data(), pkt.size());
-    f.resize(hl + pkt.size());
-    frames.push_back(std::move(f));
+    frames.push_back(frame_of(h, pkt.data(), pkt.size()));
   }
   wire.transmit_many(frames.data(), frames.size());
 
-  roce::IpUdp seen;  // the header the peer's kernel had on the wire: source 127.0.0.1:4791, id 0
-  roce::gid_from_ipv4(seen.src, 0x7f000001);
-  roce::gid_from_ipv4(seen.dst, 0x7f000002);
-  seen.sport = 4791;
+  const roce::IpUdp seen = loopback_header(4791);  // what the peer's kernel had on the wire (id 0)
   for (int i = 0; i < kFrames; i++) {
     pollfd p{peer, POLLIN, 0};
     ASSERT_GT(poll(&p, 1, 1000), 0) << "datagram " << i << " missing";
@@ -148,16 +156,11 @@ TEST(EmuUdpWire, AFrameWrittenWithTheSocketsPortKeepsItsIcrc) {
   ASSERT_EQ(wire.open(), 0);
   ASSERT_EQ(wire.source_port(), 4791);
 
-  roce::IpUdp h;
-  roce::gid_from_ipv4(h.src, 0x7f000001);
-  roce::gid_from_ipv4(h.dst, 0x7f000002);
-  h.sport = wire.source_port();
+  const roce::IpUdp h = loopback_header(wire.source_port());
   uint8_t pkt[12 + 8 + roce::kIcrcSize] = {0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x00, 0x00, 0x00, 0x07};
   memset(pkt + 12, 0x5a, 8);
-  std::vector<uint8_t> f(64 + sizeof pkt);
-  size_t hl = roce::write_ip_udp(h, sizeof pkt, f.data());
-  memcpy(f.data() + hl, pkt, sizeof pkt);
-  f.resize(hl + sizeof pkt);
+  std::vector<uint8_t> f = frame_of(h, pkt, sizeof pkt);
+  const size_t hl = f.size() - sizeof pkt;
   roce::store_icrc(f.data() + f.size() - roce::kIcrcSize, roce::icrc_of_frame(f.data(), f.size() - roce::kIcrcSize));
   std::vector<uint8_t> sent = f;
   wire.transmit_many(&f, 1);
