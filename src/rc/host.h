@@ -60,6 +60,14 @@ class HostMemory {
     Span s;
     return map(kind, pd, key, addr, len, access, &s);
   }
+  // Said before the map() of a packet's payload that a send gathers (a SEND's or WRITE's segment,
+  // a READ response's range): [addr, addr + rest) of `key` is what that work request still sends
+  // from this range, and later packets of the same Engine call may map more of it. A host that
+  // copies memory in, one system call per copy (the emulator's DMA), may fetch more than the packet
+  // at once and serve those map()s from the copy until the call ends; they are still checked each.
+  // The bytes belong to a posted work request or an accepted READ, which the application may not
+  // change before it completes. Default: nothing.
+  virtual void will_gather(uint32_t key, uint64_t addr, uint64_t rest) {}
   // SEND with invalidate: false if `rkey` can't be invalidated in `pd` (no memory windows yet).
   virtual bool invalidate(uint32_t pd, uint32_t rkey) { return false; }
 };

@@ -100,7 +100,8 @@ bool send_read_response(EngineImpl& e, Qp& qp, const Resource& r, uint32_t i) {
   uint32_t chunk = r.len - off < qp.mtu ? uint32_t(r.len - off) : qp.mtu;
   // The range was checked when the request arrived; a region gone since ends the responses (the
   // requester's timer re-issues and then meets the access error).
-  if (append_spans(e.mem_, KeyKind::remote, qp.init.pd, r.rkey, r.va + off, chunk, kRemoteRead, tx) != MemStatus::ok)
+  if (append_spans(e.mem_, KeyKind::remote, qp.init.pd, r.rkey, r.va + off, chunk, kRemoteRead, tx, r.len - off) !=
+      MemStatus::ok)
     return false;
   ++qp.counters.tx_packets;
   e.link_.transmit(tx);

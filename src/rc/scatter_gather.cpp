@@ -10,7 +10,8 @@ MemStatus check_range(HostMemory& mem, KeyKind kind, uint32_t pd, uint32_t key, 
 }
 
 MemStatus append_spans(HostMemory& mem, KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len,
-                       uint32_t access, TxPacket& tx) {
+                       uint32_t access, TxPacket& tx, uint64_t rest) {
+  if (rest > len) mem.will_gather(key, addr, rest);
   while (len) {
     Span s;
     MemStatus st = mem.map(kind, pd, key, addr, len, access, &s);
@@ -53,7 +54,7 @@ MemStatus gather(HostMemory& mem, uint32_t pd, const Seg* seg, int nseg, bool in
       tx.iov[tx.niov++] = Span{reinterpret_cast<uint8_t*>(uintptr_t(s.addr)) + off, n};
       tx.payload_len += n;
       tx.inline_payload = true;
-    } else if (MemStatus st = append_spans(mem, KeyKind::local, pd, s.lkey, s.addr + off, n, 0, tx);
+    } else if (MemStatus st = append_spans(mem, KeyKind::local, pd, s.lkey, s.addr + off, n, 0, tx, s.len - off);
                st != MemStatus::ok) {
       return st;
     }

@@ -20,8 +20,9 @@ MemStatus check_range(HostMemory& mem, KeyKind kind, uint32_t pd, uint32_t key, 
                       uint32_t access);
 
 // Appends the spans of [addr, addr + len) of `key` to tx.iov (and adds len to tx.payload_len).
+// `rest` (>= len): what the work request sends from addr on in this range (HostMemory::will_gather).
 MemStatus append_spans(HostMemory& mem, KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len,
-                       uint32_t access, TxPacket& tx);
+                       uint32_t access, TxPacket& tx, uint64_t rest = 0);
 
 // Copies `len` bytes from `src` into [addr, addr + len) of `key`.
 MemStatus copy_in(HostMemory& mem, KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, const uint8_t* src,

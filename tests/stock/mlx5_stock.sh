@@ -10,6 +10,10 @@
 # port 4791). At the end every daemon is stopped with SIGTERM and must exit 0: the core found
 # nothing leaked.
 #
+# With MELON_WIRE_CHECK_LIB (ctest sets it) each daemon runs with the datagram oracle preloaded
+# (tests/common/wire_check_preload.cpp): every datagram its wire hands the kernel, the pieces of a
+# UDP GSO send included, must be one RoCE packet with the ICRC for the header the kernel writes.
+#
 # Test names: <tool>_<server>_<client>, server and client one of mlx5 (daemon A), mlx5b (daemon B)
 # or soft; and ibv_devinfo, ibv_devices, ibv_devices_no_daemon.
 set -u
@@ -47,11 +51,30 @@ stop_daemons() {
     [ $rc -eq 0 ] || { pids=(); fail "melon-emud $p exited $rc after SIGTERM"; }
   done
   pids=()
+  wire_checked
+}
+# wire_checked: the oracle's verdict from each daemon's log (written at exit); a test that moved
+# RoCE traffic through a daemon (<tool>_<server>_<client>) must show datagrams counted.
+wire_checked() {
+  [ -n "${MELON_WIRE_CHECK_LIB:-}" ] || return 0
+  local log; log=$(cat "$dir"/wire-*.log 2>/dev/null)
+  [ -z "$log" ] || echo "$log"
+  grep -q "bad datagram" <<<"$log" && fail "melon-emud sent datagrams that are not one RoCE packet: $(grep -m3 'bad datagram' <<<"$log")"
+  case $name in
+    *_mlx5_*|*_mlx5|*_mlx5b*) grep -q "datagrams [1-9][0-9]* gso_sends [0-9]* bad 0$" <<<"$log" ||
+      fail "wire check: no count from a daemon that carried the test's traffic" ;;
+  esac
+  rm -f "$dir"/wire-*.log
 }
 trap cleanup EXIT
 # start_daemon <tag> <wire>: melon-emud on $dir/<tag>.sock; waits until it accepts.
 start_daemon() {
-  "$emud" --socket "$dir/$1.sock" --wire "$2" > "$dir/$1.log" 2>&1 &
+  if [ -n "${MELON_WIRE_CHECK_LIB:-}" ]; then
+    LD_PRELOAD=$MELON_WIRE_CHECK_LIB MELON_WIRE_CHECK_LOG=$dir/wire-$1.log \
+      "$emud" --socket "$dir/$1.sock" --wire "$2" > "$dir/$1.log" 2>&1 &
+  else
+    "$emud" --socket "$dir/$1.sock" --wire "$2" > "$dir/$1.log" 2>&1 &
+  fi
   pids+=($!)
   local deadline=$(( SECONDS + 20 ))
   until [ -S "$dir/$1.sock" ]; do

@@ -295,6 +295,7 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   }
   // The port's wire: RoCEv2 over UDP 4791 at the wire address (the soft provider and rxe speak it).
   mlx5::emu::UdpWire wire(gid);  // port 4791
+  wire.set_gso(opt.gso);
   if (int e = wire.open(); e != 0) {
     errno = e;
     *why = errstr(("cannot bind the wire " + opt.wire + " port 4791").c_str());
@@ -484,9 +485,10 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   mlx5::emu::Device::Stats ds = dev->stats();
   fprintf(stderr,
           "melon-emud: device: frames %llu sent, %llu received, %llu dropped; %llu doorbells ignored; %llu bad ICRC "
-          "on the wire\n",
+          "on the wire; %llu GSO sends (GSO %s)\n",
           (unsigned long long)ds.frames_tx, (unsigned long long)ds.frames_rx, (unsigned long long)ds.frames_dropped,
-          (unsigned long long)ds.doorbells_ignored, (unsigned long long)wire.bad_icrc());
+          (unsigned long long)ds.doorbells_ignored, (unsigned long long)wire.bad_icrc(),
+          (unsigned long long)wire.gso_sends(), wire.gso() ? "on" : "off");
   mlx5::core::Err te = hca.teardown();
   // Queues and pins of objects destroyed while the device was fatal: the teardown reset it, so the
   // device no longer writes them (the watcher stopped reading their doorbell records at the destroy).

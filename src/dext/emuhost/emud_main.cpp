@@ -1,4 +1,4 @@
-// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose] [--diagnostics]
+// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--no-gso] [--verbose] [--diagnostics]
 #include <inttypes.h>
 #ifdef __linux__
 #include <malloc.h>
@@ -41,14 +41,17 @@ int main(int argc, char** argv) {
       opt.socket_mode = uint32_t(strtoul(argv[++i], nullptr, 8)) & 0777;
     else if (arg("--spin-us"))
       opt.spin_us = uint32_t(atoi(argv[++i]));
+    else if (!strcmp(argv[i], "--no-gso"))
+      opt.gso = false;
     else if (!strcmp(argv[i], "--verbose"))
       opt.verbose = true;
     else if (!strcmp(argv[i], "--diagnostics"))
       opt.diagnostics = true;
     else {
-      fprintf(stderr,
-              "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib "
-              "C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--verbose] [--diagnostics]\n");
+      fprintf(
+          stderr,
+          "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib "
+          "C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--no-gso] [--verbose] [--diagnostics]\n");
       return melon::dext::kEmudUsage;
     }
   }

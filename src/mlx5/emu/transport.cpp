@@ -53,6 +53,12 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     if (st) return rc::MemStatus(st);
     *first = rc::Span{};
     if (len == 0) return rc::MemStatus::ok;
+    if (acc == (acc & (kAccRead | kAccRemote))) {  // a payload that leaves: fetched a block at a time
+      if (const uint8_t* p = from_block(key, pd, acc, addr, len)) {
+        *first = rc::Span{const_cast<uint8_t*>(p), len};
+        return rc::MemStatus::ok;
+      }
+    }
     Staged s;
     s.buf.reset(new uint8_t[len]);
     s.len = len;
@@ -73,6 +79,8 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     staged_.push_back(std::move(s));
     return rc::MemStatus::ok;
   }
+
+  void will_gather(uint32_t key, uint64_t addr, uint64_t rest) override { ahead_ = Ahead{key, addr, rest}; }
 
   // The mkey's checks alone: nothing is read, nothing staged, nothing written back.
   rc::MemStatus check(rc::KeyKind kind, uint32_t pd, uint32_t key, uint64_t addr, uint32_t len,
@@ -115,6 +123,8 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
       }
     }
     staged_.clear();
+    nblocks_ = 0;
+    ahead_ = {};
   }
 
   struct Event {
@@ -131,9 +141,58 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
     std::vector<IovaSeg> segs;
     bool writable = false;
   };
+  // Payload bytes fetched for several packets at once (will_gather): a block holds up to kBlock
+  // bytes of one key from where a send said it would gather, and serves that send's later packets
+  // in the same engine call, which checked each one's range against the mkey first (map()). In
+  // melon-emud each DMA read of client memory is a system call (a 64 KiB read costs what 4 of
+  // 4 KiB do); a window of 4 KiB packets took one each. Blocks end with the engine call (flush()),
+  // so a retransmission reads memory afresh.
+  static constexpr uint64_t kBlock = 64 * 1024;
+  struct Block {
+    uint32_t key = 0, pd = 0, acc = 0;
+    uint64_t addr = 0, len = 0;
+    std::unique_ptr<uint8_t[]> buf{new uint8_t[kBlock]};  // kept for the next call's blocks
+  };
+  struct Ahead {
+    uint32_t key = 0;
+    uint64_t addr = 0, rest = 0;
+  };
+
+  // The bytes of [addr, addr + len) from a block of this call, or from a new one if the send said it
+  // gathers more than `len` from `addr`; nullptr: map() stages them on its own.
+  const uint8_t* from_block(uint32_t key, uint32_t pd, uint32_t acc, uint64_t addr, uint32_t len) {
+    for (size_t i = 0; i < nblocks_; i++) {
+      const Block& b = blocks_[i];
+      if (b.key == key && b.pd == pd && b.acc == acc && addr >= b.addr && addr - b.addr + len <= b.len)
+        return b.buf.get() + (addr - b.addr);
+    }
+    if (ahead_.key != key || ahead_.addr != addr || ahead_.rest <= len || nblocks_ == kMaxBlocks) return nullptr;
+    const uint64_t n = ahead_.rest < kBlock ? ahead_.rest : kBlock;
+    ahead_ = {};
+    if (h_.state_ == FwState::kRemoved || !(h_.pci_[kPciCommand] & kPciCommandBusMaster) ||
+        h_.mkey_resolve(key, pd, addr, n, acc, &segs_))
+      return nullptr;
+    if (blocks_.size() == nblocks_) blocks_.emplace_back();
+    Block& b = blocks_[nblocks_];
+    uint64_t off = 0;
+    for (const IovaSeg& g : segs_) {
+      // A page past the packet's own bytes that cannot be read leaves the decision, and the fault,
+      // to the packet's own read (map()), as without blocks.
+      if (!h_.ports_.dma->read(g.iova, b.buf.get() + off, g.len)) return nullptr;
+      off += g.len;
+    }
+    b.key = key, b.pd = pd, b.acc = acc, b.addr = addr, b.len = n;
+    ++nblocks_;
+    return b.buf.get();
+  }
+
+  static constexpr size_t kMaxBlocks = 64;  // a call's worth (4 MiB); more sends stage per packet
   Hca& h_;
   std::vector<Staged> staged_;
   std::vector<IovaSeg> segs_;
+  std::vector<Block> blocks_;  // the first nblocks_ are this call's
+  size_t nblocks_ = 0;
+  Ahead ahead_;
 };
 
 void Hca::engine_reset() {

@@ -22,8 +22,10 @@ namespace melon::mlx5::emu {
 
 namespace {
 
-// A GID (IPv4-mapped or IPv6) and a port as the socket address of its family.
+// A GID (IPv4-mapped or IPv6) and a port as the socket address of its family, all other bytes zero
+// (transmit_many compares two addresses by their bytes).
 socklen_t to_sockaddr(const uint8_t gid[16], uint16_t port, sockaddr_storage* ss) {
+  memset(ss, 0, sizeof(sockaddr_in6));
   if (roce::gid_is_v4_mapped(gid)) {
     auto* a = reinterpret_cast<sockaddr_in*>(ss);
     a->sin_family = AF_INET;
@@ -162,34 +164,95 @@ void UdpWire::transmit(const uint8_t* frame, size_t len) {
   if (to_datagram(copy.data(), len, &d)) sendto(fd_, d.data, d.len, 0, reinterpret_cast<sockaddr*>(&d.to), d.tl);
 }
 
-// A window's frames in as few system calls as the kernel allows (sendmmsg), one datagram each as
-// before: what reaches the peer is unchanged.
+uint32_t UdpWire::id_delta(size_t len, unsigned i) {
+  if (len != delta_len_) delta_len_ = len, delta_have_ = 0;
+  if (!(delta_have_ >> i & 1)) delta_[i] = roce::icrc_id_change(len, 0, uint16_t(i)), delta_have_ |= 1ull << i;
+  return delta_[i];
+}
+
+// A window's frames in as few system calls as the kernel allows: one sendmmsg for up to 64 frames,
+// and within it one GSO send per run of frames to one peer of one size (see the class comment). Each
+// frame still leaves as a datagram of its own, one RoCE packet; the ICRC of a GSO send's segment i
+// covers identification i.
 void UdpWire::transmit_many(std::vector<uint8_t>* frames, size_t n) {
 #ifdef __linux__
-  constexpr size_t kBatch = 64;
+  constexpr unsigned kBatch = 64;
+  constexpr size_t kMaxGsoBytes = 65507;  // the largest IPv4 UDP payload, all segments together
+  struct Msg {
+    unsigned first, count;
+    size_t seg;  // every segment's size but the last's
+    bool open;  // a further datagram of size <= seg may join
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(uint16_t))];
+  };
   Datagram d[kBatch];
   iovec iov[kBatch];
   mmsghdr m[kBatch];
+  Msg msg[kBatch];
   size_t i = 0;
   while (i < n) {
-    unsigned k = 0;
+    unsigned k = 0, nm = 0;
+    const bool gso = gso_.load(std::memory_order_relaxed);
     for (; i < n && k < kBatch; i++) {
       if (!to_datagram(frames[i].data(), frames[i].size(), &d[k])) continue;
       iov[k] = iovec{d[k].data, d[k].len};
-      m[k] = mmsghdr{};
-      m[k].msg_hdr.msg_name = &d[k].to;
-      m[k].msg_hdr.msg_namelen = d[k].tl;
-      m[k].msg_hdr.msg_iov = &iov[k];
-      m[k].msg_hdr.msg_iovlen = 1;
+      Msg* last = nm ? &msg[nm - 1] : nullptr;
+      if (gso && last && last->open && d[k].len <= last->seg && last->count < kMaxGsoSegments &&
+          (last->count + 1) * last->seg <= kMaxGsoBytes && d[k].tl == d[last->first].tl &&
+          !memcmp(&d[k].to, &d[last->first].to, d[k].tl)) {
+        if (!v6_) {  // IPv6 has no identification
+          uint8_t* icrc = d[k].data + d[k].len - roce::kIcrcSize;
+          roce::store_icrc(icrc, roce::load_icrc(icrc) ^ id_delta(d[k].len - roce::kIcrcSize, last->count));
+        }
+        last->count++;
+        if (d[k].len < last->seg) last->open = false;
+      } else {
+        msg[nm++] = Msg{k, 1, d[k].len, true, {}};
+      }
       k++;
     }
-    for (unsigned sent = 0; sent < k;) {
-      int r = sendmmsg(fd_, m + sent, k - sent, 0);
+    for (unsigned j = 0; j < nm; j++) {
+      msghdr& h = m[j].msg_hdr;
+      m[j] = mmsghdr{};
+      h.msg_name = &d[msg[j].first].to;
+      h.msg_namelen = d[msg[j].first].tl;
+      h.msg_iov = &iov[msg[j].first];
+      h.msg_iovlen = msg[j].count;
+      if (msg[j].count > 1) {  // one send, cut by the kernel into datagrams of msg[j].seg bytes
+        h.msg_control = msg[j].ctrl;
+        h.msg_controllen = sizeof msg[j].ctrl;
+        cmsghdr* c = CMSG_FIRSTHDR(&h);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        const uint16_t seg = uint16_t(msg[j].seg);
+        memcpy(CMSG_DATA(c), &seg, sizeof seg);
+      }
+    }
+    for (unsigned sent = 0; sent < nm;) {
+      int r = sendmmsg(fd_, m + sent, nm - sent, 0);
+      if (r < 0 && errno == EINTR) continue;
       if (r <= 0) {
-        if (r < 0 && errno == EINTR) continue;
-        sent++;  // this datagram is lost, as a dropped frame is; the transport retransmits
+        const Msg& bad = msg[sent];
+        if (bad.count > 1 && r < 0 && (errno == EIO || errno == EINVAL)) {
+          // The kernel takes no GSO send here: off from now on, and these frames leave singly, each
+          // with its ICRC for identification 0 again.
+          gso_ = false;
+          for (unsigned s = 1; s < bad.count; s++) {
+            Datagram& x = d[bad.first + s];
+            if (v6_) break;
+            uint8_t* icrc = x.data + x.len - roce::kIcrcSize;
+            roce::store_icrc(icrc, roce::load_icrc(icrc) ^ id_delta(x.len - roce::kIcrcSize, s));
+          }
+          for (unsigned s = 0; s < bad.count; s++) {
+            Datagram& x = d[bad.first + s];
+            sendto(fd_, x.data, x.len, 0, reinterpret_cast<sockaddr*>(&x.to), x.tl);
+          }
+        }
+        sent++;  // otherwise these datagrams are lost, as a dropped frame is; the transport retransmits
         continue;
       }
+      for (unsigned j = sent; j < sent + unsigned(r); j++)
+        if (msg[j].count > 1) gso_sends_++;
       sent += unsigned(r);
     }
   }

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>  // UDP_SEGMENT (Linux)
 #include <sys/socket.h>
 
 #include <atomic>
@@ -43,6 +45,14 @@ class MemoryLink {
 
 // One UDP socket bound to a local address (IPv4 or IPv6), port 4791. IPv6 frames go out with the
 // kernel's UDP checksum, and datagrams with checksum 0 (as rxe sends them) are accepted.
+//
+// UDP GSO (Linux UDP_SEGMENT): in transmit_many, consecutive frames to one peer of one size (the last
+// may be shorter) leave in one send, which the kernel cuts into the same datagrams, one RoCE packet
+// each; the loopback delivers them to a GRO receiver (the soft provider) as one. The only thing a peer
+// sees differ is the IPv4 identification: the kernel numbers a send's segments 0, 1, 2, ... (Linux
+// inet_gso_segment), and the ICRC covers it, so segment i's ICRC is the one for identification i.
+// The soft provider sends the same way. A kernel that refuses a GSO send (EIO: no checksum offload
+// on the route; EINVAL) turns it off for the socket, and those frames leave one datagram each.
 class UdpWire : public FramePort {
  public:
   explicit UdpWire(uint32_t ipv4_host_order, uint16_t port = 4791);
@@ -63,6 +73,11 @@ class UdpWire : public FramePort {
   void start();
   void stop();
   uint64_t bad_icrc() const { return bad_icrc_; }
+  // GSO on (the default where the kernel has UDP_SEGMENT) or off (MELON_EMUD_GSO=0 in melon-emud:
+  // one datagram per send, for comparison); gso() says whether it is still on.
+  void set_gso(bool on) { gso_ = on && kGsoBuilt; }
+  bool gso() const { return gso_; }
+  uint64_t gso_sends() const { return gso_sends_; }  // sends that carried more than one datagram
 
  private:
   struct Datagram {
@@ -82,6 +97,20 @@ class UdpWire : public FramePort {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> bad_icrc_{0};
+#ifdef UDP_SEGMENT
+  static constexpr bool kGsoBuilt = true;
+#else
+  static constexpr bool kGsoBuilt = false;
+#endif
+  std::atomic<bool> gso_{kGsoBuilt};
+  std::atomic<uint64_t> gso_sends_{0};
+  // transmit_many's ICRC changes for segment i of a GSO send of datagrams `delta_len_` long (one
+  // sender at a time: the device's releasing thread, device.cpp): a window's segments share them.
+  static constexpr unsigned kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS of Linux 4.18..6.0 (128 since)
+  uint32_t id_delta(size_t len, unsigned i);
+  size_t delta_len_ = 0;
+  uint64_t delta_have_ = 0;  // bit i: delta_[i] is computed for delta_len_
+  uint32_t delta_[kMaxGsoSegments];
   std::mutex rx_mu_;  // one reader of the socket at a time, so frames keep their order
   // drain()'s datagram buffers (under rx_mu_): one recvmmsg takes several, and a short batch says
   // the socket is empty without another call that fails.

@@ -228,6 +228,56 @@ TEST_F(EmuDataPath, ResponderDoesNotReadWhatItOverwrites) {
   EXPECT_GT(b.h.host.dma_faults(), faults);
 }
 
+// A send's payload is fetched in blocks (rc::HostMemory::will_gather), not a DMA read per packet,
+// and never a byte outside the work request's own segment: the bytes after it may belong to a work
+// request not posted yet, which the application is still writing. A block serves only the engine
+// call that read it: the same buffer sent again after the application changed it leaves with the
+// new bytes.
+TEST_F(EmuDataPath, SendPayloadIsFetchedInBlocksOfItsOwnSegmentOnly) {
+  std::vector<std::pair<uint64_t, size_t>> reads;  // offsets into a's buffer, lengths
+  a.h.host.on_read = [&](uint64_t iova, size_t len) {
+    if (iova < a.mem.iova + 256 * 1024 && iova + len > a.mem.iova) reads.push_back({iova - a.mem.iova, len});
+  };
+  for (int round = 0; round < 2; ++round) {
+    memset(a.bytes(), 0x11 * (round + 1), 65536);
+    reads.clear();
+    Harness::SendOpts o;
+    o.raddr = b.va() + 16384 * round, o.rkey = b.key;
+    a.h.post_send(a.qp, wo::RDMA_WRITE, {{a.va() + 4096, 16384, a.key}}, o);  // 16 packets of 1 KiB
+    pump();
+    ASSERT_NE(a.h.poll_cq(a.cq), nullptr);
+    EXPECT_LE(reads.size(), 4u) << "DMA reads for 16 packets";
+    for (auto [off, len] : reads) {
+      EXPECT_GE(off, 4096u) << "a read before the segment";
+      EXPECT_LE(off + len, 4096u + 16384) << "a read past the segment";
+    }
+    for (int i : {0, 1023, 1024, 16383}) EXPECT_EQ(b.bytes()[16384 * round + i], 0x11 * (round + 1)) << i;
+  }
+  a.h.host.on_read = nullptr;
+}
+
+// The same for READ responses: the responder fetches the asked range in blocks, and nothing else.
+TEST_F(EmuDataPath, ReadResponsesAreFetchedInBlocksOfTheAskedRangeOnly) {
+  for (uint32_t i = 0; i < 65536; ++i) b.bytes()[i] = uint8_t(i * 13 + 5);
+  std::vector<std::pair<uint64_t, size_t>> reads;
+  b.h.host.on_read = [&](uint64_t iova, size_t len) {
+    if (iova < b.mem.iova + 256 * 1024 && iova + len > b.mem.iova) reads.push_back({iova - b.mem.iova, len});
+  };
+  Harness::SendOpts o;
+  o.raddr = b.va() + 8192, o.rkey = b.key;
+  a.h.post_send(a.qp, wo::RDMA_READ, {{a.va(), 20000, a.key}}, o);  // 20 response packets
+  const uint8_t* e = cqe(a);
+  b.h.host.on_read = nullptr;
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::cqe64::opcode), co::REQ);
+  EXPECT_EQ(memcmp(a.bytes(), b.bytes() + 8192, 20000), 0);
+  EXPECT_LE(reads.size(), 4u) << "DMA reads for 20 packets";
+  for (auto [off, len] : reads) {
+    EXPECT_GE(off, 8192u);
+    EXPECT_LE(off + len, 8192u + 20000);
+  }
+}
+
 TEST_F(EmuDataPath, WriteWithImmediateConsumesAReceive) {
   b.h.post_recv(b.qp, {{b.va(), 16, b.key}});
   Harness::SendOpts o;

@@ -14,6 +14,7 @@
 
 #include <vector>
 
+#include "common/datagram_oracle.h"
 #include "mlx5/emu/wire.h"
 #include "roce/icrc.h"
 #include "roce/icrc_udp.h"
@@ -173,6 +174,58 @@ TEST(EmuUdpWire, AFrameWrittenWithTheSocketsPortKeepsItsIcrc) {
   EXPECT_EQ(memcmp(buf, sent.data() + hl, sizeof pkt), 0) << "the frame's own ICRC";
   EXPECT_EQ(roce::load_icrc(buf + n - roce::kIcrcSize),
             roce::icrc_for_udp_payload(h, buf, size_t(n) - roce::kIcrcSize));
+  close(peer);
+}
+
+// A window's frames to one peer of one size leave as UDP GSO sends (runs as the soft provider makes
+// them: the first frame's size, then any as long, a shorter one ends the run), which the kernel cuts
+// into one datagram per frame; segment i of a send carries IPv4 identification i (Linux
+// inet_gso_segment), so its ICRC must be the one for i. Judged by the datagram oracle (zlib's CRC
+// over the header the kernel writes), against the bytes the peer received. With GSO off, every
+// datagram is a send of its own with identification 0.
+TEST(EmuUdpWire, RunsOfEqualFramesLeaveAsGsoSendsWithTheIcrcOfEachSegmentsIdentification) {
+  if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
+  ASSERT_TRUE(loopback_up());
+  int peer = bound_peer();
+  ASSERT_GE(peer, 0);
+  UdpWire wire(0x7f000001);
+  ASSERT_EQ(wire.open(), 0);
+  ASSERT_TRUE(wire.gso()) << "this kernel has UDP_SEGMENT (Linux 4.18)";
+
+  // Payload sizes: a FIRST with a RETH (longer), MIDDLEs, a shorter LAST, then a new run; the ids
+  // the kernel gives each datagram with GSO on.
+  const std::vector<size_t> sizes = {1040, 1024, 1024, 1024, 1024, 600, 1024, 1024};
+  const std::vector<uint16_t> gso_ids = {0, 1, 0, 1, 2, 3, 0, 1};
+  const roce::IpUdp h = loopback_header(0xc000);
+  for (bool gso : {true, false}) {
+    wire.set_gso(gso);
+    const uint64_t sends = wire.gso_sends();
+    std::vector<std::vector<uint8_t>> frames;
+    for (size_t i = 0; i < sizes.size(); i++) {
+      std::vector<uint8_t> pkt = {0x0a, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x00, 0x00, 0x00, uint8_t(i)};
+      pkt.resize(sizes[i], uint8_t(0x30 + i));
+      pkt.insert(pkt.end(), roce::kIcrcSize, 0);  // written by the wire (another source port)
+      frames.push_back(frame_of(h, pkt.data(), pkt.size()));
+    }
+    wire.transmit_many(frames.data(), frames.size());
+    EXPECT_EQ(wire.gso_sends() - sends, gso ? 3u : 0u);
+    for (size_t i = 0; i < sizes.size(); i++) {
+      pollfd p{peer, POLLIN, 0};
+      ASSERT_GT(poll(&p, 1, 1000), 0) << "datagram " << i << " missing";
+      uint8_t buf[2048];
+      ssize_t n = recv(peer, buf, sizeof buf, 0);
+      ASSERT_EQ(n, ssize_t(sizes[i] + roce::kIcrcSize)) << "datagram " << i << ": one frame each";
+      EXPECT_EQ(buf[11], uint8_t(i)) << "out of order";
+      test::Datagram d;
+      roce::gid_from_ipv4(d.src, 0x7f000001);
+      roce::gid_from_ipv4(d.dst, 0x7f000002);
+      d.sport = d.dport = 4791;
+      d.id = gso ? gso_ids[i] : 0;
+      d.bytes.assign(buf, buf + n);
+      EXPECT_EQ(roce::load_icrc(buf + n - roce::kIcrcSize), test::datagram_icrc(d))
+          << "datagram " << i << " (GSO " << gso << "): the ICRC for identification " << d.id;
+    }
+  }
   close(peer);
 }
 
