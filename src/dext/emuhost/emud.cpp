@@ -325,15 +325,20 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   dev->start_worker();
   wire.attach(dev.get());
   std::atomic<bool> wire_stop{false};
+  UarWatcher watcher(*dev, uint64_t(opt.spin_us) * 1000);
+  watcher.set_poll([](void* w) { return static_cast<mlx5::emu::UdpWire*>(w)->poll_now() > 0; }, &wire);
+  watcher.set_ack_hold(opt.ack_hold_us * 1000);
   std::thread wire_rx([&] {
     // Frames to the device, run on this thread (as the watcher runs doorbells): no hand-off to the
     // device's worker, which keeps the timers. While the doorbell watcher is awake it reads the
     // socket too (UarWatcher::set_poll), so a frame that comes while it polls is run at once; this
     // thread still waits on the socket, so one that comes while the watcher waits for a time slice
     // (a loaded machine) is not left for it. One reader at a time: UdpWire keeps the order.
-    while (!wire_stop)
+    while (!wire_stop) {
+      watcher.wait_not_polling(100);
       if (wire.poll(100))
         while (dev->service()) {}
+    }
   });
   auto stop_wire = [&] {
     wire_stop = true;
@@ -362,8 +367,6 @@ int run_emud(const EmudOptions& opt, std::string* why) {
   // IPv4-mapped GID, so both must be the wire address (docs/verbs.md).
   if (hca.set_gid(1, g) != mlx5::core::Err::ok) return fail_device("setting GID 1 failed");
 
-  UarWatcher watcher(*dev, uint64_t(opt.spin_us) * 1000);
-  watcher.set_poll([](void* w) { return static_cast<mlx5::emu::UdpWire*>(w)->poll_now() > 0; }, &wire);
   watcher.start();
   Platform plat(host, dma, watcher, wake_fd);
   plat.set_device(dev.get());

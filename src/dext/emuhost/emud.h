@@ -28,6 +28,7 @@ struct EmudOptions {
   uint32_t socket_mode = 0660;  // the socket's permission bits (docs/uapi.md: who may connect)
   bool verbose = false;
   bool diagnostics = false;  // serve diagnostic selectors (stable_cycle: re-init the device)
+  uint32_t ack_hold_us = 20;  // a ping-pong's ACK waits this long for the next post (0: off; UarWatcher)
   bool gso = true;  // the wire's UDP GSO sends (emu::UdpWire); off: one datagram per send
 };
 

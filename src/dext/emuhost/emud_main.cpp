@@ -1,4 +1,4 @@
-// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--no-gso] [--verbose] [--diagnostics]
+// melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--ack-hold-us N] [--no-gso] [--verbose] [--diagnostics]
 #include <inttypes.h>
 #ifdef __linux__
 #include <malloc.h>
@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
       opt.socket_mode = uint32_t(strtoul(argv[++i], nullptr, 8)) & 0777;
     else if (arg("--spin-us"))
       opt.spin_us = uint32_t(atoi(argv[++i]));
+    else if (arg("--ack-hold-us"))
+      opt.ack_hold_us = uint32_t(atoi(argv[++i]));
     else if (!strcmp(argv[i], "--no-gso"))
       opt.gso = false;
     else if (!strcmp(argv[i], "--verbose"))
@@ -48,10 +50,10 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--diagnostics"))
       opt.diagnostics = true;
     else {
-      fprintf(
-          stderr,
-          "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib "
-          "C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--no-gso] [--verbose] [--diagnostics]\n");
+      fprintf(stderr,
+              "usage: melon-emud [--socket PATH] [--wire ADDR] [--clients N] [--clients-per-user N] [--queue-mib "
+              "C,U,D] [--pinned-mib C,U,D] [--socket-mode OCTAL] [--spin-us N] [--ack-hold-us N] [--no-gso] "
+              "[--verbose] [--diagnostics]\n");
       return melon::dext::kEmudUsage;
     }
   }

@@ -233,7 +233,21 @@ void UarWatcher::set_sleeping_locked(uint32_t v) {
   for (Page& p : pages_) __atomic_store_n(&uapi::uar_watch(p.va)->sleeping, v, __ATOMIC_SEQ_CST);
 }
 
+void UarWatcher::set_polling(uint32_t v) {
+  if (!poll_ || __atomic_load_n(&polling_, __ATOMIC_RELAXED) == v) return;
+  __atomic_store_n(&polling_, v, __ATOMIC_SEQ_CST);
+  if (!v) syscall(SYS_futex, &polling_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void UarWatcher::wait_not_polling(int timeout_ms) {
+  timespec t{timeout_ms / 1000, long(timeout_ms % 1000) * 1'000'000};
+  if (__atomic_load_n(&polling_, __ATOMIC_SEQ_CST))
+    syscall(SYS_futex, &polling_, FUTEX_WAIT_PRIVATE, 1u, &t, nullptr, 0);
+}
+
 void UarWatcher::run() {
+  set_polling(1);
+  hold_acks(true);
   uint64_t last_work = now_ns();
   std::vector<futex_waitv> waiters;
   bool have_waitv = true;
@@ -252,9 +266,11 @@ void UarWatcher::run() {
       continue;
     }
     if (now_ns() - last_work < spin_ns_) {
+      dev_.release_due_acks();
       sched_yield();  // two cores shared with the device worker and the clients: poll politely
       continue;
     }
+    hold_acks(false);  // what is held leaves now: nobody polls for it while the watcher sleeps
     // Going to sleep: announce it, fence, scan once more, then sleep on every page's kick word
     // (and ctl_, which add/remove/stop bump) with the values just read. A scan that forwards doorbells is followed by running the device, here as in the loop above:
     // the device wakes no worker for them (Device::set_host_services), so a doorbell this scan or
@@ -265,10 +281,12 @@ void UarWatcher::run() {
     {
       std::lock_guard<std::mutex> g(mu_);
       set_sleeping_locked(1);
+      set_polling(0);  // the wire's own thread reads the socket from here on
       __atomic_thread_fence(__ATOMIC_SEQ_CST);
       found = scan_locked();
       if (found) {
         set_sleeping_locked(0);
+        set_polling(1);
       } else {
         waiters.clear();
         for (Page& p : pages_)
@@ -278,6 +296,7 @@ void UarWatcher::run() {
       }
     }
     if (found) {
+      hold_acks(true);
       while (dev_.service()) {}
       last_work = now_ns();
       continue;
@@ -301,15 +320,19 @@ void UarWatcher::run() {
     {
       std::lock_guard<std::mutex> g(mu_);
       set_sleeping_locked(0);
+      set_polling(1);
       // A kick that met the timeout (bumped, its wake-up too late) is still a kick: scan_page tells.
       found = timed_out && scan_locked(/*timed_out=*/true);
     }
+    hold_acks(true);
     if (found)
       while (dev_.service()) {}
     last_work = now_ns();
   }
+  hold_acks(false);
   std::lock_guard<std::mutex> g(mu_);
   set_sleeping_locked(0);
+  set_polling(0);
 }
 
 }  // namespace melon::dext

@@ -57,6 +57,15 @@ class UarWatcher {
     poll_ = poll;
     poll_arg_ = arg;
   }
+  // For the other reader of what set_poll polls (melon-emud's wire thread): returns when the watcher
+  // is not polling it (asleep, stopped, or without a poll), or after `timeout_ms`. While the watcher
+  // polls, a second reader woken by every datagram only meets it at the socket's lock: on two cores a
+  // ping-pong step paid that thread's wake-up, two futex calls and an empty receive.
+  void wait_not_polling(int timeout_ms);
+  // While awake, the device holds a ping-pong's ACK up to `ns` for the client's next post
+  // (emu::Device::set_ack_hold); the watcher sends what is due as it polls and everything before it
+  // sleeps. 0: off. Set before start().
+  void set_ack_hold(uint32_t ns) { ack_hold_ns_ = ns; }
 
   struct Stats {
     uint64_t forwarded = 0;  // doorbells written to BAR0
@@ -101,6 +110,12 @@ class UarWatcher {
   bool asleep_ = false;
   Stats stats_;
   uint32_t ctl_ = 0;  // futex word: bumped on add/remove/stop so a sleeping watcher re-reads the list
+  uint32_t polling_ = 0;  // futex word: 1 while awake with a poll (wait_not_polling)
+  uint32_t ack_hold_ns_ = 0;
+  void hold_acks(bool on) {
+    if (ack_hold_ns_) dev_.set_ack_hold(on ? ack_hold_ns_ : 0);
+  }
+  void set_polling(uint32_t v);
   bool (*poll_)(void*) = nullptr;
   void* poll_arg_ = nullptr;
   std::atomic<bool> stop_{false};

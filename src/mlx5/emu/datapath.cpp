@@ -27,6 +27,7 @@ uint32_t wr_length(uint64_t id) { return uint32_t(id >> 32); }
 void Hca::write_completion(const PendingCqe& p) {
   auto it = cqs_.find(p.cqn);
   if (it == cqs_.end()) return;
+  if (!p.send) ++recv_cqes_;
   const rc::Wc& wc = p.wc;
   uint8_t cqe[prm::kCqeBytes] = {};
   prm::cqe64::view v(cqe);

@@ -161,6 +161,18 @@ void Device::receive_frame(const uint8_t* frame, size_t len) {
   if (!hca_->host_services_) hca_->kick_ = true;
 }
 
+void Device::set_ack_hold(uint32_t ns) {
+  Locked l(*hca_);
+  hca_->ack_hold_ns_ = ns;
+  if (!ns) hca_->release_held(true);
+}
+
+void Device::release_due_acks() {
+  if (!hca_->holding_.load(std::memory_order_relaxed)) return;
+  Locked l(*hca_);
+  hca_->release_held(hca_->held_until_ <= hca_->now());
+}
+
 void Device::set_host_services(bool on) {
   Locked l(*hca_);
   hca_->host_services_ = on;

@@ -227,6 +227,15 @@ class Device {
   void surprise_remove();
 
   // Diagnostics for tests: things hardware would log or hang on, counted.
+  // ACK holding, for a host thread that polls the device without pause (melon-emud's doorbell
+  // watcher while it is awake): a ping-pong's ACK waits up to `ns` for the next request the host
+  // posts and leaves after it, in the same port call (UdpWire: one GSO send, one receive at the
+  // peer). Held only when a received packet completed a receive and was answered by ACKs alone;
+  // anything the device sends meanwhile takes them along. The polling thread calls
+  // release_due_acks() while it polls and set_ack_hold(0) before it stops polling (which sends what
+  // is held): nothing else wakes for them. 0 (the default): every ACK leaves at once.
+  void set_ack_hold(uint32_t ns);
+  void release_due_acks();  // sends held ACKs whose time is up; no lock taken when none are held
   struct Stats {
     uint64_t commands = 0;  // commands executed (any status)
     uint64_t dma_faults = 0;  // DMA attempts the host refused (or with bus master off)

@@ -1,6 +1,9 @@
 // Hca: power-up/FLR, the service loop, DMA and interrupts as the device sees them.
 #include "mlx5/emu/hca.h"
 
+#include "roce/ip_udp.h"
+#include "roce/opcode.h"
+
 #include <string.h>
 
 namespace melon::mlx5::emu {
@@ -108,6 +111,53 @@ uint64_t Hca::timer_deadline() {
   return state_ == FwState::kInitialized && engine_ ? engine_->next_deadline() : UINT64_MAX;
 }
 
+namespace {
+// A frame (IP, UDP, BTH...) that is an RC ACK: opcode Acknowledge, AETH syndrome ACK (not a NAK,
+// not RNR), nothing else. Those alone are held: their order against other replies is kept below.
+bool is_plain_ack(const std::vector<uint8_t>& f) {
+  roce::IpUdp h;
+  if (roce::parse_ip_udp(f.data(), f.size(), h) != roce::ParseError::ok || f.size() < h.hdr_len + 16) return false;
+  const uint8_t* bth = f.data() + h.hdr_len;
+  return bth[0] == 0x11 && (bth[12] >> 5) == 0;  // IBA 9.2 opcode 10001b; 9.3.5 AETH syndrome 000xxxxx
+}
+
+bool is_request(const std::vector<uint8_t>& f) {
+  roce::IpUdp h;
+  if (roce::parse_ip_udp(f.data(), f.size(), h) != roce::ParseError::ok || f.size() < h.hdr_len + 12) return false;
+  return roce::op_info(f[h.hdr_len]).is(roce::kRequest);
+}
+}  // namespace
+
+// After a received packet: if the device had nothing to send before it, it completed a receive (the
+// host is told and may answer at once) and it made only plain ACKs, they wait for that answer.
+void Hca::hold_acks(size_t first_new, uint64_t recv_cqes_before) {
+  const size_t n = out_.frames.size() - first_new;
+  if (!ack_hold_ns_ || first_new != 0 || n == 0 || n > 2 || !held_.empty() || recv_cqes_ == recv_cqes_before) return;
+  for (const auto& f : out_.frames)
+    if (!is_plain_ack(f)) return;
+  held_.swap(out_.frames);
+  held_until_ = now() + ack_hold_ns_;
+  holding_ = true;
+}
+
+// The held ACKs join what the device sends now: after it if that is requests only (the peer's
+// ping-pong gets our request and the ACK together), else before it (everything queued was made
+// after them: another reply of their QP must not pass them). With nothing to send they wait until
+// `due`.
+void Hca::release_held(bool due) {
+  if (held_.empty() || (out_.frames.empty() && !due)) return;
+  bool requests = true;
+  for (const auto& f : out_.frames) requests = requests && is_request(f);
+  if (requests) {
+    for (auto& f : held_) out_.frames.push_back(std::move(f));
+  } else {
+    for (auto& f : out_.frames) held_.push_back(std::move(f));
+    held_.swap(out_.frames);
+  }
+  held_.clear();
+  holding_ = false;
+}
+
 bool Hca::service() {
   kick_ = false;  // everything queued is taken below
   update_fw_state();
@@ -130,7 +180,11 @@ bool Hca::service() {
   while (!rx_.empty() && state_ == FwState::kInitialized) {
     std::vector<uint8_t> f = std::move(rx_.front());
     rx_.pop_front();
+    release_held(false);  // anything sent before this packet's answer takes held ACKs with it
+    const size_t first_new = out_.frames.size();
+    const uint64_t recv_cqes = recv_cqes_;
     rx_frame(f);
+    hold_acks(first_new, recv_cqes);
     worked = true;
   }
   rx_.clear();
@@ -139,6 +193,7 @@ bool Hca::service() {
     engine_done();
     worked = true;
   }
+  release_held(!held_.empty() && (held_until_ <= now() || state_ != FwState::kInitialized || !ack_hold_ns_));
   return worked;
 }
 

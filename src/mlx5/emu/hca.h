@@ -3,6 +3,8 @@
 // delivered by Device after the lock is dropped.
 #pragma once
 
+#include <atomic>
+
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -241,6 +243,14 @@ class Hca {
     std::vector<std::vector<uint8_t>> frames;
   } out_;
   bool sending_ = false;  // a thread is handing out_.frames to the port (device.cpp, Locked)
+  // ACKs held for the host's next request (DeviceConfig::ack_hold_ns), until held_until_.
+  std::vector<std::vector<uint8_t>> held_;
+  std::atomic<bool> holding_{false};  // held_ is not empty (read without the lock)
+  uint32_t ack_hold_ns_ = 0;
+  uint64_t held_until_ = 0;
+  uint64_t recv_cqes_ = 0;  // receive completions written (a held ACK answers one)
+  void hold_acks(size_t first_new, uint64_t recv_cqes_before);
+  void release_held(bool due);
 
   HostPorts ports_;
   DeviceConfig cfg_;

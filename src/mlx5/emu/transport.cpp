@@ -196,6 +196,8 @@ class Hca::EngineHost final : public rc::HostMemory, public rc::FrameLink, publi
 };
 
 void Hca::engine_reset() {
+  held_.clear();  // ACKs of the transport that goes
+  holding_ = false;
   engine_.reset();
   eh_.reset(new EngineHost(*this));
   rc::Host host{*eh_, *eh_, *eh_, eh_.get()};

@@ -278,6 +278,76 @@ TEST_F(EmuDataPath, ReadResponsesAreFetchedInBlocksOfTheAskedRangeOnly) {
   }
 }
 
+// Device::set_ack_hold: the ACK of a SEND that completed a receive waits for the host's answer and
+// leaves right after it (the peer's next request and our ACK together); without an answer it leaves
+// when its time is up (release_due_acks) or when holding is turned off.
+TEST_F(EmuDataPath, AHeldAckLeavesAfterTheAnswerOrWhenItsTimeIsUp) {
+  struct Seen {
+    uint8_t from, opcode;
+  };
+  std::vector<Seen> seen;
+  link.drop_arg = &seen;
+  link.drop = [](void* arg, const uint8_t* f, size_t len) {
+    roce::IpUdp h;
+    if (roce::parse_ip_udp(f, len, h) == roce::ParseError::ok && len > h.hdr_len)
+      static_cast<std::vector<Seen>*>(arg)->push_back({h.src[15], f[h.hdr_len]});
+    return false;
+  };
+  constexpr uint8_t kSendOnly = 0x04, kAck = 0x11;
+  auto sent_by = [&](uint8_t from) {
+    std::vector<uint8_t> ops;
+    for (const Seen& x : seen)
+      if (x.from == from) ops.push_back(x.opcode);
+    return ops;
+  };
+  b.h.dev.set_ack_hold(1'000'000);
+  a.h.post_recv(a.qp, {{a.va() + 8192, 64, a.key}});
+  b.h.post_recv(b.qp, {{b.va(), 64, b.key}});
+  b.h.post_recv(b.qp, {{b.va() + 64, 64, b.key}});
+
+  // The ping: b completes the receive and holds its ACK, so a's SEND is not complete yet.
+  a.h.post_send(a.qp, wo::SEND, {{a.va(), 8, a.key}});
+  pump();
+  ASSERT_NE(b.h.poll_cq(b.cq), nullptr);
+  EXPECT_EQ(sent_by(2), std::vector<uint8_t>{}) << "b sent before its host answered";
+  EXPECT_EQ(a.h.poll_cq(a.cq), nullptr);
+
+  // The pong: b's SEND, then the ACK, one after the other.
+  b.h.post_send(b.qp, wo::SEND, {{b.va() + 4096, 8, b.key}});
+  pump();
+  EXPECT_EQ(sent_by(2), (std::vector<uint8_t>{kSendOnly, kAck}));
+  int completions = 0;
+  while (a.h.poll_cq(a.cq)) completions++;
+  EXPECT_EQ(completions, 2) << "a's SEND and its receive";
+
+  // No answer: the ACK waits for its time, then leaves at the next release_due_acks.
+  a.h.post_send(a.qp, wo::SEND, {{a.va(), 8, a.key}});
+  pump();
+  ASSERT_NE(b.h.poll_cq(b.cq), nullptr);
+  while (b.h.poll_cq(b.cq)) {}
+  const size_t before = sent_by(2).size();
+  b.h.dev.release_due_acks();
+  pump();
+  EXPECT_EQ(sent_by(2).size(), before) << "released before its time";
+  b.h.clock.advance(1'000'001);
+  b.h.dev.release_due_acks();
+  pump();
+  ASSERT_EQ(sent_by(2).size(), before + 1);
+  EXPECT_EQ(sent_by(2).back(), kAck);
+  EXPECT_NE(a.h.poll_cq(a.cq), nullptr);
+
+  // Holding off: what is held leaves at once.
+  b.h.post_recv(b.qp, {{b.va(), 64, b.key}});
+  a.h.post_send(a.qp, wo::SEND, {{a.va(), 8, a.key}});
+  pump();
+  EXPECT_EQ(sent_by(2).size(), before + 1);
+  b.h.dev.set_ack_hold(0);
+  pump();
+  EXPECT_EQ(sent_by(2).size(), before + 2);
+  EXPECT_NE(a.h.poll_cq(a.cq), nullptr);
+  link.drop = nullptr;
+}
+
 TEST_F(EmuDataPath, WriteWithImmediateConsumesAReceive) {
   b.h.post_recv(b.qp, {{b.va(), 16, b.key}});
   Harness::SendOpts o;
