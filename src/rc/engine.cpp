@@ -24,6 +24,7 @@ int Engine::create_qp(const QpInit& init, uint32_t* qpn) {
   if (!init.srq && (c.max_recv_wr == 0 || c.max_recv_wr > kMaxQpWr)) return EINVAL;
   if (!init.send_cq || !init.recv_cq) return EINVAL;
   if (init.srq && init.srq->pd != init.pd) return EINVAL;
+  if (init.scatter_to_wc > kWcInlineMax || (init.scatter_to_wc && (init.srq || init.type == QpType::ud))) return EINVAL;
 
   if (e.nqps_ >= kMaxQp) return ENOMEM;
   // The other QPs share kMaxQp - 1 slots: QP1's is kept for it.

@@ -73,6 +73,11 @@ struct QpInit {
   // Nonzero: exactly this QPN, EBUSY if its slot is taken. Only the provider asks, for the GSI
   // (QP1, a UD QP carrying the CM's MADs: IBA 13.4); verbs QPNs are never 0 or 1.
   uint32_t fixed_qpn = 0;
+  // Nonzero (RC/UC with its own RQ): a SEND that fits one packet and at most this many bytes
+  // (<= kWcInlineMax) is not placed in the receive's buffers but handed in its completion
+  // (Wc::inline_len/inline_data), whose host puts it there: the mlx5 emulator's scatter to CQE. The
+  // receive's keys and length are checked as for any SEND.
+  uint8_t scatter_to_wc = 0;
 };
 
 // ibv_qp_attr, the parts a RoCEv2 engine uses.

@@ -128,7 +128,11 @@ struct Wc {
   // transports read it from ibv_wc.sl to find the destination address in the GRH area.
   uint8_t sl = 0;
   bool solicited = false;  // the message carried the Solicited Event bit (for solicited-only CQ arming)
+  // A receive's data handed here instead of placed (QpInit::scatter_to_wc): byte_len bytes.
+  bool data_inline = false;
+  uint8_t inline_data[32];
 };
+constexpr uint32_t kWcInlineMax = sizeof(Wc::inline_data);
 
 class CompletionSink {
  public:

@@ -365,6 +365,7 @@ void EngineImpl::take_recv_wqe(Qp& qp) {
   rq.pop();
   r.have_wqe = true;
   r.recv_offset = 0;
+  r.data_inline = false;
   r.cur_wqe.bad = !recv_wqe_writable(r.cur_wqe, mem_, recv_pd(qp));
   if (Srq* s = qp.srq(); s && s->limit && s->rq.size() < s->limit) {
     s->limit = 0;  // one-shot, re-armed by modify_srq (IBA 10.2.9.3)
@@ -382,9 +383,14 @@ Outcome EngineImpl::execute(Qp& qp, const Packet& p) {
   if (op.is(kSend)) {
     if (r.cur_wqe.bad) return Outcome::recv_protection_error;
     if (uint64_t(r.recv_offset) + p.payload_len > r.cur_wqe.length) return Outcome::recv_length_error;
-    if (scatter(mem_, recv_pd(qp), r.cur_wqe.seg, r.cur_wqe.nseg, r.recv_offset, p.payload, p.payload_len) !=
-        MemStatus::ok)
+    if (op.is(kStart) && op.is(kEnd) && p.payload_len <= qp.init.scatter_to_wc && !qp.srq()) {
+      // Kept for the completion (scatter to CQE); the keys were checked when the WQE was taken.
+      memcpy(r.inline_data, p.payload, p.payload_len);
+      r.data_inline = true;
+    } else if (scatter(mem_, recv_pd(qp), r.cur_wqe.seg, r.cur_wqe.nseg, r.recv_offset, p.payload, p.payload_len) !=
+               MemStatus::ok) {
       return Outcome::recv_protection_error;
+    }
     r.recv_offset += p.payload_len;
     r.in_send = !op.is(kEnd);
     return Outcome::ok;
@@ -498,6 +504,11 @@ void EngineImpl::acknowledge(Qp& qp, const Packet& p) {
       wc.qp_num = qp.qpn;
       wc.src_qp = qp.attr.dest_qp_num;
       wc.solicited = p.bth.se;
+      if (op.is(kSend) && r.data_inline) {
+        wc.data_inline = true;
+        memcpy(wc.inline_data, r.inline_data, wc.byte_len);
+        r.data_inline = false;
+      }
       if (op.is(kImm)) {
         wc.wc_flags |= kWcWithImm;
         wc.imm = p.imm;

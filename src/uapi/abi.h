@@ -296,10 +296,16 @@ struct CreateQpReq {
   uint32_t uar;  // the client's UAR the send doorbells go to
   uint8_t qp_type;
   uint8_t port;  // kQpGsi: the port (1); 0 for the other types
-  uint8_t reserved0[2];
+  uint8_t flags;  // kCreateQpScatterToCqe; other bits must be 0
+  uint8_t reserved0;
   uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data;
 };
 static_assert(sizeof(CreateQpReq) == 44);
+// CreateQpReq::flags. Scatter to CQE: a SEND of up to 32 bytes that completes a receive of an RC or
+// UC QP with its own RQ comes inside its 64-byte CQE (cqe format 1, PRM qpc.cs_res = 1), and the
+// provider copies it into the receive's buffers when it polls (rdma-core: MLX5_QP_FLAG_SCATTER_CQE,
+// on unless MLX5_SCATTER_TO_CQE=0). Asked for other QPs, it is not used; the CQE says which.
+inline constexpr uint8_t kCreateQpScatterToCqe = 1 << 0;
 struct CreateQpResp {
   uint32_t handle;
   uint32_t qpn;

@@ -46,6 +46,7 @@ struct QpSpec {
   uint32_t log_sq_size;  // 64-byte basic blocks
   uint32_t log_rq_size, log_rq_stride;  // 0 / unused with an SRQ
   uint64_t event_tag;
+  bool scatter_to_cqe;  // CreateQpReq's kCreateQpScatterToCqe, for an RC or UC QP with its own RQ
 };
 
 // Ring bytes of each queue, one formula for the server (which charges them to quotas before the

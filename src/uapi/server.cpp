@@ -542,7 +542,7 @@ Status Server::create_qp(Client& c, const CreateQpReq& rq, CreateQpResp* rp) {
   Entry* srq = rq.srq ? lookup(c, rq.srq, ObjType::srq) : nullptr;
   if (!pd || !scq || !rcq || !uar || (rq.srq && !srq)) return Status::bad_handle;
   const bool gsi = rq.qp_type == kQpGsi;
-  if (rq.qp_type > kQpGsi || !all_zero(rq.reserved0, sizeof(rq.reserved0))) return Status::invalid;
+  if (rq.qp_type > kQpGsi || rq.reserved0 || (rq.flags & ~kCreateQpScatterToCqe)) return Status::invalid;
   if (gsi ? (rq.port < 1 || rq.port > lim_.ports || srq) : rq.port != 0) return Status::invalid;
   if ((rq.qp_type == kQpUc && !(lim_.features & kFeatUc)) ||
       ((rq.qp_type == kQpUd || gsi) && !(lim_.features & kFeatUd)))
@@ -572,6 +572,7 @@ Status Server::create_qp(Client& c, const CreateQpReq& rq, CreateQpResp* rp) {
   spec.recv_cq = rcq->obj;
   spec.srq = srq ? srq->obj : nullptr;
   spec.uar = uar->obj;
+  spec.scatter_to_cqe = (rq.flags & kCreateQpScatterToCqe) && !srq && (rq.qp_type == kQpRc || rq.qp_type == kQpUc);
   spec.log_sq_size = log2_ceil(rq.max_send_wr * bbs);
   spec.log_rq_size = srq ? 0 : log2_ceil(rq.max_recv_wr);
   spec.log_rq_stride = srq ? 0 : log2_ceil(16 * rq.max_recv_sge);

@@ -488,7 +488,8 @@ TEST_F(Uapi, CreateQpFieldsAreChecked) {
     refused(c, Selector::create_qp, rq, &r, want);
   };
   bad([](CreateQpReq& rq) { rq.qp_type = 3; }, Status::invalid);
-  bad([](CreateQpReq& rq) { rq.reserved0[1] = 1; }, Status::invalid);
+  bad([](CreateQpReq& rq) { rq.reserved0 = 1; }, Status::invalid);
+  bad([](CreateQpReq& rq) { rq.flags = 2; }, Status::invalid);  // a flag this server does not know
   bad([](CreateQpReq& rq) { rq.max_send_wr = 0; }, Status::invalid);
   bad([&](CreateQpReq& rq) { rq.max_send_wr = lim.max_qp_wr + 1; }, Status::invalid);
   bad([&](CreateQpReq& rq) { rq.max_send_sge = lim.max_sge + 1; }, Status::invalid);

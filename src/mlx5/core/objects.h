@@ -169,6 +169,7 @@ struct QpParams {
   uint64_t dbr_iova = 0;
   uint32_t user_index = 0;
   EventSink* owner = nullptr;
+  bool scatter_to_cqe = false;  // qpc.cs_res = 1: small SENDs come in the CQE (RC/UC, own RQ)
 };
 
 // The RoCEv2 address path (IBA 17.4 + RoCEv2 annex): which local GID, the peer's MAC and GID,

@@ -162,6 +162,9 @@ Err Hca::create_qp(const QpParams& qp_p, Qp** out) {
       .set(p::qpc::user_index, q.user_index)
       .set(p::qpc::log_page_size, kQueuePageShift - 12)
       .set(p::qpc::dbr_addr, q.dbr_iova);
+  // Responder scatter to CQE, 32 bytes (64-byte CQEs): what Linux sets for MLX5_QP_FLAG_SCATTER_CQE.
+  if (q.scatter_to_cqe && !q.srq && (q.type == QpType::rc || q.type == QpType::uc))
+    c.set(p::qpc::cs_res, p::qpc_cs_res::SCAT_DATA32_CQE);
   uint32_t i = 0;
   for_each_page(q.buf, q.nbuf, kQueuePageShift,
                 [&](uint64_t pa) { p::pas_set(v.elem(p::create_qp_in::pas, i++), pa); });

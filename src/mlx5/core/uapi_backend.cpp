@@ -527,6 +527,7 @@ Status UapiBackend::create_qp(const QpSpec& spec, Created* cr, CreateQpResp* r) 
   qp.nbuf = 1;
   qp.dbr_iova = q->mem.iova + q->ring_bytes;
   qp.owner = this;
+  qp.scatter_to_cqe = spec.scatter_to_cqe;
   if (Status s = status_of(hca_.create_qp(qp, &q->qp)); s != Status::ok) {
     free_queue(q);
     return s;

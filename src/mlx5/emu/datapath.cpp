@@ -63,6 +63,10 @@ void Hca::write_completion(const PendingCqe& p) {
     op = prm::cqe_opcode::RESP_SEND_INV;
   v.set(prm::cqe64::opcode, op).set(prm::cqe64::byte_cnt, wc.byte_len);
   v.set(prm::cqe64::wqe_counter, uint16_t(wc.wr_id));
+  if (wc.data_inline) {  // scatter to CQE: the data in the first 32 bytes, not in the receive's buffers
+    memcpy(cqe, wc.inline_data, wc.byte_len);
+    v.set(prm::cqe64::format, prm::cqe_format::INLINE_SCATTER_32);
+  }
   if (wc.wc_flags & (rc::kWcWithImm | rc::kWcWithInv)) v.set(prm::cqe64::imm_inval_pkey, wc.imm);
   if (qit != qps_.end() && prm::qpc_st_datagram(qit->second.st)) {
     v.set(prm::cqe64::rqpn, wc.src_qp);

@@ -293,6 +293,11 @@ bool Hca::tp_create_qp(Qp& qp, uint32_t* qpn) {
   init.cap.max_recv_sge = rc::kMaxSge;
   init.cap.max_inline_data = rc::kMaxInlineData;
   init.sq_sig_all = false;  // the WQE's ce bits decide (PRM ctrl segment)
+  // Responder scatter to CQE (qpc.cs_res): 32 bytes, what 64-byte CQEs hold. The 64-byte mode needs
+  // 128-byte CQEs, which this model does not make: such a QP places every SEND in its buffers.
+  if (prm::get(qp.qpc, prm::qpc::cs_res) == prm::qpc_cs_res::SCAT_DATA32_CQE && init.type != rc::QpType::ud &&
+      qp.rq_type == 0)
+    init.scatter_to_wc = uint8_t(rc::kWcInlineMax);
   int r = engine_->create_qp(init, qpn);
   engine_done();
   if (r) return false;

@@ -8,25 +8,25 @@
 namespace melon::mlx5::prm {
 
 // Fields common to every CQE format sit in its last 8 bytes; op_own is polled first.
-#define MELON_PRM_CQE64(F, S, A)                                                 \
-  F(wqe_id, 16, 16)                                                              \
-  F(slid, 176, 16)                                                               \
-  F(flags, 192, 8) /* bits 29:28 (g) say a GRH/L3 header came with the packet */ \
-  F(rqpn, 200, 24) /* remote QPN of a UD receive */                              \
-  F(hds_ip_ext, 224, 8)                                                          \
-  F(l4_hdr_type_etc, 232, 8)                                                     \
-  F(vlan_info, 240, 16)                                                          \
-  F(srqn_uidx, 256, 32)                                                          \
-  F(imm_inval_pkey, 288, 32)                                                     \
-  F(byte_cnt, 352, 32)                                                           \
-  F(timestamp, 384, 64)                                                          \
-  F(sop_drop, 448, 8)                                                            \
-  F(qpn, 456, 24)                                                                \
-  F(wqe_counter, 480, 16)                                                        \
-  F(signature, 496, 8)                                                           \
-  F(opcode, 504, 4)                                                              \
-  F(format, 508, 2) /* 0: plain CQE; others are compressed formats */            \
-  F(se, 510, 1) /* solicited event */                                            \
+#define MELON_PRM_CQE64(F, S, A)                                                      \
+  F(wqe_id, 16, 16)                                                                   \
+  F(slid, 176, 16)                                                                    \
+  F(flags, 192, 8) /* bits 29:28 (g) say a GRH/L3 header came with the packet */      \
+  F(rqpn, 200, 24) /* remote QPN of a UD receive */                                   \
+  F(hds_ip_ext, 224, 8)                                                               \
+  F(l4_hdr_type_etc, 232, 8)                                                          \
+  F(vlan_info, 240, 16)                                                               \
+  F(srqn_uidx, 256, 32)                                                               \
+  F(imm_inval_pkey, 288, 32)                                                          \
+  F(byte_cnt, 352, 32)                                                                \
+  F(timestamp, 384, 64)                                                               \
+  F(sop_drop, 448, 8)                                                                 \
+  F(qpn, 456, 24)                                                                     \
+  F(wqe_counter, 480, 16)                                                             \
+  F(signature, 496, 8)                                                                \
+  F(opcode, 504, 4)                                                                   \
+  F(format, 508, 2) /* cqe_format: plain, data inline (scatter to CQE), compressed */ \
+  F(se, 510, 1) /* solicited event */                                                 \
   F(owner, 511, 1) /* flips each pass around the ring */
 MELON_PRM_STRUCT(cqe64, 512, MELON_PRM_CQE64)
 
@@ -61,6 +61,16 @@ inline constexpr uint32_t kCqeBytes = cqe64::size_bytes;  // 64
   V(RESP_ERR, 0xe)              \
   V(INVALID, 0xf)
 MELON_PRM_VALUES(cqe_opcode, uint8_t, MELON_PRM_CQE_OPCODE)
+
+// cqe64.format (op_own bits 3:2; mlx5dv.h MLX5_INLINE_SCATTER_32/64 are these values shifted):
+// a responder CQE of a QP with qpc.cs_res carries a SEND of up to 32 bytes in its first 32 bytes
+// (64: in the 64 bytes before it, 128-byte CQEs), which the receive's buffers never see.
+#define MELON_PRM_CQE_FORMAT(V) \
+  V(PLAIN, 0)                   \
+  V(INLINE_SCATTER_32, 1)       \
+  V(INLINE_SCATTER_64, 2)       \
+  V(COMPRESSED, 3)
+MELON_PRM_VALUES(cqe_format, uint8_t, MELON_PRM_CQE_FORMAT)
 
 // err_cqe.syndrome: why a work request failed (maps onto ibv_wc_status).
 #define MELON_PRM_CQE_SYNDROME(V)  \

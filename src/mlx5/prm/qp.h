@@ -262,4 +262,12 @@ MELON_PRM_VALUES(qpc_mtu, uint8_t, MELON_PRM_QP_MTU)
   V(UP_TO_16B, 4)
 MELON_PRM_VALUES(qpc_atomic_mode, uint8_t, MELON_PRM_QP_ATOMIC_MODE)
 
+// qpc.cs_res: responder scatter to CQE, how much of a small SEND the CQE carries (Linux
+// include/linux/mlx5/qp.h MLX5_RES_SCAT_DATA*_CQE; 64 bytes needs 128-byte CQEs).
+#define MELON_PRM_QP_CS_RES(V) \
+  V(DISABLED, 0)               \
+  V(SCAT_DATA32_CQE, 1)        \
+  V(SCAT_DATA64_CQE, 2)
+MELON_PRM_VALUES(qpc_cs_res, uint8_t, MELON_PRM_QP_CS_RES)
+
 }  // namespace melon::mlx5::prm

@@ -80,8 +80,25 @@ int poll_one(Mlx5Cq* cq, ibv_wc* wc) {
     case p::cqe_opcode::RESP_SEND:
     case p::cqe_opcode::RESP_SEND_IMM:
     case p::cqe_opcode::RESP_SEND_INV: {
-      complete_recv(qp, counter, wc);
       wc->byte_len = cqe_get(cqe, q::byte_cnt);
+      const uint8_t format = uint8_t(cqe_get(cqe, q::format));
+      if (format != p::cqe_format::PLAIN) {
+        // Scatter to CQE (32 bytes, in the CQE's first half): the data goes where the device would
+        // have put it, before the WQE is handed back. Our QPs with an SRQ never ask for it, and the
+        // 64-byte and compressed formats need CQEs or settings we never create.
+        const bool ok = format == p::cqe_format::INLINE_SCATTER_32 && !qp->ibv.qp_base.srq && wc->byte_len <= 32 &&
+                        copy_to_scatter(qp->rq.buf + size_t(qp->rq.tail & (qp->rq.wqe_cnt - 1)) * qp->rq.stride,
+                                        qp->rq.max_gs, cqe, wc->byte_len);
+        complete_recv(qp, counter, wc);
+        if (!ok) {
+          wc->status = format == p::cqe_format::INLINE_SCATTER_32 ? IBV_WC_LOC_LEN_ERR : IBV_WC_GENERAL_ERR;
+          wc->vendor_err = format;
+          wc->opcode = IBV_WC_RECV;
+          return 1;
+        }
+      } else {
+        complete_recv(qp, counter, wc);
+      }
       wc->opcode = opcode == p::cqe_opcode::RESP_WR_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
       uint32_t imm = cqe_get(cqe, q::imm_inval_pkey);
       if (opcode == p::cqe_opcode::RESP_WR_IMM || opcode == p::cqe_opcode::RESP_SEND_IMM) {
@@ -97,7 +114,7 @@ int poll_one(Mlx5Cq* cq, ibv_wc* wc) {
         if (flags & 0x30) wc->wc_flags |= IBV_WC_GRH;  // g: the packet had a GRH (in the buffer's first 40 B)
         wc->sl = uint8_t(flags & 0xf);
       }
-      wc->slid = uint16_t(cqe_get(cqe, q::slid));
+      if (format == p::cqe_format::PLAIN) wc->slid = uint16_t(cqe_get(cqe, q::slid));  // else data
       wc->status = IBV_WC_SUCCESS;
       return 1;
     }

@@ -97,6 +97,11 @@ ibv_qp* Mlx5Context::make_qp(ibv_qp_init_attr_ex* attr, bool gsi) {
   if (!attr->srq) {
     rq.max_recv_wr = cap.max_recv_wr ? cap.max_recv_wr : 1;
     rq.max_recv_sge = cap.max_recv_sge ? cap.max_recv_sge : 1;
+    // Scatter to CQE, as rdma-core asks for it (on unless MLX5_SCATTER_TO_CQE=0): a SEND of up to
+    // 32 bytes may then come in its CQE, which poll_cq copies into the receive's buffers (cq.cpp).
+    const char* s2c = getenv("MLX5_SCATTER_TO_CQE");
+    if ((rq.qp_type == uapi::kQpRc || rq.qp_type == uapi::kQpUc) && !(s2c && !strcmp(s2c, "0")))
+      rq.flags = uapi::kCreateQpScatterToCqe;
   }
   uapi::CreateQpResp rp{};
   if (uapi::Status s = t_->call(uapi::Selector::create_qp, rq, &rp); s != uapi::Status::ok)

@@ -219,6 +219,23 @@ int write_recv_wqe(RecvQueue& rq, const ibv_recv_wr& wr) {
   return 0;
 }
 
+bool copy_to_scatter(const uint8_t* wqe, uint32_t max, const uint8_t* src, uint32_t len) {
+  namespace g = p::wqe_data_seg;
+  for (uint32_t i = 0; i < max && len; i++, wqe += kSeg) {
+    uint32_t n, lkey;
+    uint64_t addr;
+    memcpy(&n, wqe + 4 * word_of(g::byte_count), 4);
+    memcpy(&lkey, wqe + 4 * word_of(g::lkey), 4);
+    memcpy(&addr, wqe + g::addr.byte_off(), 8);
+    if (from_be32(lkey) == kInvalidLkey) break;
+    n = from_be32(n) & 0x7fffffff;  // bit 31 (inline) is never set in a receive WQE
+    if (n > len) n = len;
+    memcpy(reinterpret_cast<void*>(uintptr_t(from_be64(addr))), src, n);
+    src += n, len -= n;
+  }
+  return len == 0;
+}
+
 void srq_init(SrqQueue& q) {
   for (uint32_t i = 0; i < q.wqe_cnt; i++) {
     uint8_t* w = q.buf + size_t(i) * q.stride;

@@ -68,6 +68,10 @@ struct RecvQueue {
 };
 
 int write_recv_wqe(RecvQueue& rq, const ibv_recv_wr& wr);
+// Scatter to CQE: the `len` bytes a CQE carried, copied into receive WQE `wqe`'s scatter list (its
+// data segments, up to `max` or the invalid lkey) as the device would have placed them (rdma-core
+// mlx5_copy_to_recv_wqe). False if they do not fit: the receive's length error.
+bool copy_to_scatter(const uint8_t* wqe, uint32_t max, const uint8_t* src, uint32_t len);
 
 struct SrqQueue {
   uint8_t* buf = nullptr;

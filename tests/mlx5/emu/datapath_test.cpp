@@ -39,6 +39,7 @@ class EmuDataPath : public ::testing::Test {
  protected:
   uint8_t retry_count_ = 7;  // qpc.retry_count both QPs get
   uint8_t log_cq_ = 8;  // both sides' CQ size
+  uint8_t cs_res_ = 0;  // both QPs' qpc.cs_res (responder scatter to CQE)
   MemoryLink link;
   Side a{link, 1}, b{link, 2};
 
@@ -48,7 +49,12 @@ class EmuDataPath : public ::testing::Test {
       ASSERT_TRUE(s->h.set_gid(0, s->ip).ok());
       ASSERT_TRUE(s->h.enable_roce().ok());
       s->cq = s->h.create_cq(log_cq_);
-      ASSERT_TRUE(s->h.create_qp_raw(s->qp, prm::qpc_st::RC, s->cq, s->cq).ok());
+      const uint8_t cs = cs_res_;
+      ASSERT_TRUE(s->h.create_qp_raw(s->qp, prm::qpc_st::RC, s->cq, s->cq,
+                                     [cs](uint8_t* in) {
+                                       prm::create_qp_in::view(in).at(prm::create_qp_in::qpc).set(prm::qpc::cs_res, cs);
+                                     })
+                      .ok());
       s->mem = s->h.host.alloc(256 * 1024);
       s->key = s->h.create_mkey(s->mem, 256 * 1024);
     }
@@ -637,6 +643,56 @@ TEST_F(EmuRetry, RetryCountAndAckTimeoutAreHonoured) {
   EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::REQ_ERR);
   EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::TRANSPORT_RETRY_EXC_ERR);
   EXPECT_EQ(counter(a, ca, prm::query_q_counter_out::local_ack_timeout_err), 3u);
+}
+
+class EmuScatterToCqe : public EmuDataPath {
+ protected:
+  EmuScatterToCqe() { cs_res_ = prm::qpc_cs_res::SCAT_DATA32_CQE; }
+};
+
+// qpc.cs_res = 1: a SEND of up to 32 bytes comes in the CQE's first 32 bytes with format 1 (mlx5dv.h
+// MLX5_INLINE_SCATTER_32) and the receive's buffer is not written (no DMA write at all); a longer
+// one, or a WRITE with immediate, is placed as always. The receive's length is still checked.
+TEST_F(EmuScatterToCqe, SmallSendsComeInTheCqeAndLargerOnesInTheBuffer) {
+  size_t writes = 0;
+  b.h.host.on_write = [&](uint64_t iova, size_t len) {
+    if (iova < b.mem.iova + 256 * 1024 && iova + len > b.mem.iova) writes++;
+  };
+  memset(b.bytes(), 0xee, 4096);
+  for (int i = 0; i < 100; ++i) a.bytes()[i] = uint8_t(0x40 + i);
+  for (uint32_t len : {32u, 1u, 0u, 33u}) {
+    writes = 0;
+    b.h.post_recv(b.qp, {{b.va() + 8, 20, b.key}, {b.va() + 1000, 100, b.key}});
+    Harness::SendOpts o;
+    o.imm = 0x1234;
+    a.h.post_send(a.qp, len == 1 ? wo::SEND_IMM : wo::SEND, {{a.va(), len, a.key}}, o);
+    const uint8_t* e = cqe(b);
+    ASSERT_NE(e, nullptr) << len;
+    EXPECT_EQ(prm::get(e, prm::cqe64::opcode), len == 1 ? co::RESP_SEND_IMM : co::RESP_SEND) << len;
+    EXPECT_EQ(prm::get(e, prm::cqe64::byte_cnt), len);
+    if (len <= 32) {
+      EXPECT_EQ(prm::get(e, prm::cqe64::format), prm::cqe_format::INLINE_SCATTER_32) << len;
+      EXPECT_EQ(memcmp(e, a.bytes(), len), 0) << len;
+      EXPECT_EQ(writes, 0u) << len << " bytes: the buffer was written";
+      if (len == 1) EXPECT_EQ(prm::get(e, prm::cqe64::imm_inval_pkey), 0x1234u);
+    } else {
+      EXPECT_EQ(prm::get(e, prm::cqe64::format), prm::cqe_format::PLAIN);
+      EXPECT_EQ(memcmp(b.bytes() + 8, a.bytes(), 20), 0);
+      EXPECT_EQ(memcmp(b.bytes() + 1000, a.bytes() + 20, 13), 0);
+    }
+    while (a.h.poll_cq(a.cq)) {}
+  }
+  EXPECT_EQ(b.bytes()[8 + 19], 0x40 + 19) << "only the 33-byte SEND placed bytes";
+  EXPECT_EQ(b.bytes()[1000 + 13], 0xee);
+
+  // Too long for the receive: a length error, as without scatter to CQE.
+  b.h.post_recv(b.qp, {{b.va(), 4, b.key}});
+  a.h.post_send(a.qp, wo::SEND, {{a.va(), 8, a.key}});
+  const uint8_t* e = cqe(b);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::opcode), co::RESP_ERR);
+  EXPECT_EQ(prm::get(e, prm::err_cqe::syndrome), prm::cqe_syndrome::LOCAL_LENGTH_ERR);
+  b.h.host.on_write = nullptr;
 }
 
 class EmuCqOverrun : public EmuDataPath {

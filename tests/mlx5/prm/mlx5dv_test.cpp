@@ -182,6 +182,19 @@ TEST(PrmMlx5dv, RaddrAndAtomicSegmentsAreBigEndianWords) {
   EXPECT_EQ(hex(oa, 16), hex(&a, 16));
 }
 
+// Scatter to CQE: our format values are mlx5dv.h's op_own flags, and its getter reads them.
+TEST(PrmMlx5dv, CqeFormatsAreMlx5dvsInlineScatterFlags) {
+  alignas(64) mlx5_cqe64 cqe;
+  memset(&cqe, 0, sizeof cqe);
+  prm::cqe64::view v(&cqe);
+  v.set(prm::cqe64::opcode, prm::cqe_opcode::RESP_SEND).set(prm::cqe64::format, prm::cqe_format::INLINE_SCATTER_32);
+  EXPECT_EQ(cqe.op_own & (MLX5_INLINE_SCATTER_32 | MLX5_INLINE_SCATTER_64), MLX5_INLINE_SCATTER_32);
+  EXPECT_EQ(mlx5dv_get_cqe_format(&cqe), prm::cqe_format::INLINE_SCATTER_32);
+  v.set(prm::cqe64::format, prm::cqe_format::INLINE_SCATTER_64);
+  EXPECT_EQ(cqe.op_own & (MLX5_INLINE_SCATTER_32 | MLX5_INLINE_SCATTER_64), MLX5_INLINE_SCATTER_64);
+  EXPECT_EQ(mlx5dv_get_cqe_opcode(&cqe), MLX5_CQE_RESP_SEND);
+}
+
 TEST(PrmMlx5dv, CqeWrittenByUsIsReadByMlx5dvGetters) {
   for (uint8_t owner = 0; owner < 2; ++owner) {
     alignas(64) mlx5_cqe64 cqe;

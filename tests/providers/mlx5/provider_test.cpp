@@ -319,6 +319,60 @@ TEST_F(Mlx5Provider, RcSendWriteAndReadMoveTheBytes) {
   EXPECT_EQ(std::memcmp(a_.buf.data() + 40000, b_.buf.data() + 30000, 1500), 0);
 }
 
+// Scatter to CQE (rdma-core's default for RC): a SEND of up to 32 bytes comes inside its CQE (format
+// MLX5_INLINE_SCATTER_32, read in the ring through mlx5dv) and poll_cq puts it across the receive's
+// scatter entries; a longer one comes through the buffers (plain CQE). MLX5_SCATTER_TO_CQE=0 asks
+// for none, as with rdma-core.
+TEST_F(Mlx5Provider, SmallSendsComeInTheCqeAndReachEveryScatterEntry) {
+  void* h = dlopen(MELON_SHARED_LIB_DIR "/libmlx5.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto init_obj = reinterpret_cast<int (*)(mlx5dv_obj*, uint64_t)>(dlsym(h, "mlx5dv_init_obj"));
+  ASSERT_NE(init_obj, nullptr);
+  uint32_t ci = 0;  // b's CQ ring index (the CQ outlives the QPs)
+  for (const char* env : {(const char*)nullptr, "0"}) {
+    if (env) setenv("MLX5_SCATTER_TO_CQE", env, 1);
+    pair();
+    unsetenv("MLX5_SCATTER_TO_CQE");
+    mlx5dv_cq dcq{};
+    mlx5dv_obj obj{};
+    obj.cq.in = b_.cq;
+    obj.cq.out = &dcq;
+    ASSERT_EQ(init_obj(&obj, melon::mlx5prov::kDvObjCq), 0);
+    for (size_t i = 0; i < 256; i++) a_.buf[i] = uint8_t(0x80 + i);
+    for (uint32_t len : {25u, 32u, 100u}) {
+      std::memset(b_.buf.data(), 0xee, 1024);
+      ibv_sge sg[2] = {{addr(b_, 100), 5, b_.mr->lkey}, {addr(b_, 300), 200, b_.mr->lkey}};
+      ibv_recv_wr rw{};
+      rw.wr_id = len;
+      rw.sg_list = sg;
+      rw.num_sge = 2;
+      ibv_recv_wr* bad_r;
+      ASSERT_EQ(ibv_post_recv(b_.qp, &rw, &bad_r), 0);
+      ASSERT_EQ(post_send(a_, IBV_WR_SEND, addr(a_), len), 0);
+      ibv_wc r = poll_one(b_.cq);
+      EXPECT_EQ(poll_one(a_.cq).status, IBV_WC_SUCCESS);
+      ASSERT_EQ(r.status, IBV_WC_SUCCESS) << len;
+      EXPECT_EQ(r.wr_id, len);
+      EXPECT_EQ(r.byte_len, len);
+      EXPECT_EQ(std::memcmp(b_.buf.data() + 100, a_.buf.data(), 5), 0) << len;
+      EXPECT_EQ(std::memcmp(b_.buf.data() + 300, a_.buf.data() + 5, len - 5), 0) << len;
+      EXPECT_EQ(b_.buf[105], 0xee);
+      EXPECT_EQ(b_.buf[300 + len - 5], 0xee) << len;
+      // The CQE b's poll took (b's CQ holds only receives here: a has its own CQ).
+      const uint8_t* cqe = static_cast<const uint8_t*>(dcq.buf) + size_t(ci++ % dcq.cqe_cnt) * 64;
+      const uint8_t op_own = cqe[63];
+      constexpr uint8_t kScatter32 = 0x4, kScatter64 = 0x8;  // rdma-core mlx5dv.h MLX5_INLINE_SCATTER_32/64
+      EXPECT_EQ(op_own & (kScatter32 | kScatter64), !env && len <= 32 ? kScatter32 : 0)
+          << len << " bytes, MLX5_SCATTER_TO_CQE " << (env ? env : "unset");
+    }
+    for (Side* s : {&a_, &b_}) {
+      ASSERT_EQ(ibv_destroy_qp(s->qp), 0);
+      s->qp = nullptr;
+    }
+  }
+  dlclose(h);
+}
+
 TEST_F(Mlx5Provider, AtomicsReturnTheOldValueAndUpdateTheTarget) {
   pair();
   uint64_t v = 40;
