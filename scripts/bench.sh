@@ -129,7 +129,7 @@ declare -A account=(
   ["loopback: write_bw 64K -q 4"]='"Where issue 14 stands": -q 4 >= 1.6 (both perftest ends share the 2 cores)'
   ["loopback: send_lat 8 B"]='"Where issue 14 stands" and "Fourth part (lat)": the work between a receive and the next send'
   ["loopback: comp-channel wake"]='"Where issue 14 stands" and "Fourth part (wake)": the waiter'"'"'s receive after its poll'
-  ["mlx5_0:"]='"perftest: mlx5_0 -> soft" and after: the daemon'"'"'s hand-offs'
+  ["mlx5_0:"]='"melon-emud'"'"'s data path, fifth pass": the hand-offs between the client, the daemon and the peer on 2 cores'
 )
 explain() {  # explain <case>: the account of a missed goal, if there is one
   local k

@@ -109,16 +109,27 @@ TEST(EmuUdpWire, Ipv4FramesLeaveWithDfIdZeroAndAnIcrcOverTheHeaderOnTheWire) {
   close(raw);
 }
 
+// The wire on 127.0.0.1 and a peer's UDP socket on 127.0.0.2:4791, in a network namespace of the
+// test's own.
+class EmuUdpWirePeer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
+    ASSERT_TRUE(loopback_up());
+    peer = bound_peer();
+    ASSERT_GE(peer, 0);
+    ASSERT_EQ(wire.open(), 0);
+  }
+  void TearDown() override {
+    if (peer >= 0) close(peer);
+  }
+  UdpWire wire{0x7f000001};
+  int peer = -1;
+};
+
 // A batch (transmit_many: one sendmmsg) leaves as the same datagrams, in order, as one transmit()
 // each: a peer sees no difference, and each ICRC is right for its header on the wire.
-TEST(EmuUdpWire, ABatchLeavesAsOneDatagramPerFrameInOrder) {
-  if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
-  ASSERT_TRUE(loopback_up());
-  int peer = bound_peer();
-  ASSERT_GE(peer, 0);
-  UdpWire wire(0x7f000001);
-  ASSERT_EQ(wire.open(), 0);
-
+TEST_F(EmuUdpWirePeer, ABatchLeavesAsOneDatagramPerFrameInOrder) {
   constexpr int kFrames = 100;  // more than one sendmmsg takes
   std::vector<std::vector<uint8_t>> frames;
   const roce::IpUdp h = loopback_header(0xc000);
@@ -143,18 +154,11 @@ TEST(EmuUdpWire, ABatchLeavesAsOneDatagramPerFrameInOrder) {
               roce::icrc_for_udp_payload(seen, buf, size_t(n) - roce::kIcrcSize))
         << "datagram " << i;
   }
-  close(peer);
 }
 
 // The device writes its frames with the wire's source port (FramePort::source_port), so their ICRC is
 // already the one for the header on the wire and the wire leaves it as it is: what leaves is the same.
-TEST(EmuUdpWire, AFrameWrittenWithTheSocketsPortKeepsItsIcrc) {
-  if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
-  ASSERT_TRUE(loopback_up());
-  int peer = bound_peer();
-  ASSERT_GE(peer, 0);
-  UdpWire wire(0x7f000001);
-  ASSERT_EQ(wire.open(), 0);
+TEST_F(EmuUdpWirePeer, AFrameWrittenWithTheSocketsPortKeepsItsIcrc) {
   ASSERT_EQ(wire.source_port(), 4791);
 
   const roce::IpUdp h = loopback_header(wire.source_port());
@@ -174,7 +178,6 @@ TEST(EmuUdpWire, AFrameWrittenWithTheSocketsPortKeepsItsIcrc) {
   EXPECT_EQ(memcmp(buf, sent.data() + hl, sizeof pkt), 0) << "the frame's own ICRC";
   EXPECT_EQ(roce::load_icrc(buf + n - roce::kIcrcSize),
             roce::icrc_for_udp_payload(h, buf, size_t(n) - roce::kIcrcSize));
-  close(peer);
 }
 
 // A window's frames to one peer of one size leave as UDP GSO sends (runs as the soft provider makes
@@ -183,13 +186,7 @@ TEST(EmuUdpWire, AFrameWrittenWithTheSocketsPortKeepsItsIcrc) {
 // inet_gso_segment), so its ICRC must be the one for i. Judged by the datagram oracle (zlib's CRC
 // over the header the kernel writes), against the bytes the peer received. With GSO off, every
 // datagram is a send of its own with identification 0.
-TEST(EmuUdpWire, RunsOfEqualFramesLeaveAsGsoSendsWithTheIcrcOfEachSegmentsIdentification) {
-  if (unshare(CLONE_NEWNET) != 0) GTEST_SKIP() << "no network namespace: " << strerror(errno);
-  ASSERT_TRUE(loopback_up());
-  int peer = bound_peer();
-  ASSERT_GE(peer, 0);
-  UdpWire wire(0x7f000001);
-  ASSERT_EQ(wire.open(), 0);
+TEST_F(EmuUdpWirePeer, RunsOfEqualFramesLeaveAsGsoSendsWithTheIcrcOfEachSegmentsIdentification) {
   ASSERT_TRUE(wire.gso()) << "this kernel has UDP_SEGMENT (Linux 4.18)";
 
   // Payload sizes: a FIRST with a RETH (longer), MIDDLEs, a shorter LAST, then a new run; the ids
@@ -226,7 +223,6 @@ TEST(EmuUdpWire, RunsOfEqualFramesLeaveAsGsoSendsWithTheIcrcOfEachSegmentsIdenti
           << "datagram " << i << " (GSO " << gso << "): the ICRC for identification " << d.id;
     }
   }
-  close(peer);
 }
 
 }  // namespace
