@@ -51,6 +51,10 @@ stop_daemons() {
     [ $rc -eq 0 ] || { pids=(); fail "melon-emud $p exited $rc after SIGTERM"; }
   done
   pids=()
+  # Every datagram a daemon received had a right ICRC (its stop line counts those that did not:
+  # a GRO buffer cut apart wrongly would show here).
+  local bad; bad=$(grep -h 'bad ICRC on the wire' "$dir"/*.log 2>/dev/null | grep -v '; 0 bad ICRC' || true)
+  [ -z "$bad" ] || fail "melon-emud dropped datagrams with a bad ICRC: $bad"
   wire_checked
 }
 # wire_checked: the oracle's verdict from each daemon's log (written at exit); a test that moved

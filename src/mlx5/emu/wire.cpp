@@ -75,11 +75,13 @@ void MemoryLink::Port::transmit(const uint8_t* frame, size_t len) {
     if (p.get() != this && p->dev) p->dev->receive_frame(frame, len);
 }
 
-// One received datagram, with room in front for the IP/UDP headers the socket hid.
+// One received datagram, with room in front for the IP/UDP headers the socket hid; with UDP GRO
+// several of one sender's datagrams back to back (a GSO send arrives whole over loopback).
 struct UdpWire::RxSlot {
   static constexpr size_t kHeadroom = 64;
-  uint8_t buf[kHeadroom + 9216];
+  uint8_t buf[kHeadroom + 65536];
   sockaddr_storage from;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
 };
 
 UdpWire::UdpWire(uint32_t ip, uint16_t port) : v6_(false), port_(port), rx_(new RxSlot[kRxBatch]) {
@@ -126,6 +128,11 @@ int UdpWire::open() {
     fd_ = -1;
     return e;
   }
+#if defined(__linux__) && defined(UDP_GRO)
+  // Datagrams of one GSO send arrive as one (drain() cuts them apart): one copy and one queue entry
+  // in the kernel instead of one per packet. Without it (Linux before 5.0) one datagram each.
+  setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one);
+#endif
   sockaddr_storage ss{};
   socklen_t sl = to_sockaddr(gid_, port_, &ss);
   if (bind(fd_, reinterpret_cast<sockaddr*>(&ss), sl) != 0) {
@@ -150,11 +157,11 @@ bool UdpWire::to_datagram(uint8_t* frame, size_t len, Datagram* d) const {
   d->tl = to_sockaddr(h.dst, h.dport, &d->to);
   d->data = frame + h.hdr_len;
   d->len = n;
+  d->ip = h;
+  d->ip.sport = port_;
+  d->ip.ip_id = 0;
   if (h.sport == port_ && h.ip_id == 0) return true;
-  roce::IpUdp sent = h;
-  sent.sport = port_;
-  sent.ip_id = 0;
-  roce::store_icrc(d->data + n - roce::kIcrcSize, roce::icrc_for_udp_payload(sent, d->data, n - roce::kIcrcSize));
+  roce::store_icrc(d->data + n - roce::kIcrcSize, roce::icrc_for_udp_payload(d->ip, d->data, n - roce::kIcrcSize));
   return true;
 }
 
@@ -164,10 +171,32 @@ void UdpWire::transmit(const uint8_t* frame, size_t len) {
   if (to_datagram(copy.data(), len, &d)) sendto(fd_, d.data, d.len, 0, reinterpret_cast<sockaddr*>(&d.to), d.tl);
 }
 
-uint32_t UdpWire::id_delta(size_t len, unsigned i) {
-  if (len != delta_len_) delta_len_ = len, delta_have_ = 0;
-  if (!(delta_have_ >> i & 1)) delta_[i] = roce::icrc_id_change(len, 0, uint16_t(i)), delta_have_ |= 1ull << i;
-  return delta_[i];
+void UdpWire::set_segment_id(Datagram& d, unsigned i) {
+  if (v6_ || !i) return;  // IPv6 has no identification
+  const size_t body = d.len - roce::kIcrcSize;
+  uint8_t* icrc = d.data + body;
+  IdDeltas* e = nullptr;
+  for (IdDeltas& x : deltas_)
+    if (x.len == body) e = &x;
+  if (!e) {
+    e = &deltas_[next_delta_++ % (sizeof deltas_ / sizeof deltas_[0])];
+    e->len = body, e->have = 0;
+  }
+  if (e->have >> i & 1) {
+    roce::store_icrc(icrc, roce::load_icrc(icrc) ^ e->d[i]);
+    return;
+  }
+  roce::IpUdp h = d.ip;
+  h.ip_id = uint16_t(i);
+  const uint32_t fresh = roce::icrc_for_udp_payload(h, d.data, body);
+  e->d[i] = fresh ^ roce::load_icrc(icrc);
+  e->have |= 1ull << i;
+  roce::store_icrc(icrc, fresh);
+}
+
+void UdpWire::clear_segment_id(Datagram& d, unsigned i) {
+  if (v6_ || !i) return;
+  roce::store_icrc(d.data + d.len - roce::kIcrcSize, roce::icrc_for_udp_payload(d.ip, d.data, d.len - roce::kIcrcSize));
 }
 
 // A window's frames in as few system calls as the kernel allows: one sendmmsg for up to 64 frames,
@@ -199,10 +228,7 @@ void UdpWire::transmit_many(std::vector<uint8_t>* frames, size_t n) {
       if (gso && last && last->open && d[k].len <= last->seg && last->count < kMaxGsoSegments &&
           (last->count + 1) * last->seg <= kMaxGsoBytes && d[k].tl == d[last->first].tl &&
           !memcmp(&d[k].to, &d[last->first].to, d[k].tl)) {
-        if (!v6_) {  // IPv6 has no identification
-          uint8_t* icrc = d[k].data + d[k].len - roce::kIcrcSize;
-          roce::store_icrc(icrc, roce::load_icrc(icrc) ^ id_delta(d[k].len - roce::kIcrcSize, last->count));
-        }
+        set_segment_id(d[k], last->count);
         last->count++;
         if (d[k].len < last->seg) last->open = false;
       } else {
@@ -237,12 +263,7 @@ void UdpWire::transmit_many(std::vector<uint8_t>* frames, size_t n) {
           // The kernel takes no GSO send here: off from now on, and these frames leave singly, each
           // with its ICRC for identification 0 again.
           gso_ = false;
-          for (unsigned s = 1; s < bad.count; s++) {
-            Datagram& x = d[bad.first + s];
-            if (v6_) break;
-            uint8_t* icrc = x.data + x.len - roce::kIcrcSize;
-            roce::store_icrc(icrc, roce::load_icrc(icrc) ^ id_delta(x.len - roce::kIcrcSize, s));
-          }
+          for (unsigned s = 1; s < bad.count; s++) clear_segment_id(d[bad.first + s], s);
           for (unsigned s = 0; s < bad.count; s++) {
             Datagram& x = d[bad.first + s];
             sendto(fd_, x.data, x.len, 0, reinterpret_cast<sockaddr*>(&x.to), x.tl);
@@ -287,7 +308,7 @@ int UdpWire::drain() {
   int n = 0;
   for (;;) {
     unsigned got = 0;
-    size_t lens[kRxBatch];
+    size_t lens[kRxBatch], segs[kRxBatch];  // bytes received; the size of each datagram in them
 #ifdef __linux__
     // Up to kRxBatch datagrams a call; fewer means the queue was empty, so no call is made only to
     // fail (one system call less per wake-up on a ping-pong's path).
@@ -300,41 +321,61 @@ int UdpWire::drain() {
       m[i].msg_hdr.msg_namelen = sizeof rx_[i].from;
       m[i].msg_hdr.msg_iov = &iov[i];
       m[i].msg_hdr.msg_iovlen = 1;
+      m[i].msg_hdr.msg_control = rx_[i].ctrl;
+      m[i].msg_hdr.msg_controllen = sizeof rx_[i].ctrl;
     }
     int r = recvmmsg(fd_, m, kRxBatch, MSG_DONTWAIT, nullptr);
     if (r <= 0) return n;
     got = unsigned(r);
-    for (unsigned i = 0; i < got; i++) lens[i] = m[i].msg_len;
+    for (unsigned i = 0; i < got; i++) {
+      lens[i] = m[i].msg_len;
+      segs[i] = lens[i];
+      if (m[i].msg_hdr.msg_flags & MSG_TRUNC) lens[i] = 0;  // cannot be checked whole: dropped
+#ifdef UDP_GRO
+      for (cmsghdr* c = CMSG_FIRSTHDR(&m[i].msg_hdr); c; c = CMSG_NXTHDR(&m[i].msg_hdr, c))
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+          int v;
+          memcpy(&v, CMSG_DATA(c), sizeof v);
+          if (v > 0) segs[i] = size_t(v);
+        }
+#endif
+    }
 #else
     socklen_t fl = sizeof rx_[0].from;
     ssize_t r = recvfrom(fd_, rx_[0].buf + RxSlot::kHeadroom, sizeof rx_[0].buf - RxSlot::kHeadroom, MSG_DONTWAIT,
                          reinterpret_cast<sockaddr*>(&rx_[0].from), &fl);
     if (r <= 0) return n;
     got = 1;
-    lens[0] = size_t(r);
+    lens[0] = segs[0] = size_t(r);
 #endif
     for (unsigned i = 0; i < got; i++) {
-      uint8_t* data = rx_[i].buf + RxSlot::kHeadroom;
       // Rebuild the IP/UDP headers the socket hid; the one unknowable field, the IPv4 identification,
       // is recovered from the ICRC (roce/icrc_udp.h) so the device checks the frame as it came.
-      // (IPv6's traffic class, flow label and hop limit are masked out of the ICRC.)
+      // (IPv6's traffic class, flow label and hop limit are masked out of the ICRC.) A GRO buffer's
+      // k-th datagram most likely carries identification k (a GSO send's numbering): tried first.
       roce::IpUdp h;
       h.v6 = v6_;
       h.sport = from_sockaddr(rx_[i].from, h.src);
       memcpy(h.dst, gid_, 16);
       h.dport = port_;
-      uint16_t id = 0;
-      if (!lens[i]) continue;  // nothing to check, nothing RoCE
-      if (!roce::icrc_check_udp_payload(h, data, lens[i], &id)) {
-        ++bad_icrc_;
-        continue;
+      uint16_t k = 0;
+      for (size_t off = 0; off < lens[i] && segs[i]; off += segs[i], k++) {
+        uint8_t* data = rx_[i].buf + RxSlot::kHeadroom + off;
+        const size_t len = lens[i] - off < segs[i] ? lens[i] - off : segs[i];
+        uint16_t id = 0;
+        if (!roce::icrc_check_udp_payload(h, data, len, &id, k)) {
+          ++bad_icrc_;
+          continue;
+        }
+        h.ip_id = id;
+        uint8_t hdr[RxSlot::kHeadroom];
+        size_t hl = roce::write_ip_udp(h, len, hdr);
+        // In front of the datagram: the headroom, or the tail of the one before it, which
+        // receive_frame has copied already.
+        memcpy(data - hl, hdr, hl);
+        dev_->receive_frame(data - hl, hl + len);
+        ++n;
       }
-      h.ip_id = id;
-      uint8_t hdr[RxSlot::kHeadroom];
-      size_t hl = roce::write_ip_udp(h, lens[i], hdr);
-      memcpy(data - hl, hdr, hl);
-      dev_->receive_frame(data - hl, hl + lens[i]);
-      ++n;
     }
 #ifdef __linux__
     if (got < kRxBatch) return n;

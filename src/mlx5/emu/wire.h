@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mlx5/emu/device.h"
+#include "roce/ip_udp.h"
 
 namespace melon::mlx5::emu {
 
@@ -85,6 +86,7 @@ class UdpWire : public FramePort {
     socklen_t tl;
     uint8_t* data;
     size_t len;
+    roce::IpUdp ip;  // the headers its ICRC covers as sent (source port and identification 0)
   };
   bool to_datagram(uint8_t* frame, size_t len, Datagram* d) const;
   int drain();
@@ -104,13 +106,21 @@ class UdpWire : public FramePort {
 #endif
   std::atomic<bool> gso_{kGsoBuilt};
   std::atomic<uint64_t> gso_sends_{0};
-  // transmit_many's ICRC changes for segment i of a GSO send of datagrams `delta_len_` long (one
-  // sender at a time: the device's releasing thread, device.cpp): a window's segments share them.
+  // transmit_many's ICRC changes for segment i of a GSO send of datagrams `len` long (one sender at
+  // a time: the device's releasing thread, device.cpp). The change depends on the length and i
+  // alone (the CRC is affine), so the first datagram of a length and index has its ICRC computed
+  // afresh for identification i (one CRC) and the change is kept for the others; kept for the few
+  // lengths a stream has (a READ's FIRST/LAST and MIDDLE differ by their AETH).
   static constexpr unsigned kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS of Linux 4.18..6.0 (128 since)
-  uint32_t id_delta(size_t len, unsigned i);
-  size_t delta_len_ = 0;
-  uint64_t delta_have_ = 0;  // bit i: delta_[i] is computed for delta_len_
-  uint32_t delta_[kMaxGsoSegments];
+  void set_segment_id(Datagram& d, unsigned i);  // d's ICRC for identification i (from 0)
+  void clear_segment_id(Datagram& d, unsigned i);  // and back to 0
+  struct IdDeltas {
+    size_t len = 0;
+    uint64_t have = 0;  // bit i: d[i] is computed for len
+    uint32_t d[kMaxGsoSegments];
+  };
+  IdDeltas deltas_[4];
+  unsigned next_delta_ = 0;  // the entry a new length takes
   std::mutex rx_mu_;  // one reader of the socket at a time, so frames keep their order
   // drain()'s datagram buffers (under rx_mu_): one recvmmsg takes several, and a short batch says
   // the socket is empty without another call that fails.
