@@ -75,7 +75,7 @@ struct QpInit {
   uint32_t fixed_qpn = 0;
   // Nonzero (RC/UC with its own RQ): a SEND that fits one packet and at most this many bytes
   // (<= kWcInlineMax) is not placed in the receive's buffers but handed in its completion
-  // (Wc::inline_len/inline_data), whose host puts it there: the mlx5 emulator's scatter to CQE. The
+  // (Wc::data_inline, Wc::inline_data), whose host puts it there: the mlx5 emulator's scatter to CQE. The
   // receive's keys and length are checked as for any SEND.
   uint8_t scatter_to_wc = 0;
 };

@@ -90,7 +90,7 @@ struct ResponderState {
   RecvWqe cur_wqe;
   uint32_t recv_offset = 0;  // bytes placed into cur_wqe
   bool data_inline = false;  // cur_wqe's SEND is in `inline_data`, not placed (QpInit::scatter_to_wc)
-  uint8_t inline_data[32];
+  uint8_t inline_data[kWcInlineMax];
   uint64_t write_va = 0;  // RDMA WRITE destination, from the RETH
   uint32_t write_rkey = 0;
   uint32_t write_offset = 0;

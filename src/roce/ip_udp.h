@@ -12,6 +12,11 @@ constexpr size_t kIpv4HeaderSize = 20;
 constexpr size_t kIpv6HeaderSize = 40;
 constexpr size_t kUdpHeaderSize = 8;
 constexpr size_t kGrhSize = 40;
+// One UDP GSO send (Linux UDP_SEGMENT), as the soft provider and the emulated port make them: at
+// most this many datagrams (UDP_MAX_SEGMENTS of Linux 4.18..6.0; 128 since), and all of them
+// together at most the largest IPv4 UDP payload.
+constexpr int kMaxGsoSegments = 64;
+constexpr size_t kMaxGsoBytes = 65507;
 
 // Addresses are held as 16-byte GIDs; IPv4 uses the IPv4-mapped form ::ffff:a.b.c.d (RoCEv2 GID).
 struct IpUdp {

@@ -206,7 +206,6 @@ void UdpWire::clear_segment_id(Datagram& d, unsigned i) {
 void UdpWire::transmit_many(std::vector<uint8_t>* frames, size_t n) {
 #ifdef __linux__
   constexpr unsigned kBatch = 64;
-  constexpr size_t kMaxGsoBytes = 65507;  // the largest IPv4 UDP payload, all segments together
   struct Msg {
     unsigned first, count;
     size_t seg;  // every segment's size but the last's
@@ -225,8 +224,8 @@ void UdpWire::transmit_many(std::vector<uint8_t>* frames, size_t n) {
       if (!to_datagram(frames[i].data(), frames[i].size(), &d[k])) continue;
       iov[k] = iovec{d[k].data, d[k].len};
       Msg* last = nm ? &msg[nm - 1] : nullptr;
-      if (gso && last && last->open && d[k].len <= last->seg && last->count < kMaxGsoSegments &&
-          (last->count + 1) * last->seg <= kMaxGsoBytes && d[k].tl == d[last->first].tl &&
+      if (gso && last && last->open && d[k].len <= last->seg && last->count < unsigned(roce::kMaxGsoSegments) &&
+          (last->count + 1) * last->seg <= roce::kMaxGsoBytes && d[k].tl == d[last->first].tl &&
           !memcmp(&d[k].to, &d[last->first].to, d[k].tl)) {
         set_segment_id(d[k], last->count);
         last->count++;

@@ -74,8 +74,8 @@ class UdpWire : public FramePort {
   void start();
   void stop();
   uint64_t bad_icrc() const { return bad_icrc_; }
-  // GSO on (the default where the kernel has UDP_SEGMENT) or off (MELON_EMUD_GSO=0 in melon-emud:
-  // one datagram per send, for comparison); gso() says whether it is still on.
+  // GSO on (the default where the kernel has UDP_SEGMENT) or off (melon-emud --no-gso: one
+  // datagram per send, for comparison); gso() says whether it is still on.
   void set_gso(bool on) { gso_ = on && kGsoBuilt; }
   bool gso() const { return gso_; }
   uint64_t gso_sends() const { return gso_sends_; }  // sends that carried more than one datagram
@@ -111,13 +111,12 @@ class UdpWire : public FramePort {
   // alone (the CRC is affine), so the first datagram of a length and index has its ICRC computed
   // afresh for identification i (one CRC) and the change is kept for the others; kept for the few
   // lengths a stream has (a READ's FIRST/LAST and MIDDLE differ by their AETH).
-  static constexpr unsigned kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS of Linux 4.18..6.0 (128 since)
   void set_segment_id(Datagram& d, unsigned i);  // d's ICRC for identification i (from 0)
   void clear_segment_id(Datagram& d, unsigned i);  // and back to 0
   struct IdDeltas {
     size_t len = 0;
     uint64_t have = 0;  // bit i: d[i] is computed for len
-    uint32_t d[kMaxGsoSegments];
+    uint32_t d[roce::kMaxGsoSegments];
   };
   IdDeltas deltas_[4];
   unsigned next_delta_ = 0;  // the entry a new length takes

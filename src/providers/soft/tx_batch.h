@@ -26,8 +26,8 @@
 namespace melon::soft {
 
 constexpr int kMaxIovPerPkt = rc::TxPacket::kMaxIov + 2;  // + the headers and the pad/ICRC tail
-constexpr int kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS of Linux 4.18..6.0 (128 since)
-constexpr size_t kMaxGsoBytes = 65507;  // the largest IPv4 UDP payload, all segments together
+using roce::kMaxGsoBytes;
+using roce::kMaxGsoSegments;
 constexpr int kMaxIovPerMsg = 1024;  // UIO_MAXIOV
 
 struct TxSlot {
